@@ -1,0 +1,664 @@
+"""Streaming writers for the three public tables: exchanges, records, errors.
+
+One schema per table, shared by every format (DESIGN.md section 2).  Column
+order is always the order of ``model.*_COLUMNS``.  Writers take model rows
+(``Exchange``/``RecordRow``/``ErrorRow``, anything with ``.row()``) or plain
+dicts, one at a time, so memory stays bounded on millions of rows.
+
+Value conventions (documented in docs/cli.md, "Output formats"):
+
+* timestamps (``request_ts``, ``response_ts``, ``timestamp``, ``ts``) are float
+  epoch seconds in the model; they are rounded to whole microseconds once, then
+  written as ISO-8601 UTC strings with microseconds
+  (``2024-01-02T03:04:05.123456Z``) in jsonl/csv/table and as
+  ``timestamp[us, tz=UTC]`` in Parquet.  A timestamp outside years 1..9999 is
+  written as null in every format.
+* lists (``error_codes``, ``error_names``, ``topics``, ``headers``) are JSON
+  arrays in jsonl, JSON-encoded strings in a CSV cell, and Parquet lists.
+* null is JSON ``null``, an empty CSV cell, a Parquet null.  CSV cannot tell an
+  empty string from null; ``key_encoding``/``value_encoding`` are null exactly
+  when the key/value is null, so tombstones stay recognisable.
+* booleans are ``true``/``false`` in jsonl and csv.
+* NaN/infinite floats become null.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kwinspect.analyze.termsafe import term_safe
+from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS
+
+TABLES: dict[str, tuple[str, ...]] = {
+    "exchanges": EXCHANGE_COLUMNS,
+    "records": RECORD_COLUMNS,
+    "errors": ERROR_COLUMNS,
+}
+FORMATS = ("table", "jsonl", "csv", "parquet")
+
+TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
+LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
+
+_TS = pa.timestamp("us", tz="UTC")
+_HEADER = pa.struct(
+    [("key", pa.string()), ("value", pa.string()), ("value_encoding", pa.string())]
+)
+
+# Explicit Arrow types per column.  Integers are widened (int32 for int16 wire
+# fields) so a surprising value never makes the writer fail.
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    # exchanges
+    "stream": pa.string(),
+    "client": pa.string(),
+    "broker": pa.string(),
+    "api_key": pa.int32(),
+    "api_name": pa.string(),
+    "api_version": pa.int32(),
+    "correlation_id": pa.int32(),
+    "client_id": pa.string(),
+    "request_ts": _TS,
+    "response_ts": _TS,
+    "latency_ms": pa.float64(),
+    "request_size": pa.int64(),
+    "response_size": pa.int64(),
+    "status": pa.string(),
+    "error_codes": pa.list_(pa.int32()),
+    "error_names": pa.list_(pa.string()),
+    "topics": pa.list_(pa.string()),
+    "throttle_time_ms": pa.int32(),
+    # records
+    "direction": pa.string(),
+    "topic": pa.string(),
+    "partition": pa.int32(),
+    "offset": pa.int64(),
+    "timestamp": _TS,
+    "timestamp_type": pa.string(),
+    "key": pa.string(),
+    "key_encoding": pa.string(),
+    "value": pa.string(),
+    "value_encoding": pa.string(),
+    "headers": pa.list_(_HEADER),
+    "compression": pa.string(),
+    "magic": pa.int32(),
+    "crc_ok": pa.bool_(),
+    "producer_id": pa.int64(),
+    "producer_epoch": pa.int32(),
+    "sequence": pa.int32(),
+    "is_transactional": pa.bool_(),
+    "is_control": pa.bool_(),
+    "control_type": pa.string(),
+    # errors
+    "kind": pa.string(),
+    "code": pa.int32(),
+    "name": pa.string(),
+    "retriable": pa.bool_(),
+    "path": pa.string(),
+    "message": pa.string(),
+    "ts": _TS,
+}
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    """The explicit Parquet/Arrow schema of one public table."""
+    return pa.schema([pa.field(c, _ARROW_TYPES[c]) for c in columns_of(table)])
+
+
+def columns_of(table: str) -> tuple[str, ...]:
+    try:
+        return TABLES[table]
+    except KeyError:
+        raise ValueError(f"unknown table {table!r} (expected one of {', '.join(TABLES)})") from None
+
+
+# ---------------------------------------------------------------------------
+# Value conversion shared by all formats
+# ---------------------------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MIN_US = -62135596800 * 1_000_000  # 0001-01-01T00:00:00Z
+_MAX_US = 253402300799 * 1_000_000 + 999_999  # 9999-12-31T23:59:59.999999Z
+
+
+def ts_to_micros(ts: float | int | None) -> int | None:
+    """Epoch seconds -> whole microseconds (the one rounding every format shares)."""
+    if ts is None:
+        return None
+    if isinstance(ts, datetime):
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=UTC)
+        delta = ts - _EPOCH
+        return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+    try:
+        if not math.isfinite(ts):
+            return None
+        us = round(ts * 1_000_000)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if us < _MIN_US or us > _MAX_US:
+        return None
+    return us
+
+
+def iso_utc(ts: float | int | None) -> str | None:
+    """Epoch seconds -> ``2024-01-02T03:04:05.123456Z`` (None when not representable)."""
+    us = ts_to_micros(ts)
+    if us is None:
+        return None
+    return (_EPOCH + timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _row_dict(item: Any) -> Mapping[str, Any]:
+    row = getattr(item, "row", None)
+    if row is not None:
+        return row()
+    if isinstance(item, Mapping):
+        return item
+    raise TypeError(f"cannot export {type(item).__name__}: expected a model row or a dict")
+
+
+def _clean_scalar(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v).hex()
+    return v
+
+
+def _clean_list(v: Any) -> list[Any] | None:
+    if v is None:
+        return None
+    out = []
+    for x in v:
+        if isinstance(x, Mapping):
+            out.append(
+                {
+                    "key": _clean_scalar(x.get("key")),
+                    "value": _clean_scalar(x.get("value")),
+                    "value_encoding": _clean_scalar(x.get("value_encoding")),
+                }
+            )
+        else:
+            out.append(_clean_scalar(x))
+    return out
+
+
+def normalize_row(item: Any, columns: tuple[str, ...]) -> dict[str, Any]:
+    """The text-format view of a row: ordered, ISO timestamps, clean values."""
+    row = _row_dict(item)
+    out: dict[str, Any] = {}
+    for c in columns:
+        v = row.get(c)
+        if c in TIMESTAMP_COLUMNS:
+            out[c] = iso_utc(v)
+        elif c in LIST_COLUMNS:
+            out[c] = _clean_list(v)
+        else:
+            out[c] = _clean_scalar(v)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Writers
+# ---------------------------------------------------------------------------
+
+
+class RowWriter:
+    """Base class: ``write(row)`` one at a time, ``close()`` once; a context manager.
+
+    ``count`` is the number of rows written so far, also after an interruption:
+    the CLI catches KeyboardInterrupt around its loop, closes the writer (which
+    flushes and, for Parquet, writes a valid footer) and reports ``count``.
+    """
+
+    def __init__(self, table: str, columns: tuple[str, ...] | None = None) -> None:
+        self.table = table
+        self.columns = columns if columns is not None else columns_of(table)
+        self.count = 0
+        self.closed = False
+
+    def write(self, item: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def write_all(self, items: Iterable[Any]) -> int:
+        for item in items:
+            self.write(item)
+        return self.count
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> RowWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _TextOutput:
+    """A text stream on a path or stdout; closes only what it opened."""
+
+    def __init__(self, out: str | os.PathLike[str] | IO[str] | None, newline: str | None) -> None:
+        self.owned = False
+        if out is None or out == "-":
+            stream = sys.stdout
+            self.is_tty = stream.isatty()
+        elif isinstance(out, str | os.PathLike):
+            stream = open(  # noqa: SIM115 - closed in close()
+                out, "w", encoding="utf-8", errors="backslashreplace", newline=newline
+            )
+            self.owned = True
+            self.is_tty = False
+        else:
+            stream = out
+            self.is_tty = bool(getattr(out, "isatty", lambda: False)())
+        self.stream = stream
+
+    def close(self) -> None:
+        if self.owned:
+            self.stream.close()
+        else:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, bytes | bytearray | memoryview):
+        return bytes(o).hex()
+    if isinstance(o, set | frozenset | tuple):
+        return list(o)
+    return str(o)
+
+
+class JsonlWriter(RowWriter):
+    """One JSON object per line, keys in column order.
+
+    On stdout each line is flushed as soon as it is written (``line_buffered``
+    defaults to True there), so ``kwinspect ... | jq`` shows rows live.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        out: str | os.PathLike[str] | IO[str] | None = None,
+        *,
+        columns: tuple[str, ...] | None = None,
+        line_buffered: bool | None = None,
+    ) -> None:
+        super().__init__(table, columns)
+        self._out = _TextOutput(out, newline="\n")
+        if line_buffered is None:
+            line_buffered = not self._out.owned
+        self._flush = line_buffered
+        self._dumps = json.JSONEncoder(
+            ensure_ascii=False, allow_nan=False, default=_json_default, separators=(", ", ": ")
+        ).encode
+
+    def write(self, item: Any) -> None:
+        row = normalize_row(item, self.columns)
+        stream = self._out.stream
+        try:
+            stream.write(self._dumps(row) + "\n")
+        except UnicodeEncodeError:
+            # A lone surrogate on a strict stream: fall back to \u escapes.
+            stream.write(json.dumps(row, ensure_ascii=True, default=_json_default) + "\n")
+        if self._flush:
+            stream.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        if not self.closed:
+            self._out.close()
+        super().close()
+
+
+def _csv_cell(column: str, v: Any) -> Any:
+    if v is None:
+        return ""
+    if column in LIST_COLUMNS:
+        return json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    return v
+
+
+class CsvWriter(RowWriter):
+    """RFC 4180 CSV with a header row; lists are JSON-encoded strings in one cell."""
+
+    def __init__(
+        self,
+        table: str,
+        out: str | os.PathLike[str] | IO[str] | None = None,
+        *,
+        columns: tuple[str, ...] | None = None,
+        header: bool = True,
+    ) -> None:
+        super().__init__(table, columns)
+        self._out = _TextOutput(out, newline="")
+        self._csv = csv.writer(self._out.stream, lineterminator="\n")
+        if header:
+            self._csv.writerow(self.columns)
+
+    def write(self, item: Any) -> None:
+        row = normalize_row(item, self.columns)
+        self._csv.writerow([_csv_cell(c, row[c]) for c in self.columns])
+        self.count += 1
+
+    def close(self) -> None:
+        if not self.closed:
+            self._out.close()
+        super().close()
+
+
+def _sanitize_strings(v: Any) -> Any:
+    """Replace lone surrogates so Arrow (UTF-8 only) accepts the value."""
+    if isinstance(v, str):
+        return v.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(v, list):
+        return [_sanitize_strings(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _sanitize_strings(x) for k, x in v.items()}
+    return v
+
+
+class ParquetWriter(RowWriter):
+    """Parquet with the explicit table schema, written in row groups of ``batch_size``.
+
+    Memory is bounded by one batch of rows.  ``out`` is a path or a binary
+    stream; writing Parquet to a terminal is refused.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        out: str | os.PathLike[str] | IO[bytes] | None = None,
+        *,
+        columns: tuple[str, ...] | None = None,
+        batch_size: int = 50_000,
+        compression: str = "zstd",
+    ) -> None:
+        super().__init__(table, columns)
+        self.schema = pa.schema([pa.field(c, _ARROW_TYPES[c]) for c in self.columns])
+        if out is None or out == "-":
+            if sys.stdout.isatty():
+                raise ValueError("refusing to write Parquet to a terminal; use -o FILE.parquet")
+            sys.stdout.flush()
+            sink: Any = sys.stdout.buffer
+        else:
+            sink = out
+        self._writer = pq.ParquetWriter(sink, self.schema, compression=compression)
+        self._batch_size = max(1, batch_size)
+        self._cols: dict[str, list[Any]] = {c: [] for c in self.columns}
+        self._pending = 0
+
+    def write(self, item: Any) -> None:
+        row = _row_dict(item)
+        cols = self._cols
+        for c in self.columns:
+            v = row.get(c)
+            if c in TIMESTAMP_COLUMNS:
+                v = ts_to_micros(v)
+            elif c in LIST_COLUMNS:
+                v = _clean_list(v)
+            else:
+                v = _clean_scalar(v)
+            cols[c].append(v)
+        self._pending += 1
+        self.count += 1
+        if self._pending >= self._batch_size:
+            self._flush_batch()
+
+    def _array(self, c: str, values: list[Any]) -> pa.Array:
+        typ = self.schema.field(c).type
+        try:
+            return pa.array(values, type=typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeEncodeError):
+            return pa.array(_sanitize_strings(values), type=typ)
+
+    def _flush_batch(self) -> None:
+        if not self._pending:
+            return
+        arrays = [self._array(c, self._cols[c]) for c in self.columns]
+        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        self._cols = {c: [] for c in self.columns}
+        self._pending = 0
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._flush_batch()
+            finally:
+                self._writer.close()
+        super().close()
+
+
+# ---------------------------------------------------------------------------
+# Terminal tables
+# ---------------------------------------------------------------------------
+
+# What a human sees by default; every column is still available via `columns=`.
+TABLE_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "exchanges": (
+        "request_ts", "client", "broker", "api_name", "api_version", "correlation_id",
+        "client_id", "latency_ms", "status", "error_names", "topics",
+    ),
+    "records": (
+        "direction", "topic", "partition", "offset", "timestamp", "key", "value",
+        "headers", "compression", "crc_ok",
+    ),
+    "errors": (
+        "ts", "kind", "name", "api_name", "correlation_id", "topic", "partition",
+        "message", "stream",
+    ),
+}
+
+# Widest a cell may get before it is cut with an ellipsis.
+_MAX_CELL = {
+    "key": 32, "value": 48, "headers": 40, "message": 60, "stream": 44, "topics": 40,
+    "error_names": 32, "client_id": 28, "path": 40,
+}
+_DEFAULT_MAX_CELL = 36
+_NUMERIC = frozenset(
+    {"api_key", "api_version", "correlation_id", "latency_ms", "request_size", "response_size",
+     "throttle_time_ms", "partition", "offset", "magic", "producer_id", "producer_epoch",
+     "sequence", "code"}
+)
+
+
+def _table_cell(column: str, v: Any) -> str:
+    if v is None:
+        return ""
+    if column == "latency_ms" and isinstance(v, float):
+        text = f"{v:.3f}"
+    elif column == "headers" and isinstance(v, list):
+        text = ", ".join(f"{h.get('key')}={h.get('value')}" for h in v)
+    elif isinstance(v, list):
+        text = ", ".join("" if x is None else str(x) for x in v)
+    elif v is True:
+        text = "true"
+    elif v is False:
+        text = "false"
+    else:
+        text = str(v)
+    return term_safe(text, _MAX_CELL.get(column, _DEFAULT_MAX_CELL))
+
+
+class TableWriter(RowWriter):
+    """Human table with rich.  Every cell goes through ``term_safe`` (control
+    characters and ANSI escapes are shown escaped, never interpreted) and is cut
+    to a per-column maximum.  Rows are printed in chunks, so a long stream
+    starts showing at once and memory stays bounded; column widths are fixed
+    from the first chunk so the chunks line up.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        out: str | os.PathLike[str] | IO[str] | None = None,
+        *,
+        columns: tuple[str, ...] | None = None,
+        console: Any = None,
+        chunk_size: int = 200,
+        width: int | None = None,
+    ) -> None:
+        from rich.console import Console
+
+        if columns is None:
+            columns = TABLE_DEFAULT_COLUMNS.get(table, columns_of(table))
+        super().__init__(table, columns)
+        self._out: _TextOutput | None = None
+        if console is None:
+            self._out = _TextOutput(out, newline=None)
+            console = Console(
+                file=self._out.stream,
+                width=width if width is not None else (None if self._out.is_tty else 200),
+                highlight=False,
+                markup=False,
+                emoji=False,
+                soft_wrap=False,
+            )
+        self.console = console
+        self._chunk_size = max(1, chunk_size)
+        self._rows: list[list[str]] = []
+        self._widths: list[int] | None = None
+
+    def write(self, item: Any) -> None:
+        row = normalize_row(item, self.columns)
+        self._rows.append([_table_cell(c, row[c]) for c in self.columns])
+        self.count += 1
+        if len(self._rows) >= self._chunk_size:
+            self._emit()
+
+    def _emit(self) -> None:
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        first = self._widths is None
+        if first:
+            self._widths = [
+                max([len(c)] + [len(r[i]) for r in self._rows])
+                for i, c in enumerate(self.columns)
+            ]
+        if not self._rows and not first:
+            return
+        t = Table(
+            box=box.SIMPLE_HEAD if first else None,
+            show_header=first,
+            show_edge=False,
+            pad_edge=False,
+            header_style="bold",
+        )
+        for c, w in zip(self.columns, self._widths, strict=True):
+            t.add_column(
+                c,
+                width=w,
+                no_wrap=True,
+                overflow="ellipsis",
+                justify="right" if c in _NUMERIC else "left",
+            )
+        for r in self._rows:
+            t.add_row(*(Text(x) for x in r))
+        self.console.print(t)
+        self._rows = []
+
+    def close(self) -> None:
+        if not self.closed:
+            if self._rows or self._widths is None:
+                self._emit()
+            if self._out is not None:
+                self._out.close()
+        super().close()
+
+
+# ---------------------------------------------------------------------------
+# Entry points for the CLI
+# ---------------------------------------------------------------------------
+
+
+def default_format(stream: IO[Any] | None = None) -> str:
+    """``table`` when output goes to a terminal, else ``jsonl``."""
+    stream = stream if stream is not None else sys.stdout
+    try:
+        return "table" if stream.isatty() else "jsonl"
+    except (AttributeError, ValueError):
+        return "jsonl"
+
+
+def format_from_path(path: str | os.PathLike[str] | None) -> str | None:
+    """Guess a format from an output file name (``.jsonl``/``.json``/``.csv``/``.parquet``)."""
+    if path is None:
+        return None
+    suffix = Path(path).suffix.lower()
+    return {
+        ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
+        ".parquet": "parquet", ".pq": "parquet", ".txt": "table",
+    }.get(suffix)
+
+
+_WRITERS: dict[str, Callable[..., RowWriter]] = {
+    "jsonl": JsonlWriter,
+    "csv": CsvWriter,
+    "parquet": ParquetWriter,
+    "table": TableWriter,
+}
+
+
+def open_writer(
+    fmt: str,
+    table: str,
+    out: str | os.PathLike[str] | IO[Any] | None = None,
+    **kwargs: Any,
+) -> RowWriter:
+    """A writer for ``table`` (exchanges|records|errors) in ``fmt`` to ``out``
+    (a path, an open stream, or None/"-" for stdout)."""
+    columns_of(table)
+    try:
+        cls = _WRITERS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r} (expected one of {', '.join(FORMATS)})") from None
+    return cls(table, out, **kwargs)
+
+
+def write_rows(
+    rows: Iterable[Any],
+    table: str,
+    fmt: str,
+    out: str | os.PathLike[str] | IO[Any] | None = None,
+    **kwargs: Any,
+) -> int:
+    """Write every row and close; returns the row count.
+
+    The writer is closed even when the iteration is interrupted (Ctrl-C), so
+    what was written is complete and valid (Parquet gets its footer); the
+    KeyboardInterrupt is then re-raised for the caller to report.
+    """
+    writer = open_writer(fmt, table, out, **kwargs)
+    try:
+        for row in rows:
+            writer.write(row)
+    finally:
+        writer.close()
+    return writer.count
+
+
+__all__ = [
+    "FORMATS", "TABLES", "TIMESTAMP_COLUMNS", "LIST_COLUMNS", "TABLE_DEFAULT_COLUMNS",
+    "RowWriter", "JsonlWriter", "CsvWriter", "ParquetWriter", "TableWriter",
+    "arrow_schema", "columns_of", "default_format", "format_from_path", "iso_utc",
+    "normalize_row", "open_writer", "ts_to_micros", "write_rows",
+]
