@@ -1,0 +1,586 @@
+"""Size-delimited Kafka frame splitting for one TCP direction (sans-IO).
+
+Feed the in-order bytes of one direction, tell it about bytes TCP lost, then
+pull events (the h11 "feed, then pull" style)::
+
+    sp = FrameSplitter(RequestValidator())
+    sp.feed(data, ts)          # any chunking: whole, per segment, byte by byte
+    sp.gap(nbytes, ts)         # bytes lost in the capture; the splitter resyncs
+    sp.finish()                # end of the direction
+    for ev in sp.events():     # Frame | Skipped | FramingIssue, in stream order
+        ...
+
+Every Kafka request and response is ``int32 size`` + ``size`` bytes.  The
+splitter slices frames without trusting sizes further than
+``max_frame_size`` (default 100 MiB, the broker's ``socket.request.max.bytes``):
+it never buffers more than one frame of at most that size (plus the chunk being
+fed).  A larger frame is reported (``oversized_frame``) and skipped as it
+streams past, without being buffered.
+
+States
+------
+``sync``   the next byte starts a frame (the normal, fast path).
+``skip``   skipping the known rest of a frame: an oversized one, or one cut by a
+           gap whose end is still known from its size prefix.
+``hunt``   looking for the next plausible frame boundary after a gap, after an
+           implausible size, or when the direction was picked up mid-stream
+           (``synced=False``).  A candidate boundary must have a size in
+           ``[validator.min_payload, max_frame_size]``, a payload prefix the
+           validator accepts, and (when more bytes follow) be followed by
+           another sane size prefix.  The scan is done by a compiled regular
+           expression, so garbage is skipped at C speed; candidates that pass
+           the byte prefilter are checked in Python.
+
+Accounting (per direction, always, see :meth:`FrameSplitter.check_accounting`)::
+
+    frame_bytes + skipped_bytes + tail_bytes + buffered_bytes == fed_bytes
+    stream bytes = fed_bytes + gap_bytes
+                 = frame_bytes + skipped_bytes + gap_bytes + tail_bytes (+ buffered)
+
+``frame_bytes`` counts the 4-byte size prefixes too.  ``buffered_bytes`` is 0
+after :meth:`FrameSplitter.finish`.  The sums of the emitted ``Frame`` sizes
+(+4 each) and ``Skipped.nbytes`` equal ``frame_bytes`` and ``skipped_bytes``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable, Collection
+from typing import NamedTuple
+
+from kwinspect.model import OVERSIZED_FRAME, RESYNC, TRUNCATED_FRAME
+from kwinspect.protocol.peek import MIN_REQUEST_HEADER, peek_request_header, plausible_header
+
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # broker default socket.request.max.bytes
+DEFAULT_PEEK_BYTES = 1024  # payload prefix handed to a validator
+
+# Skipped.reason values
+SKIP_RESYNC = "resync"  # bytes passed over while hunting for a frame boundary
+SKIP_OVERSIZED = OVERSIZED_FRAME  # the body of a frame larger than max_frame_size
+SKIP_TRUNCATED = TRUNCATED_FRAME  # the parts we hold of a frame that a gap cut
+
+_SYNC = "sync"
+_SKIP = "skip"
+_HUNT = "hunt"
+
+_NORMAL, _GAP, _FINISH = 0, 1, 2
+_ACCEPT, _REJECT, _WAIT = 0, 1, 2
+
+_COMPACT_AT = 1 << 20
+
+
+class Frame(NamedTuple):
+    """One size-delimited frame."""
+
+    data: bytes  # payload, without the 4-byte size prefix
+    offset: int  # stream offset of the size prefix
+    ts_first: float  # ts of the data that held the first byte (of the prefix)
+    ts_last: float  # ts of the data that held the last byte
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+class Skipped(NamedTuple):
+    """Bytes the splitter held but could not put in a frame."""
+
+    offset: int  # stream offset of the first skipped byte
+    nbytes: int
+    reason: str  # SKIP_RESYNC | SKIP_OVERSIZED | SKIP_TRUNCATED
+
+
+class FramingIssue(NamedTuple):
+    """Something worth reporting: ``kind`` is a model issue kind."""
+
+    kind: str  # OVERSIZED_FRAME | TRUNCATED_FRAME | RESYNC
+    offset: int  # stream offset it refers to
+    message: str
+    ts: float | None = None
+
+
+Event = Frame | Skipped | FramingIssue
+Validator = Callable[[memoryview], bool]
+
+
+class RequestValidator:
+    """Resync validator for the client->broker direction.
+
+    Accepts a payload prefix that :func:`kwinspect.protocol.peek.plausible_request`
+    accepts.  ``known_kafka`` loosens the api key/version checks for a
+    connection already known to carry Kafka.  When ``last_correlation_id`` is
+    set (the owner updates it from the frames it decodes), a candidate's
+    correlation id must come after it, within ``correlation_window``
+    (correlation ids grow per connection; Java clients share one counter
+    across connections, so they may jump).
+    """
+
+    min_payload = MIN_REQUEST_HEADER
+    # payload bytes 0..3: api key and api version, both < 256
+    prefilter = (rb"\x00[\s\S]\x00", 3)
+
+    def __init__(
+        self,
+        known_kafka: bool = False,
+        last_correlation_id: int | None = None,
+        correlation_window: int = 1 << 20,
+    ) -> None:
+        self.known_kafka = known_kafka
+        self.last_correlation_id = last_correlation_id
+        self.correlation_window = correlation_window
+
+    def __call__(self, payload: memoryview | bytes) -> bool:
+        peek = peek_request_header(payload)
+        if peek is None or not plausible_header(peek, known_kafka=self.known_kafka):
+            return False
+        last = self.last_correlation_id
+        if last is not None:
+            delta = (peek.correlation_id - last) & 0x7FFFFFFF
+            return 0 < delta <= self.correlation_window
+        return True
+
+
+class ResponseValidator:
+    """Resync validator for the broker->client direction.
+
+    ``pending`` returns the correlation ids of requests still waiting for a
+    response (the conversation layer provides it).  When it returns some, a
+    candidate must carry one of them; otherwise (nothing known) a response is
+    plausible when its correlation id is not negative (together with the size
+    and chained-size checks of the splitter).
+    """
+
+    min_payload = 4
+    prefilter = (rb"[\x00-\x7f]", 1)  # correlation id >= 0
+
+    def __init__(self, pending: Callable[[], Collection[int]] | None = None) -> None:
+        self.pending = pending
+
+    def __call__(self, payload: memoryview | bytes) -> bool:
+        if len(payload) < 4:
+            return False
+        cid = int.from_bytes(payload[0:4], "big", signed=True)
+        pend = self.pending() if self.pending is not None else None
+        if pend:
+            return cid in pend
+        return cid >= 0
+
+
+def _size_class(max_frame_size: int) -> bytes:
+    top = min(max_frame_size >> 24, 0x7F)
+    return rb"[\x00-" + re.escape(bytes([top])) + rb"]"
+
+
+class FrameSplitter:
+    """Split one direction's ordered bytes into size-delimited frames.
+
+    ``validator`` is called with a payload prefix (a memoryview of at most
+    ``peek_bytes`` bytes) of a candidate frame while resynchronizing, and to
+    tell an oversized frame (skipped) from lost sync (hunt).  It may carry
+    ``min_payload`` (smallest plausible payload, default 4) and ``prefilter``
+    ``(regex_fragment, length)`` describing the payload's first bytes, used to
+    scan quickly; both are optional.  ``synced=False`` starts by hunting (the
+    direction was picked up mid-stream).  ``start_offset`` is the stream
+    offset of the first byte fed.
+
+    No method raises on any input bytes.
+    """
+
+    def __init__(
+        self,
+        validator: Validator | None = None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        synced: bool = True,
+        peek_bytes: int = DEFAULT_PEEK_BYTES,
+        start_offset: int = 0,
+    ) -> None:
+        if max_frame_size < 0 or max_frame_size > 0x7FFFFFFF:
+            raise ValueError("max_frame_size must be within 0..2**31-1")
+        self.validator = validator
+        self.max_frame_size = max_frame_size
+        self.peek_bytes = max(16, peek_bytes)
+        self._min_payload = int(getattr(validator, "min_payload", 4))
+        frag, flen = getattr(validator, "prefilter", (b"", 0)) or (b"", 0)
+        self._prefilter = re.compile(rb"(?=" + _size_class(max_frame_size) + rb"[\s\S]{3}" + frag + rb")")
+        self._prefilter_len = 4 + flen
+
+        self._buf = bytearray()
+        self._pos = 0  # index in _buf of the next undecided byte
+        self._base = start_offset  # stream offset of _buf[0]
+        self._chunks: deque[tuple[int, float]] = deque()  # (offset of first byte, ts)
+        self._events: deque[Event] = deque()
+        self._state = _SYNC if synced else _HUNT
+        self._finished = False
+        # open run of skipped bytes (not yet reported as a Skipped event)
+        self._run_start = start_offset
+        self._run_count = 0
+        self._run_reason = SKIP_RESYNC
+        # skip state
+        self._skip_left = 0
+        self._skip_then = _SYNC
+        # size prefix already judged oversized (waiting for bytes for the validator)
+        self._bad_size_at = -1
+
+        self.fed_bytes = 0
+        self.gap_bytes = 0
+        self.frame_bytes = 0
+        self.skipped_bytes = 0
+        self.tail_bytes = 0
+        self.frames = 0
+        self.resyncs = 0
+        self.peak_buffered = 0
+        self._emitted_skipped = 0
+
+    # ------------------------------------------------------------------ API
+
+    @property
+    def offset(self) -> int:
+        """Stream offset just past the last byte fed or lost."""
+        return self._base + len(self._buf)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held, waiting for the rest of a frame (or for a resync decision)."""
+        return len(self._buf) - self._pos
+
+    @property
+    def synced(self) -> bool:
+        """True while the splitter knows where the next frame starts."""
+        return self._state != _HUNT
+
+    def feed(self, data: bytes | bytearray | memoryview, ts: float) -> None:
+        """Append in-order bytes of the direction; ``ts`` is their capture time."""
+        if self._finished or not data:
+            return
+        n = len(data)
+        self._chunks.append((self._base + len(self._buf), ts))
+        self._buf += data
+        self.fed_bytes += n
+        self._process(_NORMAL)
+
+    def gap(self, nbytes: int, ts: float) -> None:
+        """``nbytes`` of the direction were lost (not captured) at this point."""
+        if self._finished or nbytes <= 0:
+            return
+        self._process(_GAP)
+        lost_from = self.offset
+        lost_to = lost_from + nbytes
+        self.gap_bytes += nbytes
+        avail = len(self._buf) - self._pos
+        st = self._state
+        if st == _SYNC:
+            if avail:
+                frame_at = self._base + self._pos
+                frame_end = None
+                if avail >= 4:
+                    size = int.from_bytes(self._buf[self._pos : self._pos + 4], "big", signed=True)
+                    if 0 <= size <= self.max_frame_size:
+                        frame_end = frame_at + 4 + size
+                self._issue(TRUNCATED_FRAME, frame_at, f"frame cut by a gap of {nbytes} bytes")
+                self._skip_buffered(SKIP_TRUNCATED)
+                self._flush_run()
+                if frame_end is not None and frame_end > lost_to:
+                    # the size prefix still tells where the next frame starts
+                    self._state = _SKIP
+                    self._skip_left = frame_end - lost_to
+                    self._skip_then = _HUNT  # verify the landing point
+                    self._run_reason = SKIP_TRUNCATED
+                else:
+                    self._state = _HUNT
+            else:
+                self._state = _HUNT
+        elif st == _SKIP:
+            self._flush_run()
+            if self._skip_left > nbytes:
+                self._skip_left -= nbytes
+                self._skip_then = _HUNT
+            else:
+                self._skip_left = 0
+                self._state = _HUNT
+        else:
+            self._skip_buffered(SKIP_RESYNC)
+            self._flush_run()
+        self._run_reason = SKIP_RESYNC if self._state == _HUNT else self._run_reason
+        self._buf.clear()
+        self._pos = 0
+        self._base = lost_to
+        self._run_start = lost_to
+        self._bad_size_at = -1
+        self._chunks.clear()
+        self._chunks.append((lost_to, ts))
+
+    def finish(self) -> None:
+        """End of the direction: what is left is a truncated tail or skipped."""
+        if self._finished:
+            return
+        self._process(_FINISH)
+        avail = len(self._buf) - self._pos
+        if self._state == _SYNC and avail:
+            at = self._base + self._pos
+            self.tail_bytes += avail
+            self._issue(TRUNCATED_FRAME, at, f"stream ended inside a frame ({avail} bytes held)")
+            self._pos = len(self._buf)
+        elif avail:  # cannot happen: hunt/skip decide everything at finish
+            self._skip_buffered(self._run_reason)
+        if self._state == _SKIP and self._skip_left:
+            self._issue(TRUNCATED_FRAME, self.offset, f"stream ended {self._skip_left} bytes before the end of a skipped frame")
+        self._flush_run()
+        self._buf.clear()
+        self._base += self._pos
+        self._pos = 0
+        self._finished = True
+
+    def events(self) -> list[Event]:
+        """Events produced so far, in stream order; clears them."""
+        out = list(self._events)
+        self._events.clear()
+        return out
+
+    def next_event(self) -> Event | None:
+        """The next event, or None when there is none for now."""
+        return self._events.popleft() if self._events else None
+
+    def accounting(self) -> dict[str, int]:
+        return {
+            "fed_bytes": self.fed_bytes,
+            "gap_bytes": self.gap_bytes,
+            "frame_bytes": self.frame_bytes,
+            "skipped_bytes": self.skipped_bytes,
+            "tail_bytes": self.tail_bytes,
+            "buffered_bytes": self.buffered_bytes,
+        }
+
+    def accounting_error(self) -> str | None:
+        """None when every byte is accounted for, else what does not add up."""
+        a = self.accounting()
+        held = a["frame_bytes"] + a["skipped_bytes"] + a["tail_bytes"] + a["buffered_bytes"]
+        if held != a["fed_bytes"]:
+            return f"frame+skipped+tail+buffered={held} != fed={a['fed_bytes']}: {a}"
+        if self._emitted_skipped + self._run_count != self.skipped_bytes:
+            return f"Skipped events {self._emitted_skipped} + open run {self._run_count} != skipped {self.skipped_bytes}"
+        if self._finished and a["buffered_bytes"]:
+            return f"bytes still buffered after finish: {a}"
+        return None
+
+    def check_accounting(self) -> None:
+        """Raise AssertionError when bytes were lost track of (a test/debug aid)."""
+        err = self.accounting_error()
+        if err is not None:
+            raise AssertionError(err)
+
+    # ------------------------------------------------------------ internals
+
+    def _ts_at(self, offset: int) -> float:
+        chunks = self._chunks
+        while len(chunks) > 1 and chunks[1][0] <= offset:
+            chunks.popleft()
+        return chunks[0][1] if chunks else 0.0
+
+    def _issue(self, kind: str, offset: int, message: str) -> None:
+        self._events.append(FramingIssue(kind, offset, message, self._ts_at(offset)))
+
+    def _skip_buffered(self, reason: str) -> None:
+        avail = len(self._buf) - self._pos
+        if avail:
+            if self._run_count == 0:
+                self._run_start = self._base + self._pos
+                self._run_reason = reason
+            self._run_count += avail
+            self.skipped_bytes += avail
+            self._pos = len(self._buf)
+
+    def _flush_run(self) -> None:
+        if self._run_count:
+            self._events.append(Skipped(self._run_start, self._run_count, self._run_reason))
+            self._emitted_skipped += self._run_count
+            self._run_start += self._run_count
+            self._run_count = 0
+
+    def _process(self, mode: int) -> None:
+        while True:
+            st = self._state
+            if st == _SYNC:
+                changed = self._sync(mode)
+            elif st == _SKIP:
+                changed = self._skip()
+            else:
+                changed = self._hunt(mode)
+            if not changed:
+                break
+        buf = self._buf
+        held = len(buf) - self._pos
+        if held > self.peak_buffered:
+            self.peak_buffered = held
+        if self._pos:
+            if held == 0:
+                self._base += len(buf)
+                buf.clear()
+                self._pos = 0
+            elif self._pos >= _COMPACT_AT or self._pos > held:
+                del buf[: self._pos]
+                self._base += self._pos
+                self._pos = 0
+            chunks = self._chunks
+            cur = self._base + self._pos
+            while len(chunks) > 1 and chunks[1][0] <= cur:
+                chunks.popleft()
+
+    def _sync(self, mode: int) -> bool:
+        buf = self._buf
+        pos = self._pos
+        n = len(buf)
+        maxs = self.max_frame_size
+        base = self._base
+        chunks = self._chunks
+        append = self._events.append
+        nbytes = 0
+        nframes = 0
+        changed = False
+        with memoryview(buf) as mv:
+            while n - pos >= 4:
+                size = int.from_bytes(mv[pos : pos + 4], "big", signed=True)
+                if size < 0 or size > maxs:
+                    self._pos = pos
+                    changed = self._bad_size(mv, size, mode)
+                    pos = self._pos
+                    break
+                end = pos + 4 + size
+                if end > n:
+                    break
+                off = base + pos
+                if len(chunks) == 1:
+                    t0 = t1 = chunks[0][1]
+                else:
+                    t0 = self._ts_at(off)
+                    t1 = self._ts_at(off + 3 + size)
+                append(Frame(bytes(mv[pos + 4 : end]), off, t0, t1))
+                nbytes += end - pos
+                nframes += 1
+                pos = end
+        self._pos = pos
+        self.frame_bytes += nbytes
+        self.frames += nframes
+        return changed
+
+    def _bad_size(self, mv: memoryview, size: int, mode: int) -> bool:
+        """A size prefix out of range at self._pos: skip the frame or hunt."""
+        pos = self._pos
+        at = self._base + pos
+        n = len(mv)
+        if size < 0:
+            self._issue(OVERSIZED_FRAME, at, f"negative frame size {size}; resynchronizing")
+            self._state = _HUNT
+            return True
+        validator = self.validator
+        if validator is not None:
+            have = n - pos - 4
+            if have < self.peek_bytes and mode == _NORMAL:
+                return False  # wait for enough of the header to judge
+            ok = bool(validator(mv[pos + 4 : pos + 4 + min(have, self.peek_bytes)]))
+        else:
+            ok = True
+        if not ok:
+            self._issue(RESYNC, at, f"implausible frame size {size} (limit {self.max_frame_size}); resynchronizing")
+            self._state = _HUNT
+            return True
+        self._issue(OVERSIZED_FRAME, at, f"frame of {size} bytes exceeds the limit of {self.max_frame_size}; skipped")
+        self._flush_run()
+        self._state = _SKIP
+        self._skip_left = 4 + size
+        self._skip_then = _SYNC
+        self._run_start = at
+        self._run_reason = SKIP_OVERSIZED
+        return True
+
+    def _skip(self) -> bool:
+        avail = len(self._buf) - self._pos
+        k = min(avail, self._skip_left)
+        if k:
+            if self._run_count == 0:
+                self._run_start = self._base + self._pos
+            self._pos += k
+            self._skip_left -= k
+            self._run_count += k
+            self.skipped_bytes += k
+        if self._skip_left == 0:
+            self._flush_run()
+            self._state = self._skip_then
+            self._run_reason = SKIP_RESYNC
+            self._run_start = self._base + self._pos
+            return True
+        return False
+
+    def _candidate(self, mv: memoryview, q: int, n: int, mode: int) -> int:
+        if n - q < 4:
+            return _WAIT if mode == _NORMAL else _REJECT
+        size = int.from_bytes(mv[q : q + 4], "big", signed=True)
+        if size < self._min_payload or size > self.max_frame_size:
+            return _REJECT
+        want = size if size < self.peek_bytes else self.peek_bytes
+        have = n - q - 4
+        if have < want and mode == _NORMAL:
+            return _WAIT
+        validator = self.validator
+        if validator is not None and not validator(mv[q + 4 : q + 4 + min(want, have)]):
+            return _REJECT
+        fe = q + 4 + size
+        if fe + 4 <= n:
+            nsize = int.from_bytes(mv[fe : fe + 4], "big", signed=True)
+            if self._min_payload <= nsize <= self.max_frame_size:
+                return _ACCEPT
+            return _REJECT
+        if mode == _NORMAL:
+            return _WAIT  # judge once the next size prefix (or the end) is seen
+        if mode == _GAP and fe > n:
+            return _REJECT  # the gap cut it: too little evidence to trust its size
+        return _ACCEPT
+
+    def _hunt(self, mode: int) -> bool:
+        buf = self._buf
+        pos = self._pos
+        n = len(buf)
+        found = -1
+        stop = -1
+        with memoryview(buf) as mv:
+            for m in self._prefilter.finditer(buf, pos, n):
+                q = m.start()
+                r = self._candidate(mv, q, n, mode)
+                if r == _ACCEPT:
+                    found = q
+                    break
+                if r == _WAIT:
+                    stop = q
+                    break
+            else:
+                tail = max(pos, n - self._prefilter_len + 1)
+                if mode == _NORMAL:
+                    stop = tail
+                else:
+                    for q in range(tail, n):
+                        if self._candidate(mv, q, n, mode) == _ACCEPT:
+                            found = q
+                            break
+                    else:
+                        stop = n
+        new_pos = found if found >= 0 else stop
+        rejected = new_pos - pos
+        if rejected:
+            if self._run_count == 0:
+                self._run_start = self._base + pos
+                self._run_reason = SKIP_RESYNC
+            self._run_count += rejected
+            self.skipped_bytes += rejected
+        self._pos = new_pos
+        if found < 0:
+            return False
+        at = self._base + found
+        skipped = self._run_count
+        self._flush_run()
+        if skipped:
+            self._issue(RESYNC, at, f"resynchronized after skipping {skipped} bytes")
+        self._run_start = at
+        self.resyncs += 1
+        self._state = _SYNC
+        return True
