@@ -1,0 +1,383 @@
+"""Latency percentiles per api, broker, client or topic, and latency plots.
+
+Only paired exchanges count (``status == "paired"`` with a finite
+``latency_ms``: request's last byte -> response's first byte).
+
+Percentiles are exact and use the **nearest-rank** definition: pN is the
+smallest observed latency such that at least N% of the observations are less
+than or equal to it (``rank = ceil(N/100 * count)``).  So every reported
+percentile is a latency that really happened, p100 is the max, and for one
+observation every percentile is that observation.  This is numpy's
+``method="inverted_cdf"`` and what HdrHistogram-style tools report.
+
+Memory: one float per paired exchange per group (8 bytes in an ``array``),
+plus a (timestamp, latency, api) triple per exchange when the time series for
+plots is kept -- about 50 MB for a million exchanges.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from kwinspect.analyze.termsafe import term_safe
+from kwinspect.model import STATUS_PAIRED, Exchange
+
+GROUP_BY = ("api", "broker", "client", "topic")
+PERCENTILES = (50, 95, 99)
+LATENCY_COLUMNS = ("by", "group", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms")
+TOTAL_GROUP = "(all)"
+
+
+def nearest_rank(sorted_values: Any, p: float) -> float:
+    """The nearest-rank ``p``-th percentile (0 < p <= 100) of sorted values."""
+    n = len(sorted_values)
+    if n == 0:
+        raise ValueError("percentile of no values")
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile {p} outside 0..100")
+    rank = math.ceil(Fraction(str(p)) * n / 100)
+    return sorted_values[min(max(rank, 1), n) - 1]
+
+
+@dataclass(slots=True)
+class GroupStats:
+    group: str
+    count: int
+    mean_ms: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+    min_ms: float
+
+    def row(self, by: str) -> dict[str, Any]:
+        return {
+            "by": by, "group": self.group, "count": self.count, "mean_ms": self.mean_ms,
+            "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "p99_ms": self.p99_ms,
+            "max_ms": self.max_ms,
+        }
+
+
+def stats_of(group: str, values: Iterable[float]) -> GroupStats:
+    vals = sorted(values)
+    return GroupStats(
+        group=group,
+        count=len(vals),
+        mean_ms=math.fsum(vals) / len(vals),
+        p50_ms=nearest_rank(vals, 50),
+        p95_ms=nearest_rank(vals, 95),
+        p99_ms=nearest_rank(vals, 99),
+        max_ms=vals[-1],
+        min_ms=vals[0],
+    )
+
+
+def api_label(ex: Exchange) -> str:
+    if ex.api_name:
+        return ex.api_name
+    return f"api_key {ex.api_key}" if ex.api_key is not None else "(unknown)"
+
+
+class LatencyStats:
+    """Streaming accumulator: ``add(exchange)`` for each exchange, then ``rows()``.
+
+    ``by`` is one of ``api``, ``broker``, ``client``, ``topic``:
+
+    * api: ``api_name`` (``api_key N`` when the key is unknown);
+    * broker: the broker address ``ip:port``; ``(id N)`` is appended when a
+      broker id is known for it;
+    * client: ``client_id``, or the client address when the request carried none;
+    * topic: every topic the exchange names (an exchange naming three topics
+      counts once in each); exchanges naming no topic are left out.
+
+    ``keep_series=True`` also keeps (timestamp, latency, api) per exchange for
+    :func:`plot_latency`.
+    """
+
+    def __init__(self, by: str = "api", keep_series: bool = False) -> None:
+        if by not in GROUP_BY:
+            raise ValueError(f"cannot group latency by {by!r} (expected one of {', '.join(GROUP_BY)})")
+        self.by = by
+        self.keep_series = keep_series
+        self._groups: dict[str, array] = {}
+        self._all = array("d")
+        self._broker_ids: dict[str, int] = {}
+        self.skipped = 0  # exchanges without a latency (unpaired, no response expected)
+        # series for plots
+        self._ts = array("d")
+        self._lat = array("d")
+        self._api_idx = array("H")
+        self._apis: dict[str, int] = {}
+
+    def _keys(self, ex: Exchange) -> list[str]:
+        by = self.by
+        if by == "api":
+            return [api_label(ex)]
+        if by == "broker":
+            if ex.broker_id is not None and ex.broker:
+                self._broker_ids[ex.broker] = ex.broker_id
+            return [ex.broker or "(unknown)"]
+        if by == "client":
+            return [ex.client_id if ex.client_id is not None else (ex.client or "(unknown)")]
+        return list(dict.fromkeys(t for t in ex.topics if t is not None))
+
+    def add(self, ex: Exchange) -> bool:
+        """Count one exchange; returns False when it has no latency to count."""
+        lat = ex.latency_ms
+        if ex.status != STATUS_PAIRED or lat is None or not math.isfinite(lat):
+            self.skipped += 1
+            return False
+        for key in self._keys(ex):
+            vals = self._groups.get(key)
+            if vals is None:
+                vals = self._groups[key] = array("d")
+            vals.append(lat)
+        self._all.append(lat)
+        if self.keep_series and ex.request_ts is not None:
+            api = api_label(ex)
+            idx = self._apis.get(api)
+            if idx is None:
+                idx = self._apis[api] = min(len(self._apis), 65535)
+            self._ts.append(ex.request_ts)
+            self._lat.append(lat)
+            self._api_idx.append(idx)
+        return True
+
+    def add_all(self, exchanges: Iterable[Exchange]) -> LatencyStats:
+        for ex in exchanges:
+            self.add(ex)
+        return self
+
+    @property
+    def count(self) -> int:
+        return len(self._all)
+
+    def group_label(self, key: str) -> str:
+        bid = self._broker_ids.get(key)
+        return f"{key} (id {bid})" if bid is not None else key
+
+    def groups(self) -> dict[str, list[float]]:
+        """Raw latencies per group label (for tests and custom views)."""
+        return {self.group_label(k): list(v) for k, v in self._groups.items()}
+
+    def stats(self, include_total: bool = True) -> list[GroupStats]:
+        """Per-group stats, busiest group first; the ``(all)`` row last."""
+        out = [stats_of(self.group_label(k), v) for k, v in self._groups.items()]
+        out.sort(key=lambda s: (-s.count, s.group))
+        if include_total and self._all:
+            out.append(stats_of(TOTAL_GROUP, self._all))
+        return out
+
+    def rows(self, include_total: bool = True) -> list[dict[str, Any]]:
+        """Rows in ``LATENCY_COLUMNS`` order (ready for the jsonl/csv writers)."""
+        return [s.row(self.by) for s in self.stats(include_total)]
+
+    def series(self) -> tuple[list[float], list[float], list[str]]:
+        """(request timestamps, latencies, api labels) of the kept series."""
+        names = {i: n for n, i in self._apis.items()}
+        return list(self._ts), list(self._lat), [names[i] for i in self._api_idx]
+
+
+# ---------------------------------------------------------------------------
+# Terminal rendering
+# ---------------------------------------------------------------------------
+
+
+def _ms(v: float) -> str:
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def latency_table(stats: LatencyStats, title: str | None = None) -> Any:
+    """A rich Table of the stats (group names escaped for the terminal)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(
+        title=title if title is not None else f"Latency by {stats.by} (ms, nearest-rank)",
+        box=box.SIMPLE_HEAD, header_style="bold", title_justify="left",
+    )
+    t.add_column(stats.by, overflow="ellipsis", max_width=48, no_wrap=True)
+    for name in ("count", "mean", "p50", "p95", "p99", "max"):
+        t.add_column(name, justify="right", no_wrap=True)
+    for s in stats.stats():
+        style = "bold" if s.group == TOTAL_GROUP else None
+        t.add_row(
+            Text(term_safe(s.group, 48)), f"{s.count:,}", _ms(s.mean_ms), _ms(s.p50_ms),
+            _ms(s.p95_ms), _ms(s.p99_ms), _ms(s.max_ms), style=style,
+        )
+    return t
+
+
+def render_latency(stats: LatencyStats, console: Any = None) -> None:
+    from rich.console import Console
+
+    console = console or Console(highlight=False)
+    if not stats.count:
+        console.print("no paired exchanges with a latency", markup=False)
+        return
+    console.print(latency_table(stats))
+
+
+# ---------------------------------------------------------------------------
+# Plots (matplotlib; see docs/cli.md for why)
+# ---------------------------------------------------------------------------
+
+PLOT_SUFFIXES = (".png", ".svg", ".html", ".htm")
+_MAX_APIS = 8  # more than this share one "other" colour
+_MAX_POINTS = 100_000  # scatter points drawn; the slowest are always kept
+
+
+def _figure(stats: LatencyStats, title: str) -> Any:
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    ts, lat, apis = stats.series()
+    fig = Figure(figsize=(11, 8), layout="constrained")
+    ax_hist, ax_time = fig.subplots(2, 1, height_ratios=[1, 1.2])
+    fig.suptitle(title)
+    if not lat:
+        for ax in (ax_hist, ax_time):
+            ax.text(0.5, 0.5, "no paired exchanges with a latency", ha="center", va="center",
+                    transform=ax.transAxes)
+            ax.set_axis_off()
+        return fig
+
+    lat_a = np.asarray(lat, dtype=float)
+    ts_a = np.asarray(ts, dtype=float)
+    api_a = np.asarray(apis, dtype=object)
+    counts: dict[str, int] = {}
+    for a in apis:
+        counts[a] = counts.get(a, 0) + 1
+    top = sorted(counts, key=lambda a: (-counts[a], a))[:_MAX_APIS]
+    labels = np.where(np.isin(api_a, top), api_a, "other")
+    order = top + (["other"] if len(counts) > len(top) else [])
+
+    # Histogram: log-spaced bins, since latency tails span orders of magnitude.
+    positive = lat_a[lat_a > 0]
+    lo = max(positive.min() if positive.size else 0.001, 0.001)
+    hi = max(lat_a.max(), lo * 10)
+    bins = np.logspace(np.log10(lo), np.log10(hi), 60)
+    for name in order:
+        sel = np.clip(lat_a[labels == name], lo, None)
+        ax_hist.hist(sel, bins=bins, histtype="step", linewidth=1.5,
+                     label=f"{term_safe(name, 32)} (n={sel.size:,})")
+    ax_hist.set_xscale("log")
+    ax_hist.set_xlabel("latency (ms, log scale)")
+    ax_hist.set_ylabel("exchanges")
+    ax_hist.set_title("Latency histogram per API")
+    ax_hist.legend(fontsize="small", loc="upper right")
+    ax_hist.grid(True, which="both", alpha=0.3)
+
+    # Time series: downsample deterministically, always keeping the slowest 1%.
+    idx = np.arange(lat_a.size)
+    if lat_a.size > _MAX_POINTS:
+        cut = np.quantile(lat_a, 0.99)
+        slow = idx[lat_a >= cut]
+        rest = idx[lat_a < cut]
+        step = max(1, math.ceil(rest.size / max(1, _MAX_POINTS - slow.size)))
+        idx = np.sort(np.concatenate([slow, rest[::step]]))
+        ax_time.set_title(f"Latency over time ({idx.size:,} of {lat_a.size:,} points drawn; "
+                          "all of the slowest 1% kept)")
+    else:
+        ax_time.set_title("Latency over time")
+    when = (ts_a[idx] * 1e6).astype("int64").astype("datetime64[us]")
+    for name in order:
+        sel = labels[idx] == name
+        ax_time.scatter(when[sel], np.clip(lat_a[idx][sel], lo, None), s=6, alpha=0.6,
+                        label=term_safe(name, 32), rasterized=True)
+    ax_time.set_yscale("log")
+    ax_time.set_xlabel("request time (UTC)")
+    ax_time.set_ylabel("latency (ms, log scale)")
+    ax_time.grid(True, which="both", alpha=0.3)
+    ax_time.legend(fontsize="small", loc="upper right", markerscale=2)
+    return fig
+
+
+def plot_latency(stats: LatencyStats, path: str | os.PathLike[str], title: str | None = None) -> Path:
+    """Write the latency plot; the file type comes from the extension.
+
+    ``.png`` and ``.svg`` write the figure; ``.html`` writes a self-contained
+    page (no scripts, no network) with the percentile table and the figure
+    inlined as SVG.  ``stats`` must have been built with ``keep_series=True``.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in PLOT_SUFFIXES:
+        raise ValueError(f"cannot tell the plot type of {str(path)!r}: use .png, .svg or .html")
+    if not stats.keep_series:
+        raise ValueError("LatencyStats(keep_series=True) is needed for a plot")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:  # pragma: no cover - depends on the install
+        raise RuntimeError("plots need matplotlib: pip install 'kwinspect[plot]'") from None
+    title = title or "Kafka request latency"
+    fig = _figure(stats, title)
+    if suffix == ".png":
+        fig.savefig(path, format="png", dpi=110)
+    elif suffix == ".svg":
+        fig.savefig(path, format="svg")
+    else:
+        path.write_text(_html_report(stats, fig, title), encoding="utf-8")
+    return path
+
+
+def _html_report(stats: LatencyStats, fig: Any, title: str) -> str:
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg")
+    # As an <img> data URI the SVG cannot run script or pull resources.
+    svg_uri = "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    rows = []
+    for s in stats.stats():
+        cells = [html.escape(term_safe(s.group, 80))] + [f"{s.count:,}"] + [
+            _ms(v) for v in (s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.max_ms)
+        ]
+        cls = ' class="total"' if s.group == TOTAL_GROUP else ""
+        rows.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>" for h in (html.escape(stats.by), "count", "mean", "p50", "p95", "p99", "max")
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<title>{html.escape(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
+th, td {{ padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; }}
+td:not(:first-child), th:not(:first-child) {{ text-align: right; font-variant-numeric: tabular-nums; }}
+tr.total td {{ font-weight: bold; }}
+img {{ max-width: 100%; }}
+.note {{ color: #666; font-size: 0.9em; }}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<p class="note">{stats.count:,} paired exchanges; latency = request's last byte to the
+response's first byte, in milliseconds; percentiles are nearest-rank (each is an observed value).</p>
+<table><thead><tr>{head}</tr></thead><tbody>
+{chr(10).join(rows)}
+</tbody></table>
+<img alt="latency histogram per API and latency over time" src="{svg_uri}">
+</body></html>
+"""
+
+
+__all__ = [
+    "GROUP_BY", "LATENCY_COLUMNS", "PERCENTILES", "PLOT_SUFFIXES", "TOTAL_GROUP", "GroupStats",
+    "LatencyStats", "api_label", "latency_table", "nearest_rank", "plot_latency",
+    "render_latency", "stats_of",
+]
