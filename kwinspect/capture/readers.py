@@ -1,0 +1,578 @@
+"""Capture file readers: pcap, pcapng and gzip-compressed variants -> RawPacket.
+
+    with open_capture("dump.pcapng.gz") as src:
+        for raw in src:            # RawPacket(ts, linktype, data, wire_len, index)
+            ...
+        src.issues                 # truncation and corruption, as model.Issue
+        src.stats                  # CaptureStats counters
+
+The format is detected from the first bytes (magic numbers), never from the
+file name.  A file that is not a capture raises `CaptureFormatError` when it is
+opened; anything that goes wrong later (a file cut mid-record, a corrupt block
+length) adds an Issue and ends the iteration cleanly.
+
+Implementation choice (measured, see docs/architecture.md "capture (details)"):
+the hot loop is our own struct-based parser over large read chunks rather than
+dpkt.pcap.Reader / dpkt.pcapng.Reader.  dpkt's pcap reader builds a dpkt Packet
+object per record and does two small reads per packet (about 3x slower here);
+dpkt's pcapng reader only honours the first interface block (one link type,
+one timestamp resolution for the whole file), drops the original packet length,
+and raises on a cut block.  dpkt is still the reference for the formats: its
+constants are used below and its writers produce the test files
+(tests/helpers/pcapgen.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, NamedTuple
+
+import dpkt
+
+from kwinspect import model
+
+__all__ = [
+    "CaptureFormatError",
+    "CaptureStats",
+    "PacketSource",
+    "RawPacket",
+    "open_capture",
+]
+
+# Issue kinds reported by this module (in addition to model.TRUNCATED_PACKET).
+CORRUPT_CAPTURE = "corrupt_capture"
+SNAPLEN_TRUNCATED = "snaplen_truncated"
+
+_CHUNK = 1 << 20  # bytes per read() from the underlying file
+_MAX_RECORD = 1 << 26  # a record longer than this is a corrupt length, not a packet
+
+# pcap magics as read with a little-endian "<I"
+_PCAP_MAGICS = {
+    # value read as "<I": (endian, nanosecond, modified/Kuznetsov header)
+    dpkt.pcap.TCPDUMP_MAGIC: ("<", False, False),  # a1b2c3d4 written LE
+    dpkt.pcap.PMUDPCT_MAGIC: (">", False, False),  # a1b2c3d4 written BE
+    dpkt.pcap.TCPDUMP_MAGIC_NANO: ("<", True, False),
+    dpkt.pcap.PMUDPCT_MAGIC_NANO: (">", True, False),
+    dpkt.pcap.MODPCAP_MAGIC: ("<", False, True),  # a1b2cd34 (patched libpcap)
+    0x34CDB2A1: (">", False, True),
+}
+_PCAPNG_SHB = dpkt.pcapng.PCAPNG_BT_SHB  # 0x0A0D0D0A, palindromic
+_PCAPNG_BOM = dpkt.pcapng.BYTE_ORDER_MAGIC  # 0x1A2B3C4D
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class CaptureFormatError(Exception):
+    """The input is not a capture this reader understands (raised at open time only)."""
+
+
+class RawPacket(NamedTuple):
+    """One captured frame.
+
+    ts: seconds since the epoch (float; nanosecond files lose sub-microsecond
+    precision in the float). linktype: the DLT/LINKTYPE value of the interface.
+    data: the captured bytes (may be shorter than wire_len when the snaplen
+    cut the packet). index: 1-based frame number, as Wireshark numbers frames.
+    """
+
+    ts: float
+    linktype: int
+    data: bytes
+    wire_len: int
+    index: int
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    format: str = ""  # "pcap" | "pcapng"
+    compressed: bool = False
+    packets: int = 0  # RawPackets produced
+    bytes_captured: int = 0  # sum of len(data)
+    bytes_wire: int = 0  # sum of wire_len
+    snaplen_truncated: int = 0  # packets with len(data) < wire_len
+    cut_records: int = 0  # a record cut by the end of the file (0 or 1)
+    skipped_blocks: int = 0  # pcapng blocks that carry no packet (stats, name resolution...)
+    bad_records: int = 0  # records dropped: unknown interface, corrupt length
+    interfaces: list[tuple[int, float]] = field(default_factory=list)  # (linktype, resolution)
+    file_bytes: int = 0  # bytes consumed from the (decompressed) input
+
+
+class _ChunkReader:
+    """Buffered reading over a file object that turns read errors into a flag.
+
+    Reading 1 MiB chunks and slicing them is cheaper than two small read()
+    calls per packet, and a gzip stream that ends early (EOFError) becomes an
+    issue instead of an exception.
+    """
+
+    __slots__ = ("_f", "_buf", "_pos", "error", "consumed")
+
+    def __init__(self, f: IO[bytes], prefix: bytes = b"") -> None:
+        self._f = f
+        self._buf = prefix
+        self._pos = 0
+        self.error: str | None = None
+        self.consumed = 0
+
+    def more(self, n: int) -> bytes:
+        """Read at least n bytes from the file (fewer only at EOF or on a read error)."""
+        parts = []
+        have = 0
+        while have < n and self.error is None:
+            try:
+                chunk = self._f.read(max(_CHUNK, n - have))
+            except (EOFError, OSError, zlib.error) as e:
+                # gzip raises EOFError for a stream cut before its end marker
+                self.error = f"{type(e).__name__}: {e}"
+                break
+            if not chunk:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        return b"".join(parts)
+
+    def rest(self) -> bytes:
+        """Hand over what is buffered (the caller continues with more())."""
+        out = self._buf[self._pos:]
+        self._buf, self._pos = b"", 0
+        return out
+
+    def take(self, n: int) -> bytes:
+        """Exactly n bytes, or fewer at EOF."""
+        if len(self._buf) - self._pos < n:
+            self._buf = self._buf[self._pos:] + self.more(max(_CHUNK, n))
+            self._pos = 0
+        out = self._buf[self._pos:self._pos + n]
+        self._pos += len(out)
+        self.consumed += len(out)
+        return out
+
+
+class PacketSource:
+    """An iterable of RawPacket over one capture; also a context manager.
+
+    Iterate once.  After (or during) the iteration `issues` lists what went
+    wrong and `stats` counts what was read.
+    """
+
+    def __init__(self, f: IO[bytes], *, name: str, owns: list[Any], compressed: bool,
+                 fmt: str, prefix: bytes, linktype: int | None = None) -> None:
+        self.name = name
+        self.issues: list[model.Issue] = []
+        self.stats = CaptureStats(format=fmt, compressed=compressed)
+        self._f = f
+        self._owns = owns
+        self._reader = _ChunkReader(f, prefix)
+        self._started = False
+        self.format = fmt
+        self.compressed = compressed
+        self.linktype = linktype  # pcap: the file's link type; pcapng: the first interface's
+
+    # context manager -------------------------------------------------------
+    def __enter__(self) -> PacketSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for obj in reversed(self._owns):
+            try:
+                obj.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+        self._owns = []
+
+    def __iter__(self) -> Iterator[RawPacket]:
+        if self._started:
+            raise RuntimeError("a PacketSource can be iterated only once")
+        self._started = True
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[RawPacket]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # helpers -------------------------------------------------------------
+    def _issue(self, kind: str, message: str, offset: int | None = None,
+               severity: str = model.SEVERITY_WARNING) -> None:
+        self.issues.append(model.Issue(kind, message, offset=offset, severity=severity))
+
+    def _cut(self, what: str, offset: int, got: int, need: int) -> None:
+        self.stats.cut_records += 1
+        self._issue(model.TRUNCATED_PACKET,
+                    f"capture ends inside {what} at file offset {offset} "
+                    f"({got} of {need} bytes present); reading stopped there",
+                    offset=offset)
+        if self._reader.error:
+            self._issue(CORRUPT_CAPTURE, f"decompression stopped: {self._reader.error}",
+                        offset=offset)
+
+    def _finish(self) -> None:
+        self.stats.file_bytes = self._reader.consumed
+        if self.stats.snaplen_truncated:
+            self._issue(SNAPLEN_TRUNCATED,
+                        f"{self.stats.snaplen_truncated} packet(s) were captured shorter "
+                        "than they were on the wire (snaplen)", severity=model.SEVERITY_INFO)
+
+
+class _PcapSource(PacketSource):
+    def __init__(self, *a: Any, endian: str, nano: bool, modified: bool, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self._endian = endian
+        self._nano = nano
+        self._modified = modified
+
+    def _iterate(self) -> Iterator[RawPacket]:
+        r = self._reader
+        hdr = r.take(24)
+        if len(hdr) < 24:  # open_capture already checked, but a stream may lie
+            self._cut("the pcap file header", 0, len(hdr), 24)
+            self._finish()
+            return
+        e = self._endian
+        _magic, _vmaj, _vmin, _tz, _sig, snaplen, linktype = struct.unpack(e + "IHHiIII", hdr)
+        linktype &= 0xFFFF  # upper bits carry FCS information
+        self.linktype = linktype
+        div = 1e9 if self._nano else 1e6
+        self.stats.interfaces.append((linktype, 1.0 / div))
+        rec_len = 24 if self._modified else 16
+        unpack_rec = struct.Struct(e + "IIII").unpack_from
+        stats = self.stats
+        index = 0
+        offset = 24  # file offset of buf[pos]
+        buf = r.rest()
+        pos = 0
+        packets = bytes_cap = bytes_wire = trunc = 0
+        try:
+            while True:
+                if len(buf) - pos < rec_len:
+                    buf = buf[pos:] + r.more(_CHUNK)
+                    pos = 0
+                    if len(buf) < rec_len:
+                        if buf:
+                            self._cut("a pcap record header", offset, len(buf), rec_len)
+                        break
+                sec, frac, caplen, wire_len = unpack_rec(buf, pos)
+                if caplen > _MAX_RECORD:
+                    stats.bad_records += 1
+                    self._issue(CORRUPT_CAPTURE,
+                                f"record {index + 1} at file offset {offset} claims "
+                                f"{caplen} captured bytes; the rest of the file is unreadable",
+                                offset=offset, severity=model.SEVERITY_ERROR)
+                    break
+                end = pos + rec_len + caplen
+                if end > len(buf):
+                    buf = buf[pos:]
+                    buf += r.more(max(_CHUNK, rec_len + caplen - len(buf)))
+                    pos = 0
+                    end = rec_len + caplen
+                    if end > len(buf):
+                        self._cut(f"packet {index + 1}", offset, len(buf) - rec_len, caplen)
+                        data = buf[rec_len:]
+                        offset += len(buf)
+                        if data:  # keep what was captured: it is real data
+                            index += 1
+                            packets += 1
+                            bytes_cap += len(data)
+                            bytes_wire += max(wire_len, caplen)
+                            trunc += 1
+                            yield RawPacket(sec + frac / div, linktype, data,
+                                            max(wire_len, caplen), index)
+                        break
+                data = buf[pos + rec_len:end]
+                pos = end
+                offset += rec_len + caplen
+                index += 1
+                packets += 1
+                bytes_cap += caplen
+                if wire_len > caplen:
+                    trunc += 1
+                else:  # some writers leave orig_len 0
+                    wire_len = caplen
+                bytes_wire += wire_len
+                yield RawPacket(sec + frac / div, linktype, data, wire_len, index)
+        finally:
+            stats.packets += packets
+            stats.bytes_captured += bytes_cap
+            stats.bytes_wire += bytes_wire
+            stats.snaplen_truncated += trunc
+            r.consumed = offset
+        self._finish()
+
+
+class _Iface:
+    __slots__ = ("linktype", "snaplen", "div", "tsoffset")
+
+    def __init__(self, linktype: int, snaplen: int, div: float, tsoffset: int) -> None:
+        self.linktype = linktype
+        self.snaplen = snaplen
+        self.div = div
+        self.tsoffset = tsoffset
+
+
+def _parse_idb_options(body: bytes, e: str) -> tuple[float, int]:
+    """(divisor, tsoffset) from the options of an Interface Description Block body."""
+    div = 1e6
+    tsoffset = 0
+    pos = 8  # linktype(2) reserved(2) snaplen(4)
+    n = len(body)
+    while pos + 4 <= n:
+        code, olen = struct.unpack_from(e + "HH", body, pos)
+        pos += 4
+        if code == dpkt.pcapng.PCAPNG_OPT_ENDOFOPT:
+            break
+        val = body[pos:pos + olen]
+        pos += (olen + 3) & ~3
+        if code == dpkt.pcapng.PCAPNG_OPT_IF_TSRESOL and olen >= 1:
+            v = val[0]
+            div = float(2 ** (v & 0x7F)) if v & 0x80 else float(10 ** (v & 0x7F))
+        elif code == dpkt.pcapng.PCAPNG_OPT_IF_TSOFFSET and olen >= 8:
+            tsoffset = struct.unpack(e + "q", val[:8])[0]
+    return div, tsoffset
+
+
+class _PcapngSource(PacketSource):
+    def _iterate(self) -> Iterator[RawPacket]:
+        r = self._reader
+        stats = self.stats
+        e = "<"
+        ifaces: list[_Iface] = []
+        index = 0
+        offset = 0
+        last_ts = 0.0
+        epb = dpkt.pcapng.PCAPNG_BT_EPB
+        while True:
+            head = r.take(8)
+            if len(head) < 8:
+                if head:
+                    self._cut("a pcapng block header", offset, len(head), 8)
+                break
+            btype = struct.unpack_from(e + "I", head)[0]
+            if btype == _PCAPNG_SHB:
+                # a new section: byte order may change, interfaces restart
+                bom = r.take(4)
+                if len(bom) < 4:
+                    self._cut("a section header block", offset, 8 + len(bom), 12)
+                    break
+                if struct.unpack("<I", bom)[0] == _PCAPNG_BOM:
+                    e = "<"
+                elif struct.unpack(">I", bom)[0] == _PCAPNG_BOM:
+                    e = ">"
+                else:
+                    stats.bad_records += 1
+                    self._issue(CORRUPT_CAPTURE, f"section header at offset {offset} has "
+                                "an unknown byte-order magic; reading stopped",
+                                offset=offset, severity=model.SEVERITY_ERROR)
+                    break
+                blen = struct.unpack_from(e + "I", head, 4)[0]
+                rest_len = blen - 12
+                ifaces = []
+            else:
+                blen = struct.unpack_from(e + "I", head, 4)[0]
+                rest_len = blen - 8
+            if blen < 12 or blen % 4 or blen > _MAX_RECORD:
+                stats.bad_records += 1
+                self._issue(CORRUPT_CAPTURE, f"pcapng block at offset {offset} has an invalid "
+                            f"length {blen}; the rest of the file is unreadable",
+                            offset=offset, severity=model.SEVERITY_ERROR)
+                break
+            body = r.take(rest_len)
+            if len(body) < rest_len:
+                self._cut("a pcapng block", offset, blen - rest_len + len(body), blen)
+                # An EPB cut after its header still holds real packet bytes.
+                if btype == epb and len(body) >= 20:
+                    iface_id, hi, lo, caplen, wire_len = struct.unpack_from(e + "IIIII", body)
+                    if iface_id < len(ifaces):
+                        itf = ifaces[iface_id]
+                        data = body[20:20 + min(caplen, len(body) - 20)]
+                        if data:
+                            index += 1
+                            stats.packets += 1
+                            stats.bytes_captured += len(data)
+                            stats.bytes_wire += max(wire_len, caplen)
+                            stats.snaplen_truncated += 1
+                            yield RawPacket(itf.tsoffset + ((hi << 32) | lo) / itf.div,
+                                            itf.linktype, data, max(wire_len, caplen), index)
+                break
+            start_off = offset
+            offset += blen
+            if btype == epb:
+                iface_id, hi, lo, caplen, wire_len = struct.unpack_from(e + "IIIII", body)
+                if iface_id >= len(ifaces) or 20 + caplen > len(body) - 4:
+                    stats.bad_records += 1
+                    self._issue(CORRUPT_CAPTURE, f"packet block at offset {start_off} refers to "
+                                f"interface {iface_id} of {len(ifaces)} or overruns its block; "
+                                "packet skipped", offset=start_off)
+                    continue
+                itf = ifaces[iface_id]
+                data = body[20:20 + caplen]
+                last_ts = ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
+                linktype = itf.linktype
+            elif btype == dpkt.pcapng.PCAPNG_BT_SPB:
+                if not ifaces:
+                    stats.bad_records += 1
+                    self._issue(CORRUPT_CAPTURE, f"simple packet block at offset {start_off} "
+                                "before any interface block; skipped", offset=start_off)
+                    continue
+                itf = ifaces[0]
+                wire_len = struct.unpack_from(e + "I", body)[0]
+                caplen = min(wire_len, len(body) - 8)
+                if itf.snaplen:
+                    caplen = min(caplen, itf.snaplen)
+                data = body[4:4 + caplen]
+                ts = last_ts  # simple packet blocks carry no timestamp
+                linktype = itf.linktype
+            elif btype == dpkt.pcapng.PCAPNG_BT_PB:  # obsolete Packet Block
+                iface_id, _drops, hi, lo, caplen, wire_len = struct.unpack_from(
+                    e + "HHIIII", body)
+                if iface_id >= len(ifaces) or 20 + caplen > len(body) - 4:
+                    stats.bad_records += 1
+                    self._issue(CORRUPT_CAPTURE, f"packet block at offset {start_off} is "
+                                "inconsistent; skipped", offset=start_off)
+                    continue
+                itf = ifaces[iface_id]
+                data = body[20:20 + caplen]
+                last_ts = ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
+                linktype = itf.linktype
+            elif btype == dpkt.pcapng.PCAPNG_BT_IDB:
+                if len(body) < 12:
+                    stats.bad_records += 1
+                    self._issue(CORRUPT_CAPTURE, f"interface block at offset {start_off} is "
+                                "too short", offset=start_off)
+                    continue
+                linktype, _res, snaplen = struct.unpack_from(e + "HHI", body)
+                div, tsoffset = _parse_idb_options(body[:-4], e)
+                ifaces.append(_Iface(linktype, snaplen, div, tsoffset))
+                stats.interfaces.append((linktype, 1.0 / div))
+                if self.linktype is None:
+                    self.linktype = linktype
+                continue
+            else:
+                if btype != _PCAPNG_SHB:
+                    stats.skipped_blocks += 1
+                continue
+            index += 1
+            stats.packets += 1
+            stats.bytes_captured += len(data)
+            if wire_len > len(data):
+                stats.snaplen_truncated += 1
+            else:
+                wire_len = len(data)
+            stats.bytes_wire += wire_len
+            yield RawPacket(ts, linktype, data, wire_len, index)
+        self._finish()
+
+
+def _sniff(head: bytes) -> tuple[str, Any]:
+    if len(head) >= 4:
+        le = struct.unpack_from("<I", head)[0]
+        if le in _PCAP_MAGICS:
+            return "pcap", _PCAP_MAGICS[le]
+        if le == _PCAPNG_SHB:
+            return "pcapng", None
+    return "", None
+
+
+def open_capture(path: str | os.PathLike[str] | IO[bytes]) -> PacketSource:
+    """Open a pcap / pcapng file (optionally gzip-compressed) or an open binary file object.
+
+    Raises CaptureFormatError when the input is not such a capture (empty, wrong
+    magic, unreadable).  A file object passed in is not closed by the source.
+    """
+    owns: list[Any] = []
+    if isinstance(path, str | os.PathLike):
+        name = os.fspath(path)
+        try:
+            f: IO[bytes] = open(name, "rb")  # noqa: SIM115 - closed by PacketSource
+        except OSError as e:
+            raise CaptureFormatError(f"{name}: cannot open: {e.strerror or e}") from e
+        owns.append(f)
+    else:
+        f = path
+        name = getattr(f, "name", None) or f"<{type(f).__name__}>"
+        if not isinstance(name, str):
+            name = str(name)
+    try:
+        head = _read_exact(f, 4)
+        compressed = False
+        if head[:2] == _GZIP_MAGIC:
+            compressed = True
+            prefixed = _PrefixedFile(head, f)
+            gz = gzip.GzipFile(fileobj=prefixed, mode="rb")  # type: ignore[arg-type]
+            owns.append(gz)
+            f = gz
+            try:
+                head = _read_exact(f, 4)
+            except (EOFError, OSError, zlib.error) as e:
+                raise CaptureFormatError(f"{name}: gzip data is unreadable: {e}") from e
+        fmt, info = _sniff(head)
+        if not fmt:
+            if not head:
+                raise CaptureFormatError(f"{name}: empty file, not a pcap or pcapng capture")
+            raise CaptureFormatError(
+                f"{name}: not a pcap or pcapng capture (starts with {head.hex()})")
+        if fmt == "pcap":
+            rest = _read_exact(f, 20)
+            if len(rest) < 20:
+                raise CaptureFormatError(f"{name}: pcap file header is cut short")
+            endian, nano, modified = info
+            return _PcapSource(f, name=name, owns=owns, compressed=compressed, fmt=fmt,
+                               prefix=head + rest, endian=endian, nano=nano, modified=modified)
+        rest = _read_exact(f, 8)
+        if len(rest) < 8 or struct.unpack("<I", rest[4:8])[0] not in (
+                _PCAPNG_BOM, struct.unpack(">I", struct.pack("<I", _PCAPNG_BOM))[0]):
+            raise CaptureFormatError(f"{name}: pcapng section header is invalid")
+        return _PcapngSource(f, name=name, owns=owns, compressed=compressed, fmt=fmt,
+                             prefix=head + rest)
+    except CaptureFormatError:
+        for o in reversed(owns):
+            o.close()
+        raise
+    except (OSError, EOFError, zlib.error) as e:
+        for o in reversed(owns):
+            o.close()
+        raise CaptureFormatError(f"{name}: cannot read: {e}") from e
+
+
+def _read_exact(f: IO[bytes], n: int) -> bytes:
+    parts = []
+    while n > 0:
+        b = f.read(n)
+        if not b:
+            break
+        parts.append(b)
+        n -= len(b)
+    return b"".join(parts)
+
+
+class _PrefixedFile(io.RawIOBase):
+    """A read-only file that first returns `prefix`, then the rest of `f`."""
+
+    def __init__(self, prefix: bytes, f: IO[bytes]) -> None:
+        self._prefix = prefix
+        self._f = f
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if self._prefix:
+            if n is None or n < 0:
+                out = self._prefix + self._f.read()
+                self._prefix = b""
+                return out
+            out, self._prefix = self._prefix[:n], self._prefix[n:]
+            if len(out) < n:
+                out += self._f.read(n - len(out))
+            return out
+        return self._f.read(n)
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)

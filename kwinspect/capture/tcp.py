@@ -1,0 +1,683 @@
+"""TCP reassembly: segments in, ordered per-direction byte streams out.  IO-free.
+
+    r = TcpReassembler()
+    for seg in segments:                 # capture.packets.TcpSegment, in capture order
+        for ev in r.feed(seg): ...
+        # now and then: r.flush_idle(seg.ts)
+    for ev in r.finish(): ...
+
+Events, per connection: one StreamOpened, then StreamData / StreamGap /
+StreamIssue in stream order for each direction, then one StreamClosed.
+
+Rules
+- Sequence numbers are unwrapped to unbounded integers relative to the
+  direction's next expected byte, so wrap-around at 2**32 is invisible.
+- Out-of-order segments wait in a per-direction buffer; retransmissions and
+  overlaps are trimmed: the first copy of a byte wins, and a later copy that
+  differs is reported (`tcp_overlap_conflict`), never substituted.
+- Lost data is never zero-filled: it becomes a StreamGap with its length, when
+  (a) the peer acknowledges bytes the capture never held and data after the
+  hole is already buffered, (b) a buffer cap is reached, or (c) the connection
+  closes / idles out / the input ends and a hole remains below the highest
+  sequence number seen (or acknowledged by the peer).
+- A connection without a SYN in the capture starts at the first sequence
+  number seen in each direction; client/server are then unknown (None).
+- Memory is bounded: out-of-order bytes per direction (`max_ooo_bytes`), in
+  total (`max_total_buffered`), the number of live connections
+  (`max_connections`) and the per-direction window kept to compare
+  retransmitted bytes (`overlap_check_bytes`).  Closed connections are
+  forgotten after `closed_linger` seconds of packet time.
+
+Accounting, per direction (DirectionStats, available on StreamClosed.stats):
+    payload_bytes == delivered + duplicate_bytes + late_bytes + dropped_bytes + buffered
+    delivered + gap_bytes == end - start     (the sequence space the capture saw)
+`payload_bytes` is every captured payload byte fed for that direction.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kwinspect import model
+
+from .packets import ACK, FIN, RST, SYN, TcpSegment
+
+__all__ = [
+    "ConnId",
+    "DirectionStats",
+    "ReassemblerStats",
+    "StreamClosed",
+    "StreamData",
+    "StreamEvent",
+    "StreamGap",
+    "StreamIssue",
+    "StreamOpened",
+    "TcpReassembler",
+]
+
+_MASK = 0xFFFFFFFF
+_HALF = 1 << 31
+_WRAP = 1 << 32
+
+
+class ConnId(NamedTuple):
+    """Stable id of one TCP connection: endpoints in canonical (sorted) order plus
+    a serial number in the order connections were first seen (like tshark's tcp.stream).
+    A 4-tuple reused after close gets a new serial."""
+
+    a: model.Endpoint
+    b: model.Endpoint
+    serial: int
+
+    def __str__(self) -> str:
+        return f"{self.a}<->{self.b}#{self.serial}"
+
+
+@dataclass(slots=True)
+class StreamOpened:
+    conn_id: ConnId
+    client: model.Endpoint | None  # known when the SYN or SYN-ACK was seen
+    server: model.Endpoint | None
+    a: model.Endpoint  # source of the first segment seen
+    b: model.Endpoint  # its destination
+    ts: float
+    syn_seen: bool
+
+
+@dataclass(slots=True)
+class StreamData:
+    conn_id: ConnId
+    src: model.Endpoint
+    dst: model.Endpoint
+    data: bytes
+    ts: float  # timestamp of the segment that completed this data
+    offset: int = 0  # offset of data[0] from the direction's first byte
+
+
+@dataclass(slots=True)
+class StreamGap:
+    conn_id: ConnId
+    src: model.Endpoint
+    dst: model.Endpoint
+    nbytes: int
+    ts: float
+    offset: int = 0  # stream offset where the lost bytes start
+    reason: str = ""  # "acked" | "buffer_cap" | "close" | "end" | "idle" | ...
+
+
+@dataclass(slots=True)
+class StreamClosed:
+    conn_id: ConnId
+    ts: float
+    reason: str  # "fin" | "rst" | "idle" | "end"
+    stats: tuple[DirectionStats, ...] = ()
+
+
+@dataclass(slots=True)
+class StreamIssue:
+    conn_id: ConnId
+    issue: model.Issue
+    ts: float
+
+
+StreamEvent = StreamOpened | StreamData | StreamGap | StreamClosed | StreamIssue
+
+
+@dataclass(slots=True)
+class DirectionStats:
+    src: model.Endpoint
+    dst: model.Endpoint
+    segments: int = 0
+    payload_bytes: int = 0  # captured payload bytes fed (what the capture holds)
+    missing_bytes: int = 0  # bytes the snaplen cut (they end up inside gaps)
+    delivered: int = 0  # bytes emitted as StreamData
+    gap_bytes: int = 0  # bytes emitted as StreamGap
+    gaps: int = 0
+    duplicate_bytes: int = 0  # retransmitted / overlapping copies (first copy won)
+    late_bytes: int = 0  # arrived after their range was declared a gap, or before the start
+    dropped_bytes: int = 0  # outside the plausible window, not placed (reported)
+    buffered: int = 0  # held out of order right now
+    conflicts: int = 0  # overlapping copies whose bytes differed
+    start: int = 0  # unwrapped sequence number of the first stream byte
+    end: int = 0  # unwrapped sequence number after the last byte delivered or gapped
+
+    def balanced(self) -> bool:
+        """True when both accounting identities hold (see module docstring)."""
+        return (self.payload_bytes == self.delivered + self.duplicate_bytes + self.late_bytes
+                + self.dropped_bytes + self.buffered
+                and self.delivered + self.gap_bytes == self.end - self.start)
+
+
+@dataclass(slots=True)
+class ReassemblerStats:
+    connections: int = 0
+    closed: int = 0
+    segments: int = 0
+    after_close_bytes: int = 0  # payload for connections already closed (retransmissions)
+    stray_segments: int = 0  # RST / empty segments for unknown connections (ignored)
+    evicted: int = 0  # connections closed early because of max_connections
+    cap_skips: int = 0  # times a buffer cap forced a gap
+    totals: DirectionStats = field(default_factory=lambda: DirectionStats(
+        model.Endpoint("*", 0), model.Endpoint("*", 0)))
+
+
+_SUM_FIELDS = ("segments", "payload_bytes", "missing_bytes", "delivered", "gap_bytes", "gaps",
+               "duplicate_bytes", "late_bytes", "dropped_bytes", "conflicts")
+
+
+class _Half:
+    """One direction of a connection (the bytes `src` sends)."""
+
+    __slots__ = ("src", "dst", "st", "started", "syn_seen", "isn", "nxt", "ooo_s", "ooo_d",
+                 "recent", "recent_bytes", "recent_gaps", "fin_at", "fin_done", "max_end",
+                 "peer_ack", "issue_count")
+
+    def __init__(self, src: model.Endpoint, dst: model.Endpoint) -> None:
+        self.src = src
+        self.dst = dst
+        self.st = DirectionStats(src, dst)
+        self.started = False
+        self.syn_seen = False
+        self.isn = -1
+        self.nxt = 0
+        self.ooo_s: list[int] = []  # sorted starts of buffered chunks (non-overlapping)
+        self.ooo_d: list[bytes] = []
+        self.recent: deque[tuple[int, bytes]] = deque()  # delivered tail, for overlap checks
+        self.recent_bytes = 0
+        self.recent_gaps: deque[tuple[int, int]] = deque(maxlen=32)
+        self.fin_at: int | None = None
+        self.fin_done = False
+        self.max_end = 0
+        self.peer_ack: int | None = None
+        self.issue_count = 0
+
+    def start_at(self, seq: int) -> None:
+        self.started = True
+        self.nxt = seq
+        self.max_end = seq
+        self.st.start = seq
+        self.st.end = seq
+
+    def unwrap(self, seq32: int) -> int:
+        d = (seq32 - self.nxt) & _MASK
+        if d >= _HALF:
+            d -= _WRAP
+        return self.nxt + d
+
+
+class _Conn:
+    __slots__ = ("cid", "h0", "h1", "client", "server", "syn_seen", "last_ts", "closed")
+
+    def __init__(self, cid: ConnId, h0: _Half, h1: _Half, ts: float) -> None:
+        self.cid = cid
+        self.h0 = h0
+        self.h1 = h1
+        self.client: model.Endpoint | None = None
+        self.server: model.Endpoint | None = None
+        self.syn_seen = False
+        self.last_ts = ts
+        self.closed = False
+
+
+class TcpReassembler:
+    """Per-connection, per-direction TCP reassembly.  IO-free; feed it segments in capture order.
+
+    Parameters (defaults in brackets):
+      max_ooo_bytes [4 MiB]: out-of-order bytes buffered per direction; beyond
+          it the direction skips ahead to its buffered data (gap + issue).
+      max_total_buffered [256 MiB]: out-of-order bytes across all connections;
+          beyond it the direction holding most is skipped ahead.
+      max_connections [200_000]: live connections; beyond it the least
+          recently active one is closed (reason "idle", with an issue).
+      idle_timeout [600 s]: used by flush_idle(now).
+      closed_linger [120 s]: how long a closed connection's 4-tuple absorbs
+          retransmissions before a new segment opens a new connection.
+      max_window [1 GiB]: a segment starting further than this beyond the next
+          expected byte is implausible (bogus sequence number): dropped, counted, reported.
+      overlap_check_bytes [16 KiB]: delivered bytes kept per direction to
+          compare against retransmitted copies (conflict detection).
+      max_issues_per_direction [20]: StreamIssue events per direction (counters keep counting).
+    """
+
+    def __init__(self, *, max_ooo_bytes: int = 4 << 20, max_total_buffered: int = 256 << 20,
+                 max_connections: int = 200_000, idle_timeout: float = 600.0,
+                 closed_linger: float = 120.0, max_window: int = 1 << 30,
+                 overlap_check_bytes: int = 16 << 10, max_issues_per_direction: int = 20) -> None:
+        self.max_ooo_bytes = max_ooo_bytes
+        self.max_total_buffered = max_total_buffered
+        self.max_connections = max_connections
+        self.idle_timeout = idle_timeout
+        self.closed_linger = closed_linger
+        self.max_window = max_window
+        self.overlap_check_bytes = overlap_check_bytes
+        self.max_issues_per_direction = max_issues_per_direction
+        self.stats = ReassemblerStats()
+        self._dirs: dict[tuple[model.Endpoint, model.Endpoint], tuple[_Conn, _Half, _Half]] = {}
+        self._conns: OrderedDict[ConnId, _Conn] = OrderedDict()  # LRU order
+        self._closed: OrderedDict[tuple[model.Endpoint, model.Endpoint], tuple[_Conn, float]] = (
+            OrderedDict())
+        self._buffered_total = 0
+        self._buffering: set[_Half] = set()
+        self._serial = 0
+
+    # ------------------------------------------------------------------ public
+    def feed(self, seg: TcpSegment) -> list[StreamEvent]:
+        """Process one segment; returns the events it caused (often one StreamData, or none)."""
+        out: list[StreamEvent] = []
+        self.stats.segments += 1
+        entry = self._dirs.get((seg.src, seg.dst))
+        if entry is None:
+            entry = self._lookup_new(seg, out)
+            if entry is None:
+                return out
+        conn, h, p = entry
+        ts = seg.ts
+        if ts > conn.last_ts:
+            conn.last_ts = ts
+        self._conns.move_to_end(conn.cid)
+        flags = seg.flags
+        seq = seg.seq
+        st = h.st
+        st.segments += 1
+        if flags & SYN:
+            if not h.started:
+                h.syn_seen = True
+                h.isn = seq
+                h.start_at(seq + 1)
+                if not conn.syn_seen or conn.client is None:
+                    conn.syn_seen = True
+                    if flags & ACK:
+                        conn.server, conn.client = h.src, h.dst
+                    else:
+                        conn.client, conn.server = h.src, h.dst
+            elif h.syn_seen and seq != h.isn and not flags & ACK and conn.closed is False:
+                # a new connection on the same 4-tuple without a close we saw
+                self._issue(conn, h, ts, out, "tcp_port_reuse",
+                            "new SYN on a 4-tuple whose connection was not closed",
+                            model.SEVERITY_WARNING)
+                self._close(conn, ts, "end", out)
+                entry = self._lookup_new(seg, out)
+                if entry is None:
+                    return out
+                conn, h, p = entry
+                st = h.st
+                st.segments += 1
+                h.syn_seen = True
+                h.isn = seq
+                h.start_at(seq + 1)
+                conn.syn_seen = True
+                conn.client, conn.server = h.src, h.dst
+            seq = (seq + 1) & _MASK
+        elif not h.started:
+            h.start_at(seq)  # the capture began after this direction's SYN
+        payload = seg.payload
+        if payload or seg.missing:
+            self._place(conn, h, h.unwrap(seq), payload, seg.missing, ts, out)
+        if flags & ACK and p.started:
+            a = p.unwrap(seg.ack)
+            if p.peer_ack is None or a > p.peer_ack:
+                if a - p.nxt <= self.max_window:
+                    p.peer_ack = a
+                    if p.ooo_s and a >= p.ooo_s[0]:
+                        # the peer has received the hole's bytes: the capture lost them
+                        self._skip_to(conn, p, a, ts, out, "acked")
+                    elif p.fin_at is not None and a > p.fin_at > p.nxt:
+                        # the peer acknowledged the FIN: the bytes before it were lost
+                        self._skip_to(conn, p, p.fin_at, ts, out, "acked")
+                    self._check_fin(p)
+        if flags & FIN and h.fin_at is None:
+            h.fin_at = h.unwrap((seq + len(payload) + seg.missing) & _MASK)
+            if h.fin_at > h.max_end:
+                h.max_end = h.fin_at
+        if h.fin_at is not None:
+            self._check_fin(h)
+        if flags & RST:
+            self._close(conn, ts, "rst", out)
+        elif h.fin_done and p.fin_done:
+            self._close(conn, ts, "fin", out)
+        if self._buffered_total > self.max_total_buffered:
+            self._enforce_total(ts, out)
+        return out
+
+    def flush_idle(self, now: float) -> list[StreamEvent]:
+        """Close connections with no segment for idle_timeout seconds before `now` (packet time)."""
+        out: list[StreamEvent] = []
+        limit = now - self.idle_timeout
+        while self._conns:
+            conn = next(iter(self._conns.values()))
+            if conn.last_ts >= limit:
+                break
+            self._close(conn, now, "idle", out)
+        self._expire_closed(now)
+        return out
+
+    def finish(self) -> list[StreamEvent]:
+        """End of input: flush every connection (remaining holes become gaps), reason "end"."""
+        out: list[StreamEvent] = []
+        for conn in sorted(self._conns.values(), key=lambda c: c.cid.serial):
+            self._close(conn, conn.last_ts, "end", out)
+        self._closed.clear()
+        return out
+
+    def totals(self) -> DirectionStats:
+        """Counters summed over every direction seen so far (open and closed)."""
+        t = DirectionStats(self.stats.totals.src, self.stats.totals.dst)
+        for f in _SUM_FIELDS:
+            setattr(t, f, getattr(self.stats.totals, f))
+        for conn in self._conns.values():
+            for h in (conn.h0, conn.h1):
+                for f in _SUM_FIELDS:
+                    setattr(t, f, getattr(t, f) + getattr(h.st, f))
+        t.buffered = self._buffered_total
+        return t
+
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    def buffered_bytes(self) -> int:
+        return self._buffered_total
+
+    # ------------------------------------------------------------------ connections
+    def _lookup_new(self, seg: TcpSegment, out: list[StreamEvent]
+                    ) -> tuple[_Conn, _Half, _Half] | None:
+        src, dst = seg.src, seg.dst
+        canon = (src, dst) if src <= dst else (dst, src)
+        if self._closed:
+            self._expire_closed(seg.ts)
+            lc = self._closed.get(canon)
+            if lc is not None:
+                if not (seg.flags & SYN and not seg.flags & ACK):
+                    # retransmission / late segment of a closed connection
+                    conn = lc[0]
+                    h = conn.h0 if conn.h0.src == src else conn.h1
+                    n = len(seg.payload)
+                    if n:
+                        h.st.payload_bytes += n
+                        h.st.late_bytes += n
+                        self.stats.totals.payload_bytes += n
+                        self.stats.totals.late_bytes += n
+                        self.stats.after_close_bytes += n
+                    return None
+                del self._closed[canon]
+        if seg.flags & RST and not seg.payload:
+            self.stats.stray_segments += 1
+            return None
+        if len(self._conns) >= self.max_connections:
+            victim = next(iter(self._conns.values()))
+            self.stats.evicted += 1
+            self._issue(victim, victim.h0, seg.ts, out, model.LIMIT_EXCEEDED,
+                        f"more than {self.max_connections} live connections: "
+                        "closing the least recently active one")
+            self._close(victim, seg.ts, "idle", out)
+        cid = ConnId(canon[0], canon[1], self._serial)
+        self._serial += 1
+        self.stats.connections += 1
+        h0 = _Half(src, dst)
+        h1 = _Half(dst, src)
+        conn = _Conn(cid, h0, h1, seg.ts)
+        self._conns[cid] = conn
+        self._dirs[(src, dst)] = entry = (conn, h0, h1)
+        self._dirs[(dst, src)] = (conn, h1, h0)
+        client = server = None
+        if seg.flags & SYN:
+            if seg.flags & ACK:
+                client, server = dst, src
+            else:
+                client, server = src, dst
+        out.append(StreamOpened(cid, client, server, src, dst, seg.ts, bool(seg.flags & SYN)))
+        return entry
+
+    def _close(self, conn: _Conn, ts: float, reason: str, out: list[StreamEvent]) -> None:
+        if conn.closed:
+            return
+        for h in (conn.h0, conn.h1):
+            if not h.started:
+                continue
+            # everything up to the highest sequence number seen; beyond it, what the
+            # peer acknowledged (a lost tail).  max_end already covers a seen FIN, and
+            # the ACK of a FIN is one higher than the data, so a known FIN caps it.
+            limit = h.max_end
+            if h.peer_ack is not None and h.peer_ack > limit and h.fin_at is None:
+                limit = h.peer_ack
+            self._skip_to(conn, h, limit, ts, out, reason if reason != "fin" else "close")
+        conn.closed = True
+        cid = conn.cid
+        self._conns.pop(cid, None)
+        self._dirs.pop((conn.h0.src, conn.h0.dst), None)
+        self._dirs.pop((conn.h1.src, conn.h1.dst), None)
+        tot = self.stats.totals
+        for h in (conn.h0, conn.h1):
+            h.recent.clear()
+            h.recent_bytes = 0
+            for f in _SUM_FIELDS:
+                setattr(tot, f, getattr(tot, f) + getattr(h.st, f))
+        self.stats.closed += 1
+        if reason in ("fin", "rst"):
+            canon = (cid.a, cid.b)
+            self._closed[canon] = (conn, ts)
+            self._closed.move_to_end(canon)
+            while len(self._closed) > self.max_connections:
+                self._closed.popitem(last=False)
+        out.append(StreamClosed(cid, ts, reason, (conn.h0.st, conn.h1.st)))
+
+    def _expire_closed(self, now: float) -> None:
+        closed = self._closed
+        limit = now - self.closed_linger
+        while closed:
+            k, (_c, t) = next(iter(closed.items()))
+            if t >= limit:
+                break
+            del closed[k]
+
+    # ------------------------------------------------------------------ data
+    def _issue(self, conn: _Conn, h: _Half, ts: float, out: list[StreamEvent], kind: str,
+               message: str, severity: str = model.SEVERITY_WARNING, offset: int | None = None
+               ) -> None:
+        h.issue_count += 1
+        if h.issue_count <= self.max_issues_per_direction:
+            out.append(StreamIssue(conn.cid, model.Issue(
+                kind, f"{h.src} -> {h.dst}: {message}", offset=offset, severity=severity), ts))
+
+    def _deliver(self, conn: _Conn, h: _Half, data: bytes, ts: float,
+                 out: list[StreamEvent]) -> None:
+        n = len(data)
+        out.append(StreamData(conn.cid, h.src, h.dst, data, ts, h.nxt - h.st.start))
+        h.recent.append((h.nxt, data))
+        h.recent_bytes += n
+        keep = self.overlap_check_bytes
+        while len(h.recent) > 1 and h.recent_bytes - len(h.recent[0][1]) >= keep:
+            h.recent_bytes -= len(h.recent.popleft()[1])
+        h.nxt += n
+        st = h.st
+        st.delivered += n
+        if h.nxt > st.end:
+            st.end = h.nxt
+
+    def _gap(self, conn: _Conn, h: _Half, n: int, ts: float, out: list[StreamEvent],
+             reason: str) -> None:
+        st = h.st
+        out.append(StreamGap(conn.cid, h.src, h.dst, n, ts, h.nxt - st.start, reason))
+        h.recent_gaps.append((h.nxt, h.nxt + n))
+        h.nxt += n
+        st.gap_bytes += n
+        st.gaps += 1
+        if h.nxt > st.end:
+            st.end = h.nxt
+
+    def _old_bytes(self, conn: _Conn, h: _Half, s: int, data: bytes, ts: float,
+                   out: list[StreamEvent]) -> None:
+        """Classify payload that lies entirely below nxt: duplicate, late, or conflicting."""
+        e = s + len(data)
+        st = h.st
+        late = 0
+        if s < st.start:  # before the first byte we delivered (capture started mid-stream)
+            late += min(e, st.start) - s
+        for gs, ge in h.recent_gaps:
+            lo, hi = max(s, gs), min(e, ge)
+            if lo < hi:
+                late += hi - lo
+        late = min(late, len(data))
+        st.late_bytes += late
+        st.duplicate_bytes += len(data) - late
+        for cs, cd in h.recent:  # first copy wins; report a differing copy
+            ce = cs + len(cd)
+            lo, hi = max(s, cs), min(e, ce)
+            if lo < hi and data[lo - s:hi - s] != cd[lo - cs:hi - cs]:
+                st.conflicts += 1
+                self._issue(conn, h, ts, out, model.TCP_OVERLAP_CONFLICT,
+                            f"retransmitted bytes at stream offset {lo - st.start} differ from "
+                            "the copy already delivered (first copy kept)",
+                            offset=lo - st.start)
+                break
+
+    def _place(self, conn: _Conn, h: _Half, s: int, data: bytes, missing: int, ts: float,
+               out: list[StreamEvent]) -> None:
+        st = h.st
+        n = len(data)
+        st.payload_bytes += n
+        st.missing_bytes += missing
+        e = s + n
+        if e + missing > h.max_end:
+            if e + missing - h.nxt > self.max_window:
+                st.dropped_bytes += n
+                self._issue(conn, h, ts, out, "tcp_out_of_window",
+                            f"segment of {n} bytes lies {s - h.nxt} bytes beyond the next "
+                            "expected byte; dropped")
+                return
+            h.max_end = e + missing
+        nxt = h.nxt
+        if s == nxt and not h.ooo_s:  # the common case: in order, nothing buffered
+            if n:
+                self._deliver(conn, h, data, ts, out)
+            if missing:  # the snaplen cut this segment: its tail is known lost
+                self._gap(conn, h, missing, ts, out, "snaplen")
+            return
+        if e <= nxt:
+            self._old_bytes(conn, h, s, data, ts, out)
+            return
+        if s < nxt:
+            self._old_bytes(conn, h, s, data[:nxt - s], ts, out)
+            data = data[nxt - s:]
+            s = nxt
+        if n:
+            self._insert(conn, h, s, data, ts, out)
+        self._drain(conn, h, ts, out)
+        if h.ooo_s:
+            if h.st.buffered > self.max_ooo_bytes:
+                self.stats.cap_skips += 1
+                self._issue(conn, h, ts, out, model.LIMIT_EXCEEDED,
+                            f"more than {self.max_ooo_bytes} bytes out of order; "
+                            "skipping the hole before them")
+                while h.ooo_s and h.st.buffered > self.max_ooo_bytes:
+                    self._skip_to(conn, h, h.ooo_s[0], ts, out, "buffer_cap")
+            elif h.peer_ack is not None and h.ooo_s and h.peer_ack >= h.ooo_s[0]:
+                self._skip_to(conn, h, h.peer_ack, ts, out, "acked")
+
+    def _insert(self, conn: _Conn, h: _Half, s: int, data: bytes, ts: float,
+                out: list[StreamEvent]) -> None:
+        """Add [s, s+len) to the out-of-order buffer, keeping only bytes not yet buffered."""
+        starts, chunks = h.ooo_s, h.ooo_d
+        e = s + len(data)
+        j = bisect_right(starts, s) - 1
+        if j < 0:
+            j = 0
+        cur = s
+        pieces: list[tuple[int, bytes]] = []
+        st = h.st
+        conflict_at = -1
+        while cur < e:
+            if j < len(starts) and starts[j] < e:
+                cs = starts[j]
+                cd = chunks[j]
+                ce = cs + len(cd)
+                if ce <= cur:
+                    j += 1
+                    continue
+                if cs > cur:
+                    pieces.append((cur, data[cur - s:cs - s]))
+                    cur = cs
+                hi = min(ce, e)
+                if conflict_at < 0 and data[cur - s:hi - s] != cd[cur - cs:hi - cs]:
+                    conflict_at = cur
+                st.duplicate_bytes += hi - cur
+                cur = hi
+                j += 1
+            else:
+                pieces.append((cur, data[cur - s:] if cur > s else data))
+                cur = e
+        if conflict_at >= 0:
+            st.conflicts += 1
+            self._issue(conn, h, ts, out, model.TCP_OVERLAP_CONFLICT,
+                        f"overlapping segment bytes at stream offset {conflict_at - st.start} "
+                        "differ from the copy already buffered (first copy kept)",
+                        offset=conflict_at - st.start)
+        if not pieces:
+            return
+        if not starts:
+            self._buffering.add(h)
+        for ps, pd in pieces:
+            i = bisect_right(starts, ps)
+            starts.insert(i, ps)
+            chunks.insert(i, pd)
+            st.buffered += len(pd)
+            self._buffered_total += len(pd)
+
+    def _drain(self, conn: _Conn, h: _Half, ts: float, out: list[StreamEvent]) -> None:
+        """Deliver buffered chunks that are now contiguous with nxt (as one StreamData)."""
+        starts, chunks = h.ooo_s, h.ooo_d
+        if not starts or starts[0] > h.nxt:
+            return
+        parts = []
+        nxt = h.nxt
+        k = 0
+        total = 0
+        while k < len(starts) and starts[k] <= nxt:
+            cs, cd = starts[k], chunks[k]
+            total += len(cd)
+            ce = cs + len(cd)
+            if ce > nxt:
+                parts.append(cd[nxt - cs:] if cs < nxt else cd)
+                nxt = ce
+            else:  # cannot happen with trimmed inserts; keep the books straight anyway
+                h.st.duplicate_bytes += len(cd)
+            k += 1
+        del starts[:k]
+        del chunks[:k]
+        h.st.buffered -= total
+        self._buffered_total -= total
+        if not starts:
+            self._buffering.discard(h)
+        if parts:
+            self._deliver(conn, h, parts[0] if len(parts) == 1 else b"".join(parts), ts, out)
+
+    def _skip_to(self, conn: _Conn, h: _Half, limit: int, ts: float, out: list[StreamEvent],
+                 reason: str) -> None:
+        """Give up on holes below `limit`: gaps for them, buffered data delivered in order."""
+        while h.nxt < limit or (h.ooo_s and h.ooo_s[0] <= h.nxt):
+            if h.ooo_s and h.ooo_s[0] <= h.nxt:
+                self._drain(conn, h, ts, out)
+                continue
+            nxt_chunk = h.ooo_s[0] if h.ooo_s else limit
+            self._gap(conn, h, min(nxt_chunk, limit) - h.nxt, ts, out, reason)
+        self._check_fin(h)
+
+    def _check_fin(self, h: _Half) -> None:
+        if h.fin_at is not None and not h.fin_done and h.nxt >= h.fin_at and not h.ooo_s:
+            h.fin_done = True
+
+    def _enforce_total(self, ts: float, out: list[StreamEvent]) -> None:
+        while self._buffered_total > self.max_total_buffered and self._buffering:
+            h = max(self._buffering, key=lambda x: x.st.buffered)
+            entry = self._dirs.get((h.src, h.dst))
+            if entry is None:  # pragma: no cover - closed halves never keep buffers
+                self._buffering.discard(h)
+                continue
+            conn = entry[0]
+            self.stats.cap_skips += 1
+            self._issue(conn, h, ts, out, model.LIMIT_EXCEEDED,
+                        f"more than {self.max_total_buffered} bytes buffered out of order "
+                        "across connections; skipping this direction's holes")
+            self._skip_to(conn, h, h.ooo_s[-1] if h.ooo_s else h.nxt, ts, out, "buffer_cap")
