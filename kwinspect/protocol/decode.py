@@ -164,10 +164,15 @@ def _field_reader(ftype, nullable, compact, children, version, flexible) -> Read
     raise ValueError(f"unknown field type {ftype!r} in the schema tables")
 
 
-def default_value(ftype: str, default, children, version: int, flexible: bool):
+def default_value(ftype: str, default, children, version: int, flexible: bool, nullable: bool = False):
     """The value Kafka assumes for a tagged field that is absent."""
     if default is not None:
         return default
+    if nullable:
+        # The tables write both "default": "null" and "no default" as None.  Every
+        # nullable tagged field upstream either declares "null" (FetchRequest
+        # ClusterId) or is a nullable struct, whose default is null too.
+        return None
     if ftype in ("int8", "int16", "uint16", "int32", "uint32", "int64"):
         return 0
     if ftype == "float64":
@@ -187,9 +192,9 @@ def default_value(ftype: str, default, children, version: int, flexible: bool):
 
 def struct_defaults(fields, version: int, flexible: bool) -> dict:
     out = {}
-    for name, ftype, versions, _n, _tag, _tv, _fo, default, children in fields:
+    for name, ftype, versions, nullable_v, _tag, _tv, _fo, default, children in fields:
         if _in(versions or (0, 32767), version):
-            out[name] = default_value(ftype, default, children, version, flexible)
+            out[name] = default_value(ftype, default, children, version, flexible, _in(nullable_v, version))
     return out
 
 
@@ -205,7 +210,8 @@ def compile_struct(fields, version: int, flexible: bool, nullable: bool = False)
         reader = _field_reader(ftype, _in(nullable_v, version), compact, children, version, flexible)
         if flexible and tag is not None and _in(tagged_v, version):
             tagged[tag] = (name, reader)
-            tag_defaults.append((name, default_value(ftype, default, children, version, flexible)))
+            tag_defaults.append((name, default_value(ftype, default, children, version, flexible,
+                                                     _in(nullable_v, version))))
         else:
             regular.append((name, reader))
     regular_t = tuple(regular)
@@ -503,8 +509,12 @@ def _decode_body(frame, pos, api_key, api_version, is_request, header, issues) -
                             offset=2 if is_request else None, path="header", severity=SEVERITY_WARNING))
     body, end = _run(reader, frame, pos, "", issues)
     if end is not None and end < len(frame):
-        issues.append(Issue(TRAILING_BYTES, f"{len(frame) - end} bytes left after the body",
-                            offset=end, severity=SEVERITY_WARNING))
+        if is_request and api_key == API_VERSIONS_KEY and api_version == 0 and frame[end:] == b"\0\0\0\0":
+            issues.append(Issue(TRAILING_BYTES, "4 zero bytes after an ApiVersions v0 request "
+                                "(librdkafka pads it so old brokers accept it)", offset=end, severity=SEVERITY_INFO))
+        else:
+            issues.append(Issue(TRAILING_BYTES, f"{len(frame) - end} bytes left after the body",
+                                offset=end, severity=SEVERITY_WARNING))
     msg = Message(is_request, api_key, api_version, header, body if body is not None else {}, issues,
                   size=len(frame), decoded_version=use_version)
     return msg

@@ -1,0 +1,333 @@
+"""The driver: packets -> TCP streams -> frames -> exchanges and errors.
+
+IO-free: it is fed packets (or TCP segments) with their timestamps and hands
+back ``Exchange`` and ``ErrorRow`` values in capture order, so the offline CLI,
+live capture, the TUI and Spark executors all run this same code.
+
+    d = Dissector(DissectConfig(kafka_ports={9092}))
+    for raw in packets: d.feed_packet(raw); handle(d.pop_events())
+    d.finish(); handle(d.pop_events())
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kwinspect.capture.packets import PacketParser, TcpSegment
+from kwinspect.capture.tcp import (
+    StreamClosed,
+    StreamData,
+    StreamGap,
+    StreamIssue,
+    StreamOpened,
+    TcpReassembler,
+)
+from kwinspect.model import (
+    NOT_KAFKA,
+    TCP_GAP,
+    TLS_STREAM,
+    Endpoint,
+    ErrorRow,
+    Exchange,
+    stream_name,
+)
+from kwinspect.protocol.peek import peek_request_header, plausible_header
+from kwinspect.stream.conversation import Conversation, SharedState
+from kwinspect.stream.framing import (
+    DEFAULT_MAX_FRAME_SIZE,
+    Frame,
+    FrameSplitter,
+    FramingIssue,
+    RequestValidator,
+    ResponseValidator,
+    Skipped,
+)
+
+DEFAULT_KAFKA_PORTS = frozenset({9092})
+# How much of an undecided connection we hold while deciding whether it is Kafka.
+DETECT_BUFFER = 64 * 1024
+
+Event = Exchange | ErrorRow
+
+
+@dataclass
+class DissectConfig:
+    """How to read a capture (the CLI's common flags)."""
+
+    kafka_ports: frozenset[int] = DEFAULT_KAFKA_PORTS  # broker ports known up front
+    detect: bool = True  # also find Kafka on any other port
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    redact: bool = True
+    max_in_flight: int = 10_000
+    idle_timeout: float = 600.0  # seconds of capture time before an idle connection is flushed
+
+
+@dataclass
+class ConnectionInfo:
+    """What the summary and the TUI show about one TCP connection."""
+
+    stream: str
+    a: Endpoint
+    b: Endpoint
+    client: Endpoint | None = None
+    broker: Endpoint | None = None
+    kind: str = "undecided"  # kafka | tls | not_kafka | undecided
+    first_ts: float | None = None
+    last_ts: float | None = None
+    syn_seen: bool = False
+    bytes: dict[str, int] = field(default_factory=lambda: {"to_broker": 0, "to_client": 0})
+    gap_bytes: int = 0
+    closed: str | None = None
+    conversation: Conversation | None = None
+    accounting: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class _Conn:
+    __slots__ = ("info", "held", "held_bytes", "splitters", "req_validator", "decided")
+
+    def __init__(self, info: ConnectionInfo) -> None:
+        self.info = info
+        self.held: list[tuple[Endpoint, str, Any, float]] = []  # ("data"|"gap", payload, ts) until decided
+        self.held_bytes = 0
+        self.splitters: dict[Endpoint, FrameSplitter] = {}
+        self.req_validator: RequestValidator | None = None
+        self.decided = False
+
+
+@dataclass
+class DissectStats:
+    packets: int = 0
+    tcp_packets: int = 0
+    kafka_bytes: int = 0
+    non_kafka_bytes: int = 0
+    connections: int = 0
+    kafka_connections: int = 0
+
+
+class Dissector:
+    """Feed packets, pull exchanges and errors."""
+
+    def __init__(self, config: DissectConfig | None = None) -> None:
+        self.config = config or DissectConfig()
+        self.parser = PacketParser()
+        self.tcp = TcpReassembler()
+        self.shared = SharedState()
+        self.stats = DissectStats()
+        self.connections: dict[Any, ConnectionInfo] = {}
+        self._conns: dict[Any, _Conn] = {}
+        self._events: list[Event] = []
+        self._last_ts = 0.0
+        self._next_idle_check = 0.0
+
+    # -- input ------------------------------------------------------------------------
+
+    def feed_packet(self, raw) -> None:
+        self.stats.packets += 1
+        seg = self.parser.parse(raw)
+        if seg is not None:
+            self.feed_segment(seg)
+
+    def feed_segment(self, seg: TcpSegment) -> None:
+        self.stats.tcp_packets += 1
+        self._last_ts = seg.ts
+        for ev in self.tcp.feed(seg):
+            self._on_tcp(ev)
+        if seg.ts >= self._next_idle_check:
+            self._next_idle_check = seg.ts + 60.0
+            for ev in self.tcp.flush_idle(seg.ts - self.config.idle_timeout):
+                self._on_tcp(ev)
+
+    def finish(self) -> None:
+        """End of input: flush reassembly, framing and every in-flight request."""
+        self.parser.finish()
+        for ev in self.tcp.finish():
+            self._on_tcp(ev)
+        for conn_id in list(self._conns):
+            self._close(conn_id, self._last_ts, "end")
+
+    def pop_events(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+    # -- TCP events -------------------------------------------------------------------
+
+    def _on_tcp(self, ev) -> None:
+        if isinstance(ev, StreamData):
+            self._on_data(ev.conn_id, ev.src, ev.dst, ev.data, ev.ts)
+        elif isinstance(ev, StreamGap):
+            self._on_gap(ev.conn_id, ev.src, ev.dst, ev.nbytes, ev.ts)
+        elif isinstance(ev, StreamOpened):
+            self._open(ev)
+        elif isinstance(ev, StreamClosed):
+            self._close(ev.conn_id, ev.ts, ev.reason)
+        elif isinstance(ev, StreamIssue):
+            conn = self._conns.get(ev.conn_id)
+            stream = conn.info.stream if conn else None
+            self._events.append(ErrorRow(kind=ev.issue.kind, message=ev.issue.message, ts=ev.ts, stream=stream))
+
+    def _open(self, ev: StreamOpened) -> _Conn:
+        a, b = ev.a, ev.b
+        info = ConnectionInfo(stream=f"{a}<->{b}", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen)
+        conn = _Conn(info)
+        self._conns[ev.conn_id] = conn
+        self.connections[ev.conn_id] = info
+        self.stats.connections += 1
+        ports = self.config.kafka_ports
+        client, server = ev.client, ev.server
+        if client is None or server is None:
+            if b.port in ports and a.port not in ports:
+                client, server = a, b
+            elif a.port in ports and b.port not in ports:
+                client, server = b, a
+        info.client, info.broker = client, server
+        if server is not None:
+            info.stream = stream_name(client, server)
+        return conn
+
+    def _on_data(self, conn_id, src: Endpoint, dst: Endpoint, data: bytes, ts: float) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return
+        info = conn.info
+        info.last_ts = ts
+        if info.broker is not None:
+            info.bytes["to_broker" if dst == info.broker else "to_client"] += len(data)
+        if info.kind in ("tls", "not_kafka"):
+            self.stats.non_kafka_bytes += len(data)
+            return
+        if not conn.decided:
+            conn.held.append((src, "data", data, ts))
+            conn.held_bytes += len(data)
+            self._decide(conn, src, data, ts)
+            return
+        self.stats.kafka_bytes += len(data)
+        splitter = conn.splitters[src]
+        splitter.feed(data, ts)
+        self._drain(conn, src)
+
+    def _on_gap(self, conn_id, src: Endpoint, dst: Endpoint, nbytes: int, ts: float) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is None:
+            return
+        conn.info.gap_bytes += nbytes
+        if conn.info.kind in ("tls", "not_kafka"):
+            return
+        self._events.append(ErrorRow(kind=TCP_GAP, message=f"{nbytes} bytes lost from {src} to {dst}",
+                                     ts=ts, stream=conn.info.stream))
+        if not conn.decided:
+            conn.held.append((src, "gap", nbytes, ts))
+            return
+        conn.splitters[src].gap(nbytes, ts)
+        self._drain(conn, src)
+
+    # -- deciding what a connection carries ------------------------------------------
+
+    def _decide(self, conn: _Conn, src: Endpoint, data: bytes, ts: float) -> None:
+        info = conn.info
+        first = self._first_bytes(conn, src)
+        if len(first) >= 3 and first[0] == 0x16 and first[1] == 0x03 and first[2] <= 0x04:
+            self._set_kind(conn, "tls", ts, "TLS handshake: the stream is encrypted and cannot be decoded")
+            return
+        if info.broker is not None and (info.broker.port in self.config.kafka_ports or not self.config.detect):
+            self._start_kafka(conn, ts)
+            return
+        if not self.config.detect:
+            self._set_kind(conn, "not_kafka", ts, None)
+            return
+        # Detection: the side whose first bytes form a plausible request is the client.
+        if len(first) >= 14:
+            size = int.from_bytes(first[:4], "big", signed=True)
+            peek = peek_request_header(first, 4)
+            if 0 < size <= self.config.max_frame_size and peek is not None and plausible_header(peek):
+                if info.broker is None or src == info.client:
+                    other = info.b if src == info.a else info.a
+                    info.client, info.broker = src, other
+                    info.stream = stream_name(src, other)
+                    self._start_kafka(conn, ts)
+                    return
+        if conn.held_bytes > DETECT_BUFFER or (info.syn_seen and info.client == src and len(first) >= 14):
+            self._set_kind(conn, "not_kafka", ts, "no Kafka request header where a request should start")
+
+    def _first_bytes(self, conn: _Conn, src: Endpoint) -> bytes:
+        out = bytearray()
+        for s, kind, payload, _ts in conn.held:
+            if s != src:
+                continue
+            if kind == "gap":
+                break
+            out += payload
+            if len(out) >= 64:
+                break
+        return bytes(out)
+
+    def _set_kind(self, conn: _Conn, kind: str, ts: float, message: str | None) -> None:
+        conn.info.kind = kind
+        conn.decided = True
+        self.stats.non_kafka_bytes += conn.held_bytes
+        conn.held.clear()
+        if message:
+            self._events.append(ErrorRow(kind=TLS_STREAM if kind == "tls" else NOT_KAFKA, message=message,
+                                         ts=ts, stream=conn.info.stream))
+
+    def _start_kafka(self, conn: _Conn, ts: float) -> None:
+        info = conn.info
+        info.kind = "kafka"
+        conn.decided = True
+        self.stats.kafka_connections += 1
+        conv = Conversation(info.client, info.broker, shared=self.shared, redact=self.config.redact,
+                            max_in_flight=self.config.max_in_flight)
+        info.conversation = conv
+        conn.req_validator = RequestValidator(known_kafka=True)
+        held_client = any(s == info.client for s, *_ in conn.held)
+        conn.splitters[info.client] = FrameSplitter(
+            conn.req_validator, max_frame_size=self.config.max_frame_size,
+            synced=info.syn_seen or held_client)
+        conn.splitters[info.broker] = FrameSplitter(
+            ResponseValidator(conv.pending_correlation_ids), max_frame_size=self.config.max_frame_size,
+            synced=info.syn_seen)
+        held, conn.held = conn.held, []
+        for src, kind, payload, hts in held:
+            if kind == "data":
+                self.stats.kafka_bytes += len(payload)
+                conn.splitters[src].feed(payload, hts)
+            else:
+                conn.splitters[src].gap(payload, hts)
+            self._drain(conn, src)
+
+    # -- frames -> conversation -----------------------------------------------------
+
+    def _drain(self, conn: _Conn, src: Endpoint) -> None:
+        info = conn.info
+        conv = info.conversation
+        splitter = conn.splitters[src]
+        from_client = src == info.client
+        for ev in splitter.events():
+            if isinstance(ev, Frame):
+                if from_client:
+                    conv.on_request(ev.data, ev.ts_first, ev.ts_last)
+                    if conv.last_correlation_id is not None:
+                        conn.req_validator.last_correlation_id = conv.last_correlation_id
+                else:
+                    conv.on_response(ev.data, ev.ts_first, ev.ts_last)
+            elif isinstance(ev, FramingIssue):
+                self._events.append(ErrorRow(kind=ev.kind, message=ev.message, ts=ev.ts, stream=info.stream))
+            elif isinstance(ev, Skipped):
+                pass  # every skip is also announced by a FramingIssue; the bytes are in the accounting
+        self._events.extend(conv.pop_events())
+
+    def _close(self, conn_id, ts: float, reason: str) -> None:
+        conn = self._conns.pop(conn_id, None)
+        if conn is None:
+            return
+        info = conn.info
+        info.closed = reason
+        if not conn.decided and conn.held:
+            self._set_kind(conn, "not_kafka", ts, "connection ended before any Kafka request was seen")
+        for src, splitter in conn.splitters.items():
+            splitter.finish()
+            self._drain(conn, src)
+            info.accounting["to_broker" if src == info.client else "to_client"] = splitter.accounting()
+        if info.conversation is not None:
+            info.conversation.close(ts)
+            self._events.extend(info.conversation.pop_events())

@@ -1,0 +1,344 @@
+"""One Kafka connection: pair requests with responses and keep protocol state.
+
+Sans-IO: it is fed request and response frames (payload plus capture
+timestamps) and emits ``Exchange`` and ``ErrorRow`` values through
+``pop_events()``.  Responses carry no api key, so each is decoded with the api
+key and version of the in-flight request with the same correlation id.
+
+Latency is measured from the request's last byte to the response's first byte
+(what the broker and network cost, not how long the client took to write);
+``response_last_ts`` gives time to last byte for large responses.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from kwinspect.model import (
+    DECODE_ERROR,
+    DUPLICATE_CORRELATION_ID,
+    KAFKA_ERROR,
+    OUT_OF_ORDER_RESPONSE,
+    REQUEST_MISSING,
+    RESPONSE_MISSING,
+    STATUS_NO_RESPONSE_EXPECTED,
+    STATUS_PAIRED,
+    STATUS_REQUEST_MISSING,
+    STATUS_RESPONSE_MISSING,
+    VERSION_NOT_ADVERTISED,
+    Endpoint,
+    ErrorRow,
+    Exchange,
+    Issue,
+    Message,
+    stream_name,
+)
+from kwinspect.protocol import decode_request, decode_response
+from kwinspect.protocol.apis import api_name
+from kwinspect.protocol.decode import decode_response_header
+from kwinspect.protocol.peek import peek_request_header, plausible_header
+from kwinspect.stream.findings import iter_errors, topics_of
+from kwinspect.stream.redact import (
+    SASL_HANDSHAKE,
+    describe_sasl_token,
+    redact_body,
+)
+
+PRODUCE = 0
+METADATA = 3
+FIND_COORDINATOR = 10
+API_VERSIONS = 18
+DESCRIBE_CLUSTER = 60
+SASL_API_NAME = "SaslToken"  # raw SASL tokens after SaslHandshake v0 carry no Kafka header
+
+DEFAULT_MAX_IN_FLIGHT = 10_000
+
+
+@dataclass
+class SharedState:
+    """What one connection learns that labels others: broker ids and topic names."""
+
+    brokers: dict[int, tuple[str, int]] = field(default_factory=dict)  # node id -> (host, port)
+    topic_names: dict[str, str] = field(default_factory=dict)  # topic id -> name
+    exchange_counter: int = 0
+
+    def broker_id_for(self, endpoint: Endpoint) -> int | None:
+        exact = [nid for nid, (host, port) in self.brokers.items() if port == endpoint.port and host == endpoint.ip]
+        if len(exact) == 1:
+            return exact[0]
+        by_port = [nid for nid, (_h, port) in self.brokers.items() if port == endpoint.port]
+        return by_port[0] if len(by_port) == 1 else None
+
+    def learn(self, api_key: int, body: dict[str, Any] | None) -> None:
+        if not body:
+            return
+        if api_key == METADATA:
+            for b in body.get("brokers") or []:
+                self._broker(b.get("node_id"), b.get("host"), b.get("port"))
+            for t in body.get("topics") or []:
+                tid, name = t.get("topic_id"), t.get("name")
+                if isinstance(tid, str) and isinstance(name, str) and tid != "AAAAAAAAAAAAAAAAAAAAAA":
+                    self.topic_names[tid] = name
+        elif api_key == FIND_COORDINATOR:
+            if body.get("error_code") == 0 and "node_id" in body:
+                self._broker(body.get("node_id"), body.get("host"), body.get("port"))
+            for c in body.get("coordinators") or []:
+                if c.get("error_code") == 0:
+                    self._broker(c.get("node_id"), c.get("host"), c.get("port"))
+        elif api_key == DESCRIBE_CLUSTER:
+            for b in body.get("brokers") or []:
+                self._broker(b.get("broker_id"), b.get("host"), b.get("port"))
+
+    def _broker(self, node_id, host, port) -> None:
+        if isinstance(node_id, int) and node_id >= 0 and isinstance(host, str) and isinstance(port, int):
+            self.brokers[node_id] = (host, port)
+
+
+@dataclass(slots=True)
+class _Pending:
+    message: Message
+    ts_first: float
+    ts_last: float
+    no_response_expected: bool
+
+
+class Conversation:
+    """Request/response pairing and protocol state for one TCP connection."""
+
+    def __init__(self, client: Endpoint, broker: Endpoint, *, shared: SharedState | None = None,
+                 redact: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+        self.client = client
+        self.broker = broker
+        self.stream = stream_name(client, broker)
+        self.shared = shared or SharedState()
+        self.redact = redact
+        self.max_in_flight = max_in_flight
+        self._pending: OrderedDict[int, _Pending] = OrderedDict()
+        self._events: list[Exchange | ErrorRow] = []
+        # protocol state
+        self.advertised: dict[int, tuple[int, int]] | None = None  # from ApiVersions
+        self.client_software: tuple[str, str] | None = None
+        self.sasl_mechanism: str | None = None
+        self._sasl_raw = False  # after a successful SaslHandshake v0
+        self._sasl_pending: list[tuple[bytes, float, float]] = []
+        self._api_versions_seen: set[tuple[int, int]] = set()
+        self.last_correlation_id: int | None = None
+        self.requests = 0
+        self.responses = 0
+
+    # -- what the framing layer needs ------------------------------------------------
+
+    def pending_correlation_ids(self) -> set[int]:
+        return set(self._pending)
+
+    def pop_events(self) -> list[Exchange | ErrorRow]:
+        events, self._events = self._events, []
+        return events
+
+    # -- requests ----------------------------------------------------------------------
+
+    def on_request(self, frame: bytes, ts_first: float, ts_last: float) -> None:
+        self.requests += 1
+        if self._sasl_raw and not self._looks_like_request(frame):
+            self._sasl_pending.append((frame, ts_first, ts_last))
+            return
+        self._sasl_raw = False
+        msg = decode_request(frame)
+        cid = msg.correlation_id
+        if msg.api_key is None or cid is None:
+            self._anomaly(DECODE_ERROR, ts_last, message=_issue_text(msg.issues) or "undecodable request")
+            return
+        self.last_correlation_id = cid
+        self._api_versions_seen.add((msg.api_key, msg.api_version))
+        self._check_advertised(msg, ts_last)
+        if msg.api_key == SASL_HANDSHAKE and msg.body:
+            self.sasl_mechanism = msg.body.get("mechanism")
+        if self.redact:
+            redact_body(msg.api_key, True, msg.body, self.sasl_mechanism)
+        if msg.api_key == API_VERSIONS and msg.body and msg.body.get("client_software_name"):
+            self.client_software = (msg.body["client_software_name"], msg.body.get("client_software_version", ""))
+        no_resp = msg.api_key == PRODUCE and bool(msg.body) and msg.body.get("acks") == 0
+        if cid in self._pending:
+            older = self._pending.pop(cid)
+            self._anomaly(DUPLICATE_CORRELATION_ID, ts_last, api=msg.api_key, cid=cid,
+                          message=f"correlation id {cid} reused while an earlier request was in flight")
+            self._emit_unanswered(older)
+        self._pending[cid] = _Pending(msg, ts_first, ts_last, no_resp)
+        while len(self._pending) > self.max_in_flight:
+            _cid, oldest = self._pending.popitem(last=False)
+            self._emit_unanswered(oldest)
+
+    def _looks_like_request(self, frame: bytes) -> bool:
+        peek = peek_request_header(frame)
+        return peek is not None and plausible_header(peek) and peek.api_key != SASL_HANDSHAKE
+
+    def _check_advertised(self, msg: Message, ts: float) -> None:
+        if self.advertised is None or msg.api_key == API_VERSIONS:
+            return
+        rng = self.advertised.get(msg.api_key)
+        if rng is None or not rng[0] <= msg.api_version <= rng[1]:
+            where = f"v{rng[0]}-v{rng[1]}" if rng else "not at all"
+            self._anomaly(VERSION_NOT_ADVERTISED, ts, api=msg.api_key, cid=msg.correlation_id,
+                          message=f"{api_name(msg.api_key)} v{msg.api_version} used, broker advertised {where}")
+
+    # -- responses -----------------------------------------------------------------------
+
+    def on_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
+        self.responses += 1
+        if (self._sasl_raw or self._sasl_pending) and not self._pending_has(frame):
+            self._on_sasl_response(frame, ts_first, ts_last)
+            return
+        cid = int.from_bytes(frame[:4], "big", signed=True) if len(frame) >= 4 else None
+        pending = self._pending.pop(cid, None) if cid is not None else None
+        if pending is None:
+            self._on_orphan_response(frame, cid, ts_first, ts_last)
+            return
+        # Everything still queued before this request was skipped by the broker.
+        skipped = []
+        for other_cid, other in list(self._pending.items()):
+            if other.ts_last > pending.ts_last:
+                break
+            skipped.append(other_cid)
+        for other_cid in skipped:
+            other = self._pending.pop(other_cid)
+            if not other.no_response_expected:
+                self._anomaly(OUT_OF_ORDER_RESPONSE, ts_first, api=other.message.api_key, cid=other_cid,
+                              message=f"response to correlation id {cid} arrived before the one to {other_cid}")
+            self._emit_unanswered(other)
+        req = pending.message
+        resp = decode_response(frame, req.api_key, req.api_version)
+        self._after_response(req, resp)
+        self._emit(req, resp, pending.ts_first, pending.ts_last, ts_first, ts_last, STATUS_PAIRED)
+
+    def _pending_has(self, frame: bytes) -> bool:
+        return len(frame) >= 4 and int.from_bytes(frame[:4], "big", signed=True) in self._pending
+
+    def _after_response(self, req: Message, resp: Message) -> None:
+        body = resp.body
+        self.shared.learn(req.api_key, body)
+        if not body:
+            return
+        if req.api_key == API_VERSIONS and body.get("error_code") == 0:
+            self.advertised = {
+                k["api_key"]: (k["min_version"], k["max_version"]) for k in body.get("api_keys") or []
+            }
+        elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
+            self._sasl_raw = True
+        if self.redact:
+            redact_body(req.api_key, False, body, self.sasl_mechanism)
+
+    def _on_sasl_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
+        """Raw SASL tokens (handshake v0): pair the oldest client token with this one."""
+        if not self._sasl_pending:
+            self._anomaly(REQUEST_MISSING, ts_first, message="SASL token from the broker with no client token")
+            return
+        req_frame, rts_first, rts_last = self._sasl_pending.pop(0)
+        mech = self.sasl_mechanism
+        req = Message(True, None, None, {}, describe_sasl_token(req_frame, mech, True, self.redact),
+                      size=len(req_frame))
+        resp = Message(False, None, None, {}, describe_sasl_token(frame, mech, False, self.redact),
+                       size=len(frame))
+        self._emit(req, resp, rts_first, rts_last, ts_first, ts_last, STATUS_PAIRED, api_label=SASL_API_NAME)
+
+    def _on_orphan_response(self, frame: bytes, cid: int | None, ts_first: float, ts_last: float) -> None:
+        """A response whose request was not captured: decode what can be known."""
+        candidates = sorted(self._api_versions_seen)
+        resp = None
+        for api_key, version in candidates:
+            trial = decode_response(frame, api_key, version)
+            if not trial.issues:
+                if resp is not None:  # more than one fits: ambiguous, do not guess
+                    resp = None
+                    break
+                resp = trial
+        if resp is None:
+            header, _pos, issues = decode_response_header(frame)
+            reason = ("its request was not captured (the capture probably started mid-connection), "
+                      "so the api key and version needed to decode the body are unknown")
+            issues.append(Issue(REQUEST_MISSING, reason, offset=0, severity="warning"))
+            resp = Message(False, None, None, header, None, issues, raw_body=bytes(frame[4:]), size=len(frame))
+        else:
+            resp.issues.append(Issue(REQUEST_MISSING, "request not captured; body decoded as the only "
+                                     "api/version this connection used that fits", severity="info"))
+        self._anomaly(REQUEST_MISSING, ts_first, api=resp.api_key, cid=cid,
+                      message="response without a captured request")
+        self._emit(None, resp, None, None, ts_first, ts_last, STATUS_REQUEST_MISSING)
+
+    # -- ending ----------------------------------------------------------------------------
+
+    def close(self, ts: float | None = None) -> None:
+        """Connection closed or capture ended: whatever is still in flight is unanswered."""
+        for pending in list(self._pending.values()):
+            self._emit_unanswered(pending, ts)
+        self._pending.clear()
+        for req_frame, rts_first, rts_last in self._sasl_pending:
+            req = Message(True, None, None, {}, describe_sasl_token(req_frame, self.sasl_mechanism, True,
+                                                                   self.redact), size=len(req_frame))
+            self._emit(req, None, rts_first, rts_last, None, None, STATUS_RESPONSE_MISSING, api_label=SASL_API_NAME)
+        self._sasl_pending.clear()
+
+    def _emit_unanswered(self, pending: _Pending, ts: float | None = None) -> None:
+        status = STATUS_NO_RESPONSE_EXPECTED if pending.no_response_expected else STATUS_RESPONSE_MISSING
+        if status == STATUS_RESPONSE_MISSING:
+            self._anomaly(RESPONSE_MISSING, ts if ts is not None else pending.ts_last,
+                          api=pending.message.api_key, cid=pending.message.correlation_id,
+                          message="request never answered in the capture")
+        self._emit(pending.message, None, pending.ts_first, pending.ts_last, None, None, status)
+
+    # -- building rows -----------------------------------------------------------------------
+
+    def _emit(self, req: Message | None, resp: Message | None, req_first, req_last, resp_first, resp_last,
+              status: str, api_label: str | None = None) -> None:
+        ref = req or resp
+        api_key = ref.api_key if ref else None
+        name = api_label or (api_name(api_key) if api_key is not None else None)
+        cid = req.correlation_id if req else (resp.correlation_id if resp else None)
+        body = resp.body if resp else None
+        errors = list(iter_errors(body, self.shared.topic_names)) if body and api_key is not None else []
+        topics = topics_of(req.body if req else None, self.shared.topic_names) if api_key is not None else []
+        if not topics and body and api_key is not None:
+            topics = topics_of(body, self.shared.topic_names)
+        throttle = body.get("throttle_time_ms") if body else None
+        latency = (resp_first - req_last) * 1000.0 if req_last is not None and resp_first is not None else None
+        self.shared.exchange_counter += 1
+        ex = Exchange(
+            stream=self.stream, client=str(self.client), broker=str(self.broker),
+            api_key=api_key, api_name=name,
+            api_version=ref.api_version if ref else None,
+            correlation_id=cid,
+            client_id=req.header.get("client_id") if req else None,
+            request_ts=req_last, response_ts=resp_first, latency_ms=latency,
+            request_size=req.size if req else None, response_size=resp.size if resp else None,
+            status=status,
+            error_codes=[e["code"] for e in errors], error_names=[e["name"] for e in errors],
+            topics=topics, throttle_time_ms=throttle if isinstance(throttle, int) else None,
+            response_last_ts=resp_last, request=req, response=resp,
+            broker_id=self.shared.broker_id_for(self.broker), index=self.shared.exchange_counter,
+        )
+        self._events.append(ex)
+        ts = resp_first if resp_first is not None else req_last
+        for e in errors:
+            self._events.append(ErrorRow(
+                kind=KAFKA_ERROR, code=e["code"], name=e["name"], retriable=e["retriable"], api_name=name,
+                correlation_id=cid, topic=e["topic"], partition=e["partition"], path=e["path"],
+                message=e["message"] or (f"group {e['group']}" if e.get("group") else None),
+                ts=ts, stream=self.stream))
+        for msg in (req, resp):
+            for issue in (msg.issues if msg else ()):
+                # info issues are notes, not problems; request_missing was reported as an anomaly
+                if issue.severity == "info" or issue.kind == REQUEST_MISSING:
+                    continue
+                self._events.append(ErrorRow(
+                    kind=issue.kind, api_name=name, correlation_id=cid, path=issue.path,
+                    message=issue.message, ts=ts, stream=self.stream))
+
+    def _anomaly(self, kind: str, ts: float | None, *, api: int | None = None, cid: int | None = None,
+                 message: str | None = None) -> None:
+        self._events.append(ErrorRow(kind=kind, api_name=api_name(api) if api is not None else None,
+                                     correlation_id=cid, message=message, ts=ts, stream=self.stream))
+
+
+def _issue_text(issues: list[Issue]) -> str:
+    return "; ".join(f"{i.kind}: {i.message}" for i in issues)
