@@ -134,6 +134,31 @@ class _Corrupt(Exception):
     pass
 
 
+class _Sink:
+    """Collects output chunks (at most 1 MiB each) and stops at the cap, so a
+    bomb costs about cap + 1 MiB of memory and no final copy."""
+
+    __slots__ = ("cap", "chunks", "total")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.chunks: list[bytes] = []
+        self.total = 0
+
+    def step(self) -> int:
+        return min(MiB, self.cap + 1 - self.total)
+
+    def add(self, chunk: bytes) -> None:
+        if chunk:
+            self.total += len(chunk)
+            if self.total > self.cap:
+                raise _Bomb
+            self.chunks.append(chunk)
+
+    def result(self) -> bytes:
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+
+
 def _bomb(name: str, cap: int) -> Issue:
     return Issue(
         LIMIT_EXCEEDED,
@@ -145,34 +170,27 @@ def _bomb(name: str, cap: int) -> Issue:
 
 
 def _gunzip(data: bytes, cap: int) -> tuple[bytes | None, Issue | None]:
-    out = bytearray()
+    out = _Sink(cap)
     buf = data
-    members = 0
     while True:
         d = zlib.decompressobj(47)  # 32 + 15: gzip or zlib header, auto-detected
-        members += 1
         while True:
-            chunk = d.decompress(buf, min(MiB, cap + 1 - len(out)))
-            out += chunk
-            if len(out) > cap:
-                raise _Bomb
+            chunk = d.decompress(buf, out.step())
+            out.add(chunk)
             if d.eof:
                 break
             buf = d.unconsumed_tail
             if not buf and not chunk:
-                # all input consumed, no progress: stream ends early
-                flushed = d.flush(cap + 1 - len(out)) if cap + 1 - len(out) > 0 else b""
-                out += flushed
-                if len(out) > cap:
-                    raise _Bomb
+                # all input consumed, no progress: the stream ends early
+                out.add(d.flush(out.step()))
                 if not d.eof:
                     raise _Corrupt("truncated gzip stream")
                 break
         rest = d.unused_data
         if not rest or not rest.strip(b"\x00"):
             break
-        buf = rest
-    return bytes(out), None
+        buf = rest  # concatenated gzip members
+    return out.result(), None
 
 
 # --------------------------------------------------------------------------- snappy
@@ -291,16 +309,13 @@ def lz4_fix_legacy_header(frame: bytes) -> bytes:
 def _unlz4(data: bytes, cap: int) -> tuple[bytes | None, Issue | None]:
     if _lz4frame is None:  # pragma: no cover
         return None, Issue(DECOMPRESSION_FAILED, "lz4: the lz4 package is not installed")
-    out = bytearray()
+    out = _Sink(cap)
     buf = lz4_fix_legacy_header(data)
     while True:
         d = _lz4frame.LZ4FrameDecompressor()
         while True:
-            chunk = d.decompress(buf, max_length=min(MiB, cap + 1 - len(out)))
+            out.add(d.decompress(buf, max_length=out.step()))
             buf = b""
-            out += chunk
-            if len(out) > cap:
-                raise _Bomb
             if d.eof:
                 break
             if d.needs_input:
@@ -309,7 +324,7 @@ def _unlz4(data: bytes, cap: int) -> tuple[bytes | None, Issue | None]:
         if not rest:
             break
         buf = lz4_fix_legacy_header(rest)
-    return bytes(out), None
+    return out.result(), None
 
 
 # --------------------------------------------------------------------------- zstd
@@ -322,23 +337,21 @@ def _unzstd(data: bytes, cap: int) -> tuple[bytes | None, Issue | None]:
     # enough that one piece cannot expand past what is left of the cap: a zstd
     # block yields at most 128 KiB from about 4 input bytes (ratio <= 32768).
     dctx = _zstd.ZstdDecompressor(max_window_size=1 << 27)
-    out = bytearray()
+    out = _Sink(cap)
     buf = data
     while buf:
         d = dctx.decompressobj()
         pos = 0
         while pos < len(buf) and not d.eof:
-            step = max(64, (cap - len(out) - (256 << 10)) // 32768)
-            out += d.decompress(buf[pos : pos + step])
+            step = max(64, (cap - out.total - (256 << 10)) // 32768)
+            out.add(d.decompress(buf[pos : pos + step]))
             pos += step
-            if len(out) > cap:
-                raise _Bomb
         if not d.eof:
             raise _Corrupt("truncated zstd frame")
         buf = d.unused_data + buf[pos:]
         if not buf.strip(b"\x00"):
             break
-    return bytes(out), None
+    return out.result(), None
 
 
 _DECODERS = {GZIP: _gunzip, SNAPPY: _unsnappy, LZ4: _unlz4, ZSTD: _unzstd}
