@@ -337,6 +337,8 @@ def _unzstd(data: bytes, cap: int) -> tuple[bytes | None, Issue | None]:
     # enough that one piece cannot expand past what is left of the cap: a zstd
     # block yields at most 128 KiB from about 4 input bytes (ratio <= 32768).
     dctx = _zstd.ZstdDecompressor(max_window_size=1 << 27)
+    if not data:
+        raise _Corrupt("empty zstd input")
     out = _Sink(cap)
     buf = data
     while buf:
