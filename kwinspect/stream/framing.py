@@ -27,7 +27,8 @@ States
            (``synced=False``).  A candidate boundary must have a size in
            ``[validator.min_payload, max_frame_size]``, a payload prefix the
            validator accepts, and (when more bytes follow) be followed by
-           another sane size prefix.  The scan is done by a compiled regular
+           another sane size prefix and a payload prefix the validator accepts
+           (the chain check).  The scan is done by a compiled regular
            expression, so garbage is skipped at C speed; candidates that pass
            the byte prefilter are checked in Python.
 
@@ -68,6 +69,7 @@ _NORMAL, _GAP, _FINISH = 0, 1, 2
 _ACCEPT, _REJECT, _WAIT = 0, 1, 2
 
 _COMPACT_AT = 1 << 20
+_ZEROS8 = bytes(8)
 
 
 class Frame(NamedTuple):
@@ -109,8 +111,9 @@ class RequestValidator:
 
     Accepts a payload prefix that :func:`kwinspect.protocol.peek.plausible_request`
     accepts.  ``known_kafka`` loosens the api key/version checks for a
-    connection already known to carry Kafka.  When ``last_correlation_id`` is
-    set (the owner updates it from the frames it decodes), a candidate's
+    connection already known to carry Kafka.  When ``last_correlation_id``
+    is known (the splitter sets it through ``note_last_frame`` to the last
+    request framed before a hunt; the owner may set it too), a candidate's
     correlation id must come after it, within ``correlation_window``
     (correlation ids grow per connection; Java clients share one counter
     across connections, so they may jump).
@@ -130,7 +133,15 @@ class RequestValidator:
         self.last_correlation_id = last_correlation_id
         self.correlation_window = correlation_window
 
+    def note_last_frame(self, payload: bytes) -> None:
+        """Called by the splitter before it hunts: the last frame it framed."""
+        peek = peek_request_header(payload)
+        if peek is not None:
+            self.last_correlation_id = peek.correlation_id
+
     def __call__(self, payload: memoryview | bytes) -> bool:
+        if bytes(payload[0:8]) == _ZEROS8:
+            return False  # a run of zeros reads as "Produce v0, correlation id 0"
         peek = peek_request_header(payload)
         if peek is None or not plausible_header(peek, known_kafka=self.known_kafka):
             return False
@@ -178,9 +189,10 @@ class FrameSplitter:
     ``validator`` is called with a payload prefix (a memoryview of at most
     ``peek_bytes`` bytes) of a candidate frame while resynchronizing, and to
     tell an oversized frame (skipped) from lost sync (hunt).  It may carry
-    ``min_payload`` (smallest plausible payload, default 4) and ``prefilter``
+    ``min_payload`` (smallest plausible payload, default 4), ``prefilter``
     ``(regex_fragment, length)`` describing the payload's first bytes, used to
-    scan quickly; both are optional.  ``synced=False`` starts by hunting (the
+    scan quickly, and ``note_last_frame(payload)``, called with the last frame
+    framed before each hunt; all are optional.  ``synced=False`` starts by hunting (the
     direction was picked up mid-stream).  ``start_offset`` is the stream
     offset of the first byte fed.
 
@@ -222,6 +234,7 @@ class FrameSplitter:
         self._skip_then = _SYNC
         # size prefix already judged oversized (waiting for bytes for the validator)
         self._bad_size_at = -1
+        self._last_frame: bytes | None = None
 
         self.fed_bytes = 0
         self.gap_bytes = 0
@@ -265,6 +278,7 @@ class FrameSplitter:
         if self._finished or nbytes <= 0:
             return
         self._process(_GAP)
+        self._note_hunt()
         lost_from = self.offset
         lost_to = lost_from + nbytes
         self.gap_bytes += nbytes
@@ -438,6 +452,7 @@ class FrameSplitter:
         nbytes = 0
         nframes = 0
         changed = False
+        last = None
         with memoryview(buf) as mv:
             while n - pos >= 4:
                 size = int.from_bytes(mv[pos : pos + 4], "big", signed=True)
@@ -455,14 +470,22 @@ class FrameSplitter:
                 else:
                     t0 = self._ts_at(off)
                     t1 = self._ts_at(off + 3 + size)
-                append(Frame(bytes(mv[pos + 4 : end]), off, t0, t1))
+                last = bytes(mv[pos + 4 : end])
+                append(Frame(last, off, t0, t1))
                 nbytes += end - pos
                 nframes += 1
                 pos = end
         self._pos = pos
+        if last is not None:
+            self._last_frame = last
         self.frame_bytes += nbytes
         self.frames += nframes
         return changed
+
+    def _note_hunt(self) -> None:
+        note = getattr(self.validator, "note_last_frame", None)
+        if note is not None and self._last_frame is not None:
+            note(self._last_frame)
 
     def _bad_size(self, mv: memoryview, size: int, mode: int) -> bool:
         """A size prefix out of range at self._pos: skip the frame or hunt."""
@@ -471,6 +494,7 @@ class FrameSplitter:
         n = len(mv)
         if size < 0:
             self._issue(OVERSIZED_FRAME, at, f"negative frame size {size}; resynchronizing")
+            self._note_hunt()
             self._state = _HUNT
             return True
         validator = self.validator
@@ -483,6 +507,7 @@ class FrameSplitter:
             ok = True
         if not ok:
             self._issue(RESYNC, at, f"implausible frame size {size} (limit {self.max_frame_size}); resynchronizing")
+            self._note_hunt()
             self._state = _HUNT
             return True
         self._issue(OVERSIZED_FRAME, at, f"frame of {size} bytes exceeds the limit of {self.max_frame_size}; skipped")
@@ -528,13 +553,23 @@ class FrameSplitter:
         fe = q + 4 + size
         if fe + 4 <= n:
             nsize = int.from_bytes(mv[fe : fe + 4], "big", signed=True)
-            if self._min_payload <= nsize <= self.max_frame_size:
+            if not self._min_payload <= nsize <= self.max_frame_size:
+                return _REJECT
+            if validator is None:
                 return _ACCEPT
-            return _REJECT
+            nwant = nsize if nsize < self.peek_bytes else self.peek_bytes
+            nhave = n - fe - 4
+            if nhave >= nwant:
+                return _ACCEPT if validator(mv[fe + 4 : fe + 4 + nwant]) else _REJECT
+            if mode == _NORMAL:
+                return _WAIT  # judge once the next frame's header is seen
+            return _ACCEPT
         if mode == _NORMAL:
             return _WAIT  # judge once the next size prefix (or the end) is seen
-        if mode == _GAP and fe > n:
-            return _REJECT  # the gap cut it: too little evidence to trust its size
+        if fe > n:
+            # cut by a gap or by the end: too little evidence to trust its size,
+            # and trusting a false one would hide real frames behind it
+            return _REJECT
         return _ACCEPT
 
     def _hunt(self, mode: int) -> bool:
