@@ -208,12 +208,13 @@ class PacketSource:
                     f"capture ends inside {what} at file offset {offset} "
                     f"({got} of {need} bytes present); reading stopped there",
                     offset=offset)
-        if self._reader.error:
-            self._issue(CORRUPT_CAPTURE, f"decompression stopped: {self._reader.error}",
-                        offset=offset)
 
     def _finish(self) -> None:
         self.stats.file_bytes = self._reader.consumed
+        if self._reader.error:  # e.g. a .gz cut short: the packets before it were read
+            self._issue(model.TRUNCATED_PACKET,
+                        f"compressed input ends early ({self._reader.error}); reading stopped "
+                        f"after {self.stats.packets} packet(s)", offset=self._reader.consumed)
         if self.stats.snaplen_truncated:
             self._issue(SNAPLEN_TRUNCATED,
                         f"{self.stats.snaplen_truncated} packet(s) were captured shorter "
