@@ -1,13 +1,435 @@
-"""The kwinspect command line (being wired up; see docs/cli.md)."""
+"""The kwinspect command line: one program, subcommands in the style of tshark and kcat.
+
+Exit status: 0 when the input was read (malformed Kafka data inside it is
+reported, not fatal), 1 when an input cannot be read, 2 for usage errors
+(bad flags, bad --filter expressions), 130 after Ctrl-C (what was processed
+so far is printed first).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from kwinspect.capture.files import FileRun, dissect_files
+from kwinspect.capture.readers import CaptureFormatError
+from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
+from kwinspect.model import (
+    ERROR_COLUMNS,
+    EXCHANGE_COLUMNS,
+    RECORD_COLUMNS,
+    ErrorRow,
+    Exchange,
+    RecordRow,
+)
+
+PROG = "kwinspect"
+VALUE_MODES = ("auto", "utf8", "hex", "base64")
+TABLE_FORMATS = ("table", "jsonl", "csv", "parquet")
+
+EXAMPLES = """\
+examples:
+  kwinspect summary capture.pcap
+  kwinspect exchanges capture.pcap --filter 'api == "Produce" and latency_ms > 50'
+  kwinspect records capture.pcap --format parquet -o records.parquet
+  kwinspect errors capture.pcap --format csv
+  kwinspect latency capture.pcap --by broker --plot latency.html
+  kwinspect decode capture.pcap | jq 'select(.api_name == "Metadata")'
+  kwinspect exchanges rotated-*.pcap --kafka-ports 9092,19092-19094
+
+Kafka is found on port 9092 and, by detection, on any other port; --kafka-ports
+names broker ports up front (needed for connections whose start was not captured
+on unusual ports). See docs/cli.md for the filter language and output columns.
+"""
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line on stderr, exit status 2."""
+
+
+# ---------------------------------------------------------------------------
+# Argument parsing
+# ---------------------------------------------------------------------------
+
+
+def parse_ports(text: str) -> frozenset[int]:
+    """'9092,19092-19094' -> {9092, 19092, 19093, 19094}."""
+    ports: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a port or port range: {part!r}") from None
+        if not (0 < a <= b <= 65535) or b - a > 65535:
+            raise argparse.ArgumentTypeError(f"port range out of bounds: {part!r}")
+        ports.update(range(a, b + 1))
+    if not ports:
+        raise argparse.ArgumentTypeError("no ports given")
+    return frozenset(ports)
+
+
+def _input_options(p: argparse.ArgumentParser, nargs: str = "+") -> None:
+    p.add_argument("pcap", nargs=nargs, metavar="PCAP",
+                   help="pcap or pcapng file(s), optionally .gz; several are read as one capture in time order")
+    g = p.add_argument_group("reading")
+    g.add_argument("--kafka-ports", type=parse_ports, metavar="PORTS",
+                   help="broker ports, e.g. 9092,19092-19094 (default: 9092, plus detection on any port)")
+    g.add_argument("--no-detect", action="store_true",
+                   help="only treat --kafka-ports as Kafka; do not look for Kafka on other ports")
+    g.add_argument("--values", choices=VALUE_MODES, default="auto",
+                   help="how to show keys, values and bytes: auto = UTF-8 text when it decodes, else base64")
+    g.add_argument("--no-redact", action="store_true",
+                   help="show SASL passwords, SCRAM proofs, OAuth tokens and token HMACs (redacted by default)")
+    g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
+                   help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _output_options(p: argparse.ArgumentParser, formats=TABLE_FORMATS, filterable=True) -> None:
+    g = p.add_argument_group("output")
+    g.add_argument("-F", "--format", choices=formats, default=None,
+                   help="output format (default: table on a terminal, else jsonl; or from -o's extension)")
+    g.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
+    if filterable:
+        g.add_argument("-f", "--filter", metavar="EXPR",
+                       help='keep rows matching EXPR, e.g. \'api == "Produce" and latency_ms > 50\', '
+                            "'topic ~ \"orders.*\"', 'error' (see docs/filter.md)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kwinspect import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Kafka wire-protocol analyzer: decode Kafka traffic in pcap/pcapng captures.",
+        epilog=EXAMPLES)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, help_text: str, description: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p = add("summary", "one-screen overview of a capture",
+            "Capture span, connections, brokers, clients (with library guess), API mix and versions,\n"
+            "error counts, latency percentiles per API, top topics, and anomalies.")
+    _input_options(p)
+    p.add_argument("-F", "--format", choices=("table", "json"), default="table",
+                   help="table (default) or json")
+
+    for name, what in (("exchanges", "one row per request/response pair"),
+                       ("records", "one row per Kafka record produced or fetched"),
+                       ("errors", "Kafka error codes and anomalies (gaps, missing requests, bad CRCs, ...)")):
+        p = add(name, what, f"{what[0].upper()}{what[1:]}; columns in docs/cli.md.")
+        _input_options(p)
+        _output_options(p)
+
+    p = add("latency", "latency percentiles by api, broker, client or topic",
+            "Latency = request's last byte to response's first byte, from capture timestamps.\n"
+            "Percentiles are nearest-rank (p50/p95/p99/max) over paired exchanges.")
+    _input_options(p)
+    p.add_argument("--by", choices=("api", "broker", "client", "topic"), default="api", help="grouping (default api)")
+    p.add_argument("--plot", metavar="FILE", help="also write a histogram and time series: .png, .svg or .html")
+    _output_options(p, formats=("table", "jsonl", "csv"))
+
+    p = add("decode", "every message fully decoded, as JSON lines (for jq)",
+            "One JSON object per exchange: its columns plus request and response with header, body, issues.")
+    _input_options(p)
+    g = p.add_argument_group("output")
+    g.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
+    g.add_argument("-f", "--filter", metavar="EXPR", help="keep exchanges matching EXPR (exchange columns)")
+
+    for name, what in (("diagnose", "findings about interop problems (planned)"),
+                       ("tui", "interactive browser (planned)"),
+                       ("live", "live capture on an interface (planned)"),
+                       ("pipeline", "Spark pipeline over many captures (planned)")):
+        p = add(name, what, what)
+        p.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+# ---------------------------------------------------------------------------
+# Running the pipeline
+# ---------------------------------------------------------------------------
+
+
+def _config(args) -> DissectConfig:
+    kw: dict[str, Any] = {"redact": not args.no_redact, "detect": not args.no_detect}
+    if args.kafka_ports:
+        kw["kafka_ports"] = args.kafka_ports if args.no_detect else args.kafka_ports | DEFAULT_KAFKA_PORTS
+    if args.max_frame_size:
+        kw["max_frame_size"] = args.max_frame_size
+    return DissectConfig(**kw)
+
+
+def _check_inputs(paths: list[str]) -> None:
+    for path in paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path}: is a directory")
+        if not os.access(path, os.R_OK):
+            raise PermissionError(f"{path}: permission denied")
+
+
+class _Progress:
+    """A progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                                TransferSpeedColumn(), TimeRemainingColumn(),
+                                console=Console(stderr=True), transient=True)
+            self.task = None
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.__exit__(*exc)
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is None:
+            return
+        if self.task is None:
+            self.task = self.bar.add_task("reading", total=total)
+        self.bar.update(self.task, completed=done)
+
+
+def _events(args, run: FileRun) -> Iterator[Exchange | ErrorRow]:
+    _check_inputs(args.pcap)
+    progress = _Progress(not args.quiet)
+    with progress:
+        yield from dissect_files(args.pcap, _config(args), run=run, progress=progress.update)
+
+
+def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None) -> list[RecordRow]:
+    """The records a Produce request or Fetch response carries, as table rows."""
+    from kwinspect.analyze.records import records_from_fetch, records_from_produce
+
+    if ex.api_key == 0 and ex.request is not None and ex.request.body:
+        return records_from_produce(ex.request.body, ex.response.body if ex.response else None,
+                                    correlation_id=ex.correlation_id, stream=ex.stream, values=values)
+    if ex.api_key == 1 and ex.response is not None and ex.response.body:
+        return records_from_fetch(ex.response.body, correlation_id=ex.correlation_id, stream=ex.stream,
+                                  values=values, topic_names=topic_names)
+    return []
+
+
+def _compile_filter(expr: str | None, columns) -> Callable[[dict], bool] | None:
+    if not expr:
+        return None
+    from kwinspect.analyze.filter import FilterError, compile_filter
+
+    try:
+        return compile_filter(expr, columns)
+    except FilterError as exc:
+        raise UsageError(f"bad --filter expression: {exc}") from None
+
+
+def _rows(args, table: str, run: FileRun) -> Iterator[Any]:
+    columns = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}[table]
+    keep = _compile_filter(getattr(args, "filter", None), columns)
+    for ev in _events(args, run):
+        if table == "exchanges" and isinstance(ev, Exchange):
+            items: Iterable[Any] = (ev,)
+        elif table == "errors" and isinstance(ev, ErrorRow):
+            items = (ev,)
+        elif table == "records" and isinstance(ev, Exchange):
+            names = run.dissector.shared.topic_names if run.dissector else None
+            items = records_of(ev, args.values, names)
+        else:
+            continue
+        for item in items:
+            if keep is None or keep(item.row()):
+                yield item
+
+
+def _output_format(args, default_table: str = "table") -> str:
+    from kwinspect.export.writers import default_format, format_from_path
+
+    if args.format:
+        return args.format
+    if args.output and args.output != "-":
+        return format_from_path(args.output) or "jsonl"
+    fmt = default_format(sys.stdout)
+    return fmt if fmt != "table" else default_table
+
+
+def cmd_table(args, table: str) -> int:
+    from kwinspect.export.writers import write_rows
+
+    fmt = _output_format(args)
+    if fmt == "parquet" and not args.output:
+        raise UsageError("parquet output needs -o FILE")
+    run = FileRun()
+    write_rows(_rows(args, table, run), table, fmt, args.output)
+    return 0
+
+
+def cmd_summary(args) -> int:
+    from kwinspect.analyze.summary import SummaryBuilder, render_summary
+    from kwinspect.stream.findings import iter_record_sets
+
+    builder = SummaryBuilder()
+    run = FileRun()
+    interrupted = False
+    try:
+        for ev in _events(args, run):
+            builder.add(ev)
+            if isinstance(ev, Exchange) and ev.api_key in (0, 1):
+                msg = ev.request if ev.api_key == 0 else ev.response
+                direction = "produce" if ev.api_key == 0 else "fetch"
+                names = run.dissector.shared.topic_names if run.dissector else None
+                for topic, _part, rs in iter_record_sets(ev.api_key, msg.body if msg else None, names):
+                    builder.add_topic_volume(topic, direction, rs.record_count, rs.size)
+    except KeyboardInterrupt:
+        interrupted = True
+    summary = builder.build(sources=args.pcap, interrupted=interrupted)
+    if args.format == "json":
+        json.dump(summary.as_dict(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        render_summary(summary)
+    return 130 if interrupted else 0
+
+
+def cmd_latency(args) -> int:
+    from kwinspect.analyze.latency import LatencyStats, plot_latency, render_latency
+
+    stats = LatencyStats(args.by, keep_series=bool(args.plot))
+    keep = _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    run = FileRun()
+    interrupted = False
+    try:
+        for ev in _events(args, run):
+            if isinstance(ev, Exchange) and (keep is None or keep(ev.row())):
+                stats.add(ev)
+    except KeyboardInterrupt:
+        interrupted = True
+    fmt = _output_format(args)
+    if fmt == "table":
+        render_latency(stats)
+    else:
+        _write_plain_rows(stats.rows(), fmt, args.output)
+    if args.plot:
+        path = plot_latency(stats, args.plot)
+        print(f"plot written to {path}", file=sys.stderr)
+    return 130 if interrupted else 0
+
+
+def _write_plain_rows(rows: list[dict], fmt: str, output: str | None) -> None:
+    """Small derived tables (latency percentiles) as JSON lines or CSV."""
+    import csv
+
+    out = open(output, "w", encoding="utf-8", newline="") if output and output != "-" else sys.stdout  # noqa: SIM115
+    try:
+        if fmt == "csv":
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else [])
+            writer.writeheader()
+            writer.writerows(rows)
+        else:
+            for row in rows:
+                out.write(json.dumps(row) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+
+
+def cmd_decode(args) -> int:
+    from kwinspect.analyze.render import exchange_json
+
+    keep = _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    out = open(args.output, "w", encoding="utf-8") if args.output and args.output != "-" else sys.stdout  # noqa: SIM115
+    from kwinspect.export.writers import iso_utc
+
+    try:
+        for ev in _events(args, FileRun()):
+            if not isinstance(ev, Exchange) or (keep is not None and not keep(ev.row())):
+                continue
+            obj = exchange_json(ev, args.values)
+            for col in ("request_ts", "response_ts"):
+                obj[col] = iso_utc(obj[col])
+            out.write(json.dumps(obj, default=_json_default, ensure_ascii=False) + "\n")
+            out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    return str(value)
+
+
+def cmd_planned(args) -> int:
+    print(f"{PROG} {args.command}: not available in this version yet", file=sys.stderr)
+    return 2
+
+
+# ---------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("kwinspect: the command line is being wired up", file=sys.stderr)
-    return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    handlers = {
+        "summary": cmd_summary, "latency": cmd_latency, "decode": cmd_decode,
+        "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
+        "errors": lambda a: cmd_table(a, "errors"),
+    }
+    handler = handlers.get(args.command, cmd_planned)
+    try:
+        return handler(args)
+    except UsageError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except CaptureFormatError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # `kwinspect decode x | head`
+            _silence_stdout()
+            return 0
+        print(f"{PROG}: {exc.strerror + ': ' + exc.filename if exc.filename and exc.strerror else exc}",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from kwinspect.protocol import decode_request, decode_response
 from kwinspect.protocol.apis import api_name
 from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
-from kwinspect.stream.findings import iter_errors, topics_of
+from kwinspect.stream.findings import iter_errors, iter_record_sets, topics_of
 from kwinspect.stream.redact import (
     SASL_HANDSHAKE,
     describe_sasl_token,
@@ -326,6 +326,14 @@ class Conversation:
                 message=e["message"] or (f"group {e['group']}" if e.get("group") else None),
                 ts=ts, stream=self.stream))
         for msg in (req, resp):
+            if msg is not None and msg.body:  # batch-level problems (CRC, cut batches); no decompression
+                for topic, partition, rs in iter_record_sets(api_key, msg.body, self.shared.topic_names):
+                    for issue in rs.issues:
+                        if issue.severity != "info":
+                            self._events.append(ErrorRow(
+                                kind=issue.kind, api_name=name, correlation_id=cid, topic=topic,
+                                partition=partition, path=issue.path, message=issue.message, ts=ts,
+                                stream=self.stream))
             for issue in (msg.issues if msg else ()):
                 # info issues are notes, not problems; request_missing was reported as an anomaly
                 if issue.severity == "info" or issue.kind == REQUEST_MISSING:

@@ -104,3 +104,23 @@ def iter_errors(body: dict | None, topic_names: dict[str, str] | None = None) ->
                     yield from walk(item, f"{path}[{i}]", ctx)
 
     yield from walk(body, "", {})
+
+
+def iter_record_sets(api_key: int | None, body: dict | None, topic_names: dict[str, str] | None = None):
+    """(topic, partition, RecordSet) for every RECORDS field of a Produce request or Fetch response."""
+    if not body or api_key not in (0, 1):
+        return
+    topics = body.get("topic_data") if api_key == 0 else body.get("responses")
+    for t in topics or []:
+        if not isinstance(t, dict):
+            continue
+        name = t.get("name") or t.get("topic")
+        if not name and isinstance(t.get("topic_id"), str):
+            name = (topic_names or {}).get(t["topic_id"], t["topic_id"])
+        parts = t.get("partition_data") if api_key == 0 else t.get("partitions")
+        for part in parts or []:
+            if not isinstance(part, dict):
+                continue
+            rs = part.get("records")
+            if rs is not None and hasattr(rs, "batches"):
+                yield name, part.get("index", part.get("partition_index")), rs
