@@ -46,6 +46,7 @@ after :meth:`FrameSplitter.finish`.  The sums of the emitted ``Frame`` sizes
 from __future__ import annotations
 
 import re
+import struct
 from collections import deque
 from collections.abc import Callable, Collection
 from typing import NamedTuple
@@ -70,6 +71,7 @@ _ACCEPT, _REJECT, _WAIT = 0, 1, 2
 
 _COMPACT_AT = 1 << 20
 _ZEROS8 = bytes(8)
+_I32 = struct.Struct(">i").unpack_from
 
 
 class Frame(NamedTuple):
@@ -235,6 +237,7 @@ class FrameSplitter:
         # size prefix already judged oversized (waiting for bytes for the validator)
         self._bad_size_at = -1
         self._last_frame: bytes | None = None
+        self._need_off = 0  # stream offset the buffer must reach before _sync can progress
 
         self.fed_bytes = 0
         self.gap_bytes = 0
@@ -268,15 +271,23 @@ class FrameSplitter:
         if self._finished or not data:
             return
         n = len(data)
-        self._chunks.append((self._base + len(self._buf), ts))
-        self._buf += data
+        buf = self._buf
+        self._chunks.append((self._base + len(buf), ts))
+        buf += data
         self.fed_bytes += n
+        if self._base + len(buf) < self._need_off:
+            # still inside a frame whose size is known: nothing to decide yet
+            held = len(buf) - self._pos
+            if held > self.peak_buffered:
+                self.peak_buffered = held
+            return
         self._process(_NORMAL)
 
     def gap(self, nbytes: int, ts: float) -> None:
         """``nbytes`` of the direction were lost (not captured) at this point."""
         if self._finished or nbytes <= 0:
             return
+        self._need_off = 0
         self._process(_GAP)
         self._note_hunt()
         lost_from = self.offset
@@ -453,9 +464,11 @@ class FrameSplitter:
         nframes = 0
         changed = False
         last = None
+        single = len(chunks) == 1
+        single_ts = chunks[0][1] if single else 0.0
         with memoryview(buf) as mv:
             while n - pos >= 4:
-                size = int.from_bytes(mv[pos : pos + 4], "big", signed=True)
+                size = _I32(mv, pos)[0]
                 if size < 0 or size > maxs:
                     self._pos = pos
                     changed = self._bad_size(mv, size, mode)
@@ -463,10 +476,11 @@ class FrameSplitter:
                     break
                 end = pos + 4 + size
                 if end > n:
+                    self._need_off = base + end
                     break
                 off = base + pos
-                if len(chunks) == 1:
-                    t0 = t1 = chunks[0][1]
+                if single:
+                    t0 = t1 = single_ts
                 else:
                     t0 = self._ts_at(off)
                     t1 = self._ts_at(off + 3 + size)
