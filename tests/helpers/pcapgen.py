@@ -147,7 +147,8 @@ def mangle(segments: Sequence[TcpSegment], *, drop: float = 0.0, duplicate: floa
     empty ACKs - are only reordered/duplicated, never dropped, when keep_control):
       drop:      the segment is missing from the capture
       duplicate: it is captured twice (the copy lands up to reorder_window later)
-      reorder:   it moves up to reorder_window positions later
+      reorder:   it moves behind up to reorder_window later segments of its direction
+                 (never past a segment of the other direction, which could acknowledge it)
       truncate:  its payload is cut (snaplen): `missing` says how many bytes were cut
       resegment: a retransmission covering it and half of the next segment is added
       conflict:  a retransmitted copy with different bytes is added (first copy must win)
@@ -180,10 +181,20 @@ def mangle(segments: Sequence[TcpSegment], *, drop: float = 0.0, duplicate: floa
             bad = bytes(b ^ 0xFF for b in sg.payload)
             out.append(sg._replace(payload=bad, missing=0))
     if reorder:
+        # Reordering happens per direction (a network path reorders, a capture point
+        # does not show an ACK before the data it acknowledges): a segment moves
+        # behind up to reorder_window later segments of the same run of its direction.
         for i in range(len(out) - 1, -1, -1):
             if rnd.random() < reorder:
-                j = min(len(out) - 1, i + rnd.randint(1, reorder_window))
-                out.insert(j, out.pop(i))
+                src = out[i].src
+                later = []
+                for j in range(i + 1, min(len(out), i + 1 + reorder_window)):
+                    if out[j].src != src:
+                        break
+                    later.append(j)
+                if later:
+                    j = later[rnd.randrange(len(later))]
+                    out.insert(j, out.pop(i))
     return out
 
 
