@@ -115,6 +115,10 @@ def render_bytes(data: bytes | None, mode: str = "auto") -> tuple[str | None, st
 
 def _varint(data: bytes, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
     """Zigzag varint (max_bytes 5) / varlong (10) at ``pos``; bounded by ``end``."""
+    if pos < end:  # fast path: one byte
+        b = data[pos]
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), pos + 1
     result = 0
     shift = 0
     for _ in range(max_bytes):
