@@ -171,7 +171,9 @@ class PacketSource:
         self._started = False
         self.format = fmt
         self.compressed = compressed
-        self.linktype = linktype  # pcap: the file's link type; pcapng: the first interface's
+        # pcap: the file's link type (known at open); pcapng: the first interface's,
+        # known once iteration has reached the first interface block
+        self.linktype = linktype
 
     # context manager -------------------------------------------------------
     def __enter__(self) -> PacketSource:
@@ -227,6 +229,8 @@ class _PcapSource(PacketSource):
         self._endian = endian
         self._nano = nano
         self._modified = modified
+        prefix = kw["prefix"]
+        self.linktype = struct.unpack_from(endian + "I", prefix, 20)[0] & 0xFFFF
 
     def _iterate(self) -> Iterator[RawPacket]:
         r = self._reader
