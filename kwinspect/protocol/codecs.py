@@ -73,12 +73,16 @@ class Limits:
       compressible batches (a few repeated values) still decode.
     - ``max_legacy_depth`` = 2: levels of compressed wrapper messages followed
       in legacy message sets (real producers use exactly one).
+    - ``max_records_per_batch`` = 1,000,000: records decoded from one batch or
+      wrapper; beyond it the rest is skipped with a ``limit_exceeded`` issue
+      (64 MiB of minimal 7-byte records would otherwise be ~9.6 M objects).
     """
 
     max_decompressed_bytes: int = 64 * MiB
     max_ratio: int = 256
     min_cap: int = 1 * MiB
     max_legacy_depth: int = 2
+    max_records_per_batch: int = 1_000_000
 
     def output_cap(self, input_len: int) -> int:
         cap = max(self.min_cap, self.max_ratio * max(0, input_len))

@@ -48,6 +48,7 @@ from typing import Any
 from kwinspect.model import (
     CRC_MISMATCH,
     DECODE_ERROR,
+    LIMIT_EXCEEDED,
     PARTIAL_BATCH,
     SEVERITY_INFO,
     SEVERITY_WARNING,
@@ -358,7 +359,12 @@ class RecordBatch:
         log_append = self.timestamp_type == TIMESTAMP_LOG_APPEND
         pos = base
         found = 0
+        max_records = self._limits.max_records_per_batch
         while found < count and pos < end:
+            if found >= max_records:
+                self._issue(issues, LIMIT_EXCEEDED,
+                            f"more than {max_records} records in one batch; the rest skipped")
+                return
             start = pos
             try:
                 length, pos = _varint(data, pos, end)
@@ -453,35 +459,50 @@ def _v2_bytes(data: bytes, pos: int, end: int, what: str) -> tuple[bytes | None,
 
 def _legacy_inner(wrapper: RecordBatch, inner: bytes, issues: list[Issue],
                   depth: int) -> Iterator[Record]:
-    """Records of the message set inside a compressed legacy wrapper."""
-    entries: list[tuple[int, int, int, int, int, int | None, bytes | None, bytes | None, bool]] = []
-    pos = 0
+    """Records of the message set inside a compressed legacy wrapper.
+
+    Two passes so memory stays flat: the first walks only the entry framing
+    to find the last inner offset (needed for magic 1 relative offsets), the
+    second parses and yields one message at a time.
+    """
     n = len(inner)
     where = f"inside the wrapper at offset {wrapper.base_offset}"
+    pos = 0
+    last_off = None
+    stop = n
     while pos < n:
         if n - pos < LOG_OVERHEAD:
             wrapper._issue(issues, DECODE_ERROR,
                            f"{n - pos} stray bytes at decompressed byte {pos} {where}")
+            stop = pos
             break
         off, size = _ENTRY_HEAD.unpack_from(inner, pos)
         if size < 6 or size > n - pos - LOG_OVERHEAD:
             wrapper._issue(issues, DECODE_ERROR,
                            f"inner message size {size} invalid at decompressed byte {pos} {where}")
+            stop = pos
             break
+        last_off = off
+        pos += LOG_OVERHEAD + size
+    if last_off is None:
+        return
+    # magic 1: inner offsets are relative to the wrapper, whose offset is the
+    # absolute offset of the last inner message.  Like Kafka's
+    # AbstractLegacyRecordBatch, a negative base (a producer that left the
+    # wrapper offset at 0) means the inner offsets are used as written.
+    abs_base = wrapper.base_offset - last_off
+    log_append = wrapper.timestamp_type == TIMESTAMP_LOG_APPEND
+    max_records = wrapper._limits.max_records_per_batch
+    pos = 0
+    i = 0
+    while pos < stop:
+        size = _ENTRY_HEAD.unpack_from(inner, pos)[1]
         msg = _parse_legacy_message(inner, pos, size)
         if isinstance(msg, str):
             wrapper._issue(issues, DECODE_ERROR, f"{msg} at decompressed byte {pos} {where}")
-            break
-        entries.append(msg)
+            return
         pos += LOG_OVERHEAD + size
-    if not entries:
-        return
-    # magic 1: inner offsets are relative to the wrapper (whose offset is the last inner one)
-    # Like Kafka's AbstractLegacyRecordBatch, a negative base (a producer that
-    # left the wrapper offset at 0) means the inner offsets are used as written.
-    abs_base = wrapper.base_offset - entries[-1][0]
-    log_append = wrapper.timestamp_type == TIMESTAMP_LOG_APPEND
-    for i, (off, _size, crc, magic, attrs, ts, key, value, crc_ok) in enumerate(entries):
+        off, _size, crc, magic, attrs, ts, key, value, crc_ok = msg
         codec = attrs & 0x07
         if codec:
             if depth >= wrapper._limits.max_legacy_depth:
@@ -494,6 +515,10 @@ def _legacy_inner(wrapper: RecordBatch, inner: bytes, issues: list[Issue],
                 continue
             yield from _legacy_inner(wrapper, sub, issues, depth + 1)
             continue
+        if i >= max_records:
+            wrapper._issue(issues, LIMIT_EXCEEDED,
+                           f"more than {max_records} messages {where}; the rest skipped")
+            return
         if magic >= 1 and wrapper.magic >= 1 and abs_base >= 0:
             abs_off = abs_base + off
         else:
@@ -507,6 +532,7 @@ def _legacy_inner(wrapper: RecordBatch, inner: bytes, issues: list[Issue],
             TIMESTAMP_LOG_APPEND if (attrs & 0x08 or log_append) else TIMESTAMP_CREATE)
         yield Record(offset=abs_off, offset_delta=i, timestamp=ts, timestamp_type=tstype,
                      key=key, value=value, magic=magic, attributes=attrs, crc=crc, crc_ok=crc_ok)
+        i += 1
 
 
 def _parse_legacy_message(data: bytes, pos: int, size: int):

@@ -714,3 +714,23 @@ def test_record_count_2_31_memory_bounded():
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20
+
+
+def test_max_records_per_batch():
+    for data in (build(2, 1, n=10), build(1, 1, n=10)):
+        rs = parse_record_set(data, Limits(max_records_per_batch=4))
+        assert len(list(rs.iter_records())) == 4
+        assert [i.kind for i in rs.issues] == [LIMIT_EXCEEDED]
+
+
+def test_many_tiny_legacy_messages_in_a_wrapper_stream_lazily():
+    # 20 000 empty messages inside one gzip wrapper (broker style: wrapper offset
+    # = absolute offset of the last one): records come out one by one.
+    inner = b"".join(_legacy_msg(i, 1, 0, b"") for i in range(20000))
+    wrapper = _legacy_msg(19999 + 500, 1, 1, gzip.compress(inner))
+    rs = parse_record_set(wrapper)
+    it = rs.iter_records()
+    first = next(it)
+    assert first.offset == 500 and first.value == b""
+    assert sum(1 for _ in it) == 19999
+    assert rs.issues == []
