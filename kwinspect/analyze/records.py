@@ -16,6 +16,8 @@ fields already ``protocol.records.RecordSet``):
   as a consumer discards them (the broker returns whole batches).
 - ``records_from_exchange(exchange, ...)``: either of the above for a paired
   ``model.Exchange`` (api key 0 or 1).
+- ``iter_records_from_produce`` / ``iter_records_from_fetch``: the same rows
+  as generators, for callers that stream them to an exporter.
 
 Keys, values and header values are rendered per ``values``
 (``auto|utf8|hex|base64``, see ``protocol.records.render_bytes``).  Records of
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kwinspect.model import Issue, RecordRow
@@ -46,7 +48,7 @@ from kwinspect.protocol.records import RecordSet, parse_record_set, render_bytes
 
 __all__ = [
     "INTERNAL_TOPICS", "records_from_produce", "records_from_fetch", "records_from_exchange",
-    "decode_internal",
+    "iter_records_from_produce", "iter_records_from_fetch", "decode_internal",
 ]
 
 PRODUCE, FETCH = "produce", "fetch"
@@ -56,7 +58,17 @@ INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 # --------------------------------------------------------------------------- produce
 
 
-def records_from_produce(
+def records_from_produce(request_body, response_body=None, **kw: Any) -> list[RecordRow]:
+    """All rows of one Produce exchange (see ``iter_records_from_produce``)."""
+    return list(iter_records_from_produce(request_body, response_body, **kw))
+
+
+def records_from_fetch(response_body, **kw: Any) -> list[RecordRow]:
+    """All rows of one Fetch response (see ``iter_records_from_fetch``)."""
+    return list(iter_records_from_fetch(response_body, **kw))
+
+
+def iter_records_from_produce(
     request_body: Mapping[str, Any] | None,
     response_body: Mapping[str, Any] | None = None,
     *,
@@ -66,11 +78,11 @@ def records_from_produce(
     topic_names: Mapping[str, str] | None = None,
     internal: str = "json",
     issues: list[Issue] | None = None,
-) -> list[RecordRow]:
+) -> Iterator[RecordRow]:
+    """Rows of a Produce request, one at a time (memory stays flat)."""
     if not isinstance(request_body, Mapping):
-        return []
+        return
     bases = _produce_base_offsets(response_body, topic_names)
-    rows: list[RecordRow] = []
     for t_i, topic_data in enumerate(_list(request_body.get("topic_data"))):
         topic = _topic_name(topic_data, "name", topic_names)
         for p_i, part in enumerate(_list(topic_data.get("partition_data"))):
@@ -89,12 +101,11 @@ def records_from_produce(
                     else:
                         offset = None if base is None else base + cursor
                         cursor += 1
-                    rows.append(_row(PRODUCE, topic, partition, offset, batch, rec,
-                                     correlation_id, stream, values, internal))
+                    yield _row(PRODUCE, topic, partition, offset, batch, rec,
+                               correlation_id, stream, values, internal)
                 if batch.magic == 2:
                     cursor += max(0, (batch.last_offset_delta or 0) + 1)
             _collect(rs, issues, f"topic_data[{t_i}].partition_data[{p_i}].records")
-    return rows
 
 
 def _produce_base_offsets(response_body, topic_names) -> dict[tuple[Any, Any], int]:
@@ -115,7 +126,7 @@ def _produce_base_offsets(response_body, topic_names) -> dict[tuple[Any, Any], i
 # --------------------------------------------------------------------------- fetch
 
 
-def records_from_fetch(
+def iter_records_from_fetch(
     response_body: Mapping[str, Any] | None,
     *,
     correlation_id: int | None = None,
@@ -125,11 +136,11 @@ def records_from_fetch(
     request_body: Mapping[str, Any] | None = None,
     internal: str = "json",
     issues: list[Issue] | None = None,
-) -> list[RecordRow]:
+) -> Iterator[RecordRow]:
+    """Rows of a Fetch response, one at a time (memory stays flat)."""
     if not isinstance(response_body, Mapping):
-        return []
+        return
     fetch_offsets = _fetch_offsets(request_body, topic_names)
-    rows: list[RecordRow] = []
     for t_i, topic_resp in enumerate(_list(response_body.get("responses"))):
         topic = _topic_name(topic_resp, "topic", topic_names)
         for p_i, part in enumerate(_list(topic_resp.get("partitions"))):
@@ -144,10 +155,9 @@ def records_from_fetch(
                 for rec in batch.iter_records():
                     if start is not None and rec.offset is not None and rec.offset < start:
                         continue
-                    rows.append(_row(FETCH, topic, partition, rec.offset, batch, rec,
-                                     correlation_id, stream, values, internal))
+                    yield _row(FETCH, topic, partition, rec.offset, batch, rec,
+                               correlation_id, stream, values, internal)
             _collect(rs, issues, f"responses[{t_i}].partitions[{p_i}].records")
-    return rows
 
 
 def _fetch_offsets(request_body, topic_names) -> dict[tuple[Any, Any], int]:
