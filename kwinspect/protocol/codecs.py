@@ -340,6 +340,8 @@ def _unzstd(data: bytes, cap: int) -> tuple[bytes | None, Issue | None]:
     # decompressobj has no output bound, so feed it input in pieces small
     # enough that one piece cannot expand past what is left of the cap: a zstd
     # block yields at most 128 KiB from about 4 input bytes (ratio <= 32768).
+    # 2^27 is libzstd's default limit and what Kafka's Java consumer accepts;
+    # a smaller one would reject real frames from high compression levels.
     dctx = _zstd.ZstdDecompressor(max_window_size=1 << 27)
     if not data:
         raise _Corrupt("empty zstd input")
