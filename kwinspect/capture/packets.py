@@ -57,6 +57,10 @@ _IPV6_EXT = (0, 43, 60)  # hop-by-hop, routing, destination options
 _IPV6_FRAG, _IPV6_AH, _IPV6_NONE = 44, 51, 59
 
 
+_IP4 = struct.Struct("!BBHHHBBH4s4s").unpack_from
+_new = tuple.__new__
+
+
 class TcpSegment(NamedTuple):
     """One TCP segment (after IP reassembly).
 
@@ -249,9 +253,8 @@ class PacketParser:
         if n < off + 20:
             self._bad("IPv4 header cut", raw, kind=model.TRUNCATED_PACKET)
             return None
-        vihl = data[off]
+        vihl, _tos, total, ident, frag, _ttl, proto, _sum, src, dst = _IP4(data, off)
         ihl = (vihl & 0x0F) * 4
-        total = (data[off + 2] << 8) | data[off + 3]
         if vihl >> 4 != 4 or ihl < 20:
             self._bad("bad IPv4 header", raw, f"version/ihl byte 0x{vihl:02x}")
             return None
@@ -263,17 +266,12 @@ class PacketParser:
         if n < off + ihl:
             self._bad("IPv4 options cut", raw, kind=model.TRUNCATED_PACKET)
             return None
-        proto = data[off + 9]
-        frag = (data[off + 6] << 8) | data[off + 7]
-        src = data[off + 12:off + 16]
-        dst = data[off + 16:off + 20]
         end = off + total
         if frag & 0x3FFF:  # MF set or offset != 0
             self.stats.ip_fragments += 1
             if proto != 6:
                 self._other("ip fragment (not tcp)")
                 return None
-            ident = (data[off + 4] << 8) | data[off + 5]
             return self._fragment(raw, (src, dst, ident, 4), src, dst,
                                   (frag & 0x1FFF) * 8, bool(frag & 0x2000),
                                   data[off + ihl:end], end > n)
@@ -345,8 +343,12 @@ class PacketParser:
             end = n
             self.stats.truncated += 1
         self.stats.tcp += 1
-        return TcpSegment(raw.ts, self._endpoint(src, sport), self._endpoint(dst, dport),
-                          seq, ack, flags, data[p + hl:end], raw.index, missing)
+        cache = self._ep_cache
+        a = cache.get((src, sport)) or self._endpoint(src, sport)
+        b = cache.get((dst, dport)) or self._endpoint(dst, dport)
+        # tuple.__new__ skips the namedtuple's Python-level __new__ (about 1 us per packet)
+        return _new(TcpSegment, (raw.ts, a, b, seq, ack, flags, data[p + hl:end], raw.index,
+                                 missing))
 
     # ------------------------------------------------------------------
     def _fragment(self, raw: RawPacket, key: tuple, src: bytes, dst: bytes, foff: int,

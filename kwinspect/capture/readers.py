@@ -247,66 +247,74 @@ class _PcapSource(PacketSource):
         self.stats.interfaces.append((linktype, 1.0 / div))
         rec_len = 24 if self._modified else 16
         unpack_rec = struct.Struct(e + "IIII").unpack_from
+        new = tuple.__new__  # RawPacket(...) without the namedtuple's Python-level __new__
         stats = self.stats
         index = 0
-        offset = 24  # file offset of buf[pos]
+        base = 24  # file offset of buf[0]
         buf = r.rest()
+        blen = len(buf)
         pos = 0
-        packets = bytes_cap = bytes_wire = trunc = 0
+        bytes_wire = trunc = 0
+        # The hot loop: one unpack_from, one slice, one tuple per packet.  Refills
+        # (and the corrupt-length check) only happen when a record crosses the chunk.
         try:
             while True:
-                if len(buf) - pos < rec_len:
+                start = pos + rec_len
+                if start > blen:
+                    base += pos
                     buf = buf[pos:] + r.more(_CHUNK)
+                    blen = len(buf)
                     pos = 0
-                    if len(buf) < rec_len:
+                    start = rec_len
+                    if blen < rec_len:
                         if buf:
-                            self._cut("a pcap record header", offset, len(buf), rec_len)
+                            self._cut("a pcap record header", base, blen, rec_len)
                         break
                 sec, frac, caplen, wire_len = unpack_rec(buf, pos)
-                if caplen > _MAX_RECORD:
-                    stats.bad_records += 1
-                    self._issue(CORRUPT_CAPTURE,
-                                f"record {index + 1} at file offset {offset} claims "
-                                f"{caplen} captured bytes; the rest of the file is unreadable",
-                                offset=offset, severity=model.SEVERITY_ERROR)
-                    break
-                end = pos + rec_len + caplen
-                if end > len(buf):
+                end = start + caplen
+                if end > blen:
+                    if caplen > _MAX_RECORD:
+                        stats.bad_records += 1
+                        self._issue(CORRUPT_CAPTURE,
+                                    f"record {index + 1} at file offset {base + pos} claims "
+                                    f"{caplen} captured bytes; the rest of the file is unreadable",
+                                    offset=base + pos, severity=model.SEVERITY_ERROR)
+                        break
+                    base += pos
                     buf = buf[pos:]
                     buf += r.more(max(_CHUNK, rec_len + caplen - len(buf)))
+                    blen = len(buf)
                     pos = 0
-                    end = rec_len + caplen
-                    if end > len(buf):
-                        self._cut(f"packet {index + 1}", offset, len(buf) - rec_len, caplen)
+                    start = rec_len
+                    end = start + caplen
+                    if end > blen:
+                        self._cut(f"packet {index + 1}", base, blen - rec_len, caplen)
                         data = buf[rec_len:]
-                        offset += len(buf)
+                        pos = blen
                         if data:  # keep what was captured: it is real data
                             index += 1
-                            packets += 1
-                            bytes_cap += len(data)
                             bytes_wire += max(wire_len, caplen)
                             trunc += 1
-                            yield RawPacket(sec + frac / div, linktype, data,
-                                            max(wire_len, caplen), index)
+                            yield new(RawPacket, (sec + frac / div, linktype, data,
+                                                  max(wire_len, caplen), index))
                         break
-                data = buf[pos + rec_len:end]
                 pos = end
-                offset += rec_len + caplen
                 index += 1
-                packets += 1
-                bytes_cap += caplen
-                if wire_len > caplen:
-                    trunc += 1
-                else:  # some writers leave orig_len 0
-                    wire_len = caplen
+                if wire_len != caplen:
+                    if wire_len > caplen:
+                        trunc += 1
+                    else:  # some writers leave orig_len 0
+                        wire_len = caplen
                 bytes_wire += wire_len
-                yield RawPacket(sec + frac / div, linktype, data, wire_len, index)
+                yield new(RawPacket, (sec + frac / div, linktype, buf[start:end], wire_len, index))
         finally:
-            stats.packets += packets
-            stats.bytes_captured += bytes_cap
+            consumed = base + pos
+            stats.packets += index
+            # every complete record is rec_len header bytes plus its data
+            stats.bytes_captured += consumed - 24 - rec_len * index
             stats.bytes_wire += bytes_wire
             stats.snaplen_truncated += trunc
-            r.consumed = offset
+            r.consumed = consumed
         self._finish()
 
 
