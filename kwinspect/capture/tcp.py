@@ -58,6 +58,10 @@ __all__ = [
     "TcpReassembler",
 ]
 
+TCP_LATE_DATA = "tcp_late_data"
+TCP_PORT_REUSE = "tcp_port_reuse"
+TCP_OUT_OF_WINDOW = "tcp_out_of_window"
+
 _MASK = 0xFFFFFFFF
 _HALF = 1 << 31
 _WRAP = 1 << 32
@@ -295,7 +299,7 @@ class TcpReassembler:
                         conn.client, conn.server = h.src, h.dst
             elif h.syn_seen and seq != h.isn and not flags & ACK and conn.closed is False:
                 # a new connection on the same 4-tuple without a close we saw
-                self._issue(conn, h, ts, out, "tcp_port_reuse",
+                self._issue(conn, h, ts, out, TCP_PORT_REUSE,
                             "new SYN on a 4-tuple whose connection was not closed",
                             model.SEVERITY_WARNING)
                 self._close(conn, ts, "end", out)
@@ -520,8 +524,17 @@ class TcpReassembler:
             if lo < hi:
                 late += hi - lo
         late = min(late, len(data))
-        st.late_bytes += late
+        if late:
+            if not st.late_bytes:
+                self._issue(conn, h, ts, out, TCP_LATE_DATA,
+                            f"{late} bytes arrived for a range already reported as a gap or "
+                            "before the stream's first byte (capture reordering, or a "
+                            "buffer cap gave up on them); not delivered, counted as late",
+                            model.SEVERITY_INFO, offset=s - st.start)
+            st.late_bytes += late
         st.duplicate_bytes += len(data) - late
+        if len(data) == 1 and s == h.nxt - 1:
+            return  # a keep-alive probe carries one arbitrary byte: not a conflict
         for cs, cd in h.recent:  # first copy wins; report a differing copy
             ce = cs + len(cd)
             lo, hi = max(s, cs), min(e, ce)
@@ -543,7 +556,7 @@ class TcpReassembler:
         if e + missing > h.max_end:
             if e + missing - h.nxt > self.max_window:
                 st.dropped_bytes += n
-                self._issue(conn, h, ts, out, "tcp_out_of_window",
+                self._issue(conn, h, ts, out, TCP_OUT_OF_WINDOW,
                             f"segment of {n} bytes lies {s - h.nxt} bytes beyond the next "
                             "expected byte; dropped")
                 return

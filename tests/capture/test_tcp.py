@@ -462,3 +462,27 @@ def test_property_accounting_and_byte_exactness(msgs, mss, isn, drop, dup, reord
     assert r.buffered_bytes() == 0 and r.open_connections() == 0
     t = r.totals()
     assert t.payload_bytes == t.delivered + t.duplicate_bytes + t.late_bytes + t.dropped_bytes
+
+
+def test_keepalive_probe_is_not_a_conflict():
+    segs = conversation(C, S, [("c", b"hello")], close=None, acks=False)
+    last = segs[-1]
+    probe = last._replace(seq=(last.seq + 4) & 0xFFFFFFFF, payload=b"\x00", ts=last.ts + 60)
+    evs, _ = run(segs + [probe])
+    assert directions(evs)[(0, C)].data() == b"hello"
+    assert not any(isinstance(e, StreamIssue) for e in evs)
+    check_accounting(evs)
+
+
+def test_ack_captured_before_its_data_reports_late_bytes():
+    """Capture-side reordering (e.g. merged interfaces): the ACK overtakes the data it
+    acknowledges.  The hole becomes a gap; the data, when it shows up, is counted as
+    late and reported - never spliced into a stream that already moved on."""
+    segs = conversation(C, S, [("c", b"A" * 300)], mss=100, close=None)
+    reordered = segs[:4] + [segs[5], segs[6], segs[4]]  # data 2 after data 3 and the ACK
+    evs, _ = run(reordered)
+    assert [(g.nbytes, g.reason) for g in evs if isinstance(g, StreamGap)] == [(100, "acked")]
+    assert any(isinstance(e, StreamIssue) and e.issue.kind == "tcp_late_data" for e in evs)
+    closed = next(e for e in evs if isinstance(e, StreamClosed))
+    cs = next(s for s in closed.stats if s.src == C)
+    assert cs.late_bytes == 100 and cs.balanced()
