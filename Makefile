@@ -13,13 +13,30 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Tools the end-to-end tests need from the system (tcpdump to capture real traffic).
+# Tools the end-to-end tests need from the system (Debian packages):
+#   tcpdump            required: captures the real traffic on lo
+#   iproute2, ethtool  the 1500-MTU network-namespace variant (skipped without them)
+#   tshark             the independent oracle in tests/e2e (skipped without it)
+# Only what is missing is installed; the optional ones may fail without failing the build.
+SYSDEPS_REQUIRED := tcpdump:tcpdump
+SYSDEPS_OPTIONAL := ip:iproute2 ethtool:ethtool tshark:tshark
 sysdeps:
-	@command -v tcpdump >/dev/null 2>&1 || { \
-	  echo "installing tcpdump (needed by the end-to-end tests)"; \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq tcpdump >/dev/null; }
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	have() { command -v "$$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$$1" ] || [ -x "/sbin/$$1" ]; }; \
+	req=; opt=; \
+	for t in $(SYSDEPS_REQUIRED); do have "$${t%%:*}" || req="$$req $${t#*:}"; done; \
+	for t in $(SYSDEPS_OPTIONAL); do have "$${t%%:*}" || opt="$$opt $${t#*:}"; done; \
+	if [ -n "$$req$$opt" ]; then \
+	  echo "installing for the end-to-end tests:$$req$$opt"; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq || true; \
+	fi; \
+	if [ -n "$$req" ]; then \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$req >/dev/null || exit 1; \
+	fi; \
+	for p in $$opt; do \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$p >/dev/null 2>&1 || \
+	    echo "note: could not install $$p; the tests that need it will be skipped"; \
+	done
 
 demo: $(STAMP)
 	$(VENV)/bin/kwinspect summary $(DEMO_CAPTURE)

@@ -146,6 +146,9 @@ class Manifest:
     expected_errors: list[ExpectedError] = field(default_factory=list)
     # API name -> statuses other than "paired" that are legitimate here, with why.
     allowed_statuses: dict[str, list[str]] = field(default_factory=dict)
+    # Anomalies kwinspect is right to report because the broker sends odd bytes:
+    # [{kind, api, why}].  Anything else of verify.DECODER_ANOMALIES fails the tests.
+    allowed_anomalies: list[dict[str, Any]] = field(default_factory=list)
     # broker port -> minimum latency (ms) the mock broker was told to add.
     min_latency_ms_by_port: dict[str, float] = field(default_factory=dict)
     capture: dict[str, Any] = field(default_factory=dict)
@@ -167,6 +170,9 @@ class Manifest:
         for n in names:
             if n not in self.expected_apis:
                 self.expected_apis.append(n)
+
+    def allow_anomaly(self, kind: str, api: str | None, why: str) -> None:
+        self.allowed_anomalies.append({"kind": kind, "api": api, "why": why})
 
     def allow_status(self, api: str, status: str) -> None:
         lst = self.allowed_statuses.setdefault(api, [])

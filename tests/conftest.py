@@ -1,0 +1,78 @@
+"""Rig fixtures for the end-to-end tests (tests/e2e): brokers start once per session.
+
+The brokers (librdkafka mock cluster, tansu) live as long as the session; each
+scenario runs once, into a session temp dir, and its capture is decoded once.
+Everything started here is stopped in the fixture's finally, also on failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+def rig_unavailable_reason() -> str | None:
+    from kwinspect.testing.tcpdump import tcpdump_path
+
+    if os.name != "posix" or os.geteuid() != 0:
+        return "needs root: tcpdump captures on lo (CI runs as root)"
+    if tcpdump_path() is None:
+        return "tcpdump is not installed (`make sysdeps` installs it)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    reason = rig_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    from kwinspect.testing.rig import Rig
+
+    r = Rig(log_dir=str(tmp_path_factory.mktemp("rig-logs")))
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+@pytest.fixture(scope="session")
+def scenario_run(rig: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Any]:
+    """`scenario_run(name)` -> (Manifest, pcap path, Decoded); each scenario runs once."""
+    from kwinspect.testing import verify
+    from kwinspect.testing.scenarios import NEEDS_NETNS, run_scenario
+
+    workdir = str(tmp_path_factory.mktemp("scenarios"))
+    cache: dict[str, Any] = {}
+
+    def get(name: str) -> Any:
+        if name in NEEDS_NETNS:
+            from kwinspect.testing.netns import unavailable_reason
+
+            why = unavailable_reason()
+            if why:
+                pytest.skip(f"{name}: {why}")
+        if name not in cache:
+            try:
+                m = run_scenario(name, rig, workdir)
+                cache[name] = (m, os.path.join(workdir, m.pcap))
+            except Exception as exc:  # remembered, so the other checks fail fast
+                cache[name] = exc
+        got = cache[name]
+        if isinstance(got, Exception):
+            pytest.fail(f"scenario {name} could not run: {type(got).__name__}: {got}")
+        m, pcap = got
+        key = ("decoded", name)
+        if key not in cache:
+            try:
+                cache[key] = verify.decode(pcap, m.kafka_ports)
+            except Exception as exc:
+                cache[key] = exc
+        decoded = cache[key]
+        if isinstance(decoded, Exception):
+            pytest.fail(f"kwinspect could not decode {pcap}: {type(decoded).__name__}: {decoded}")
+        return m, pcap, decoded
+
+    return get
