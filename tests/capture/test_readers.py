@@ -219,3 +219,18 @@ def test_iteration_is_single_pass_and_close_is_idempotent():
 def test_frame_type_keeps_fields():
     fr = Frame(1.5, b"ab", 10, 0)
     assert fr.wire_len == 10
+
+
+@pytest.mark.parametrize("byteorder", ["<", ">"])
+def test_modified_pcap_24_byte_records(byteorder):
+    """The patched-libpcap ("Kuznetsov") format: magic a1b2cd34, 8 extra bytes per record."""
+    import struct
+
+    frames = pcapgen.build_frames(_segs()[:4], pcapgen.LINKTYPE_ETHERNET)
+    out = struct.pack(byteorder + "IHHiIII", 0xA1B2CD34, 2, 4, 0, 0, 65535, 1)
+    for f in frames:
+        sec = int(f.ts)
+        out += struct.pack(byteorder + "IIII", sec, round((f.ts - sec) * 1e6), len(f.data),
+                           f.wire_len) + b"\0" * 8 + f.data
+    pkts, src = _read(out)
+    assert [p.data for p in pkts] == [f.data for f in frames] and src.issues == []
