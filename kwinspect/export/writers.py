@@ -28,6 +28,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -126,6 +127,13 @@ def columns_of(table: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Lone surrogates (from surrogateescape decoding) cannot be encoded as UTF-8.
+# Every format writes them as the literal text "\udcff", so they still agree.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_text(m: re.Match[str]) -> str:
+    return f"\\u{ord(m.group(0)):04x}"
 _MIN_US = -62135596800 * 1_000_000  # 0001-01-01T00:00:00Z
 _MAX_US = 253402300799 * 1_000_000 + 999_999  # 9999-12-31T23:59:59.999999Z
 
@@ -255,7 +263,7 @@ class _TextOutput:
             self.is_tty = stream.isatty()
         elif isinstance(out, str | os.PathLike):
             stream = open(  # noqa: SIM115 - closed in close()
-                out, "w", encoding="utf-8", errors="backslashreplace", newline=newline
+                out, "w", encoding="utf-8", newline=newline
             )
             self.owned = True
             self.is_tty = False
@@ -307,13 +315,12 @@ class JsonlWriter(RowWriter):
         ).encode
 
     def write(self, item: Any) -> None:
-        row = normalize_row(item, self.columns)
+        line = self._dumps(normalize_row(item, self.columns))
+        if _SURROGATE.search(line):
+            # In JSON text the literal backslash must itself be escaped.
+            line = _SURROGATE.sub(lambda m: "\\" + _surrogate_text(m), line)
         stream = self._out.stream
-        try:
-            stream.write(self._dumps(row) + "\n")
-        except UnicodeEncodeError:
-            # A lone surrogate on a strict stream: fall back to \u escapes.
-            stream.write(json.dumps(row, ensure_ascii=True, default=_json_default) + "\n")
+        stream.write(line + "\n")
         if self._flush:
             stream.flush()
         self.count += 1
@@ -328,7 +335,9 @@ def _csv_cell(column: str, v: Any) -> Any:
     if v is None:
         return ""
     if column in LIST_COLUMNS:
-        return json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+        v = json.dumps(v, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+    if isinstance(v, str):
+        return _SURROGATE.sub(_surrogate_text, v) if _SURROGATE.search(v) else v
     if v is True:
         return "true"
     if v is False:
@@ -349,7 +358,7 @@ class CsvWriter(RowWriter):
     ) -> None:
         super().__init__(table, columns)
         self._out = _TextOutput(out, newline="")
-        self._csv = csv.writer(self._out.stream, lineterminator="\n")
+        self._csv = csv.writer(self._out.stream, lineterminator="\r\n")  # RFC 4180; quotes any \r in a value
         if header:
             self._csv.writerow(self.columns)
 
@@ -367,7 +376,7 @@ class CsvWriter(RowWriter):
 def _sanitize_strings(v: Any) -> Any:
     """Replace lone surrogates so Arrow (UTF-8 only) accepts the value."""
     if isinstance(v, str):
-        return v.encode("utf-8", "backslashreplace").decode("utf-8")
+        return _SURROGATE.sub(_surrogate_text, v)
     if isinstance(v, list):
         return [_sanitize_strings(x) for x in v]
     if isinstance(v, dict):

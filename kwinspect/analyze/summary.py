@@ -1,0 +1,599 @@
+"""The ``summary`` report: one screen about a capture.
+
+Build it by streaming the dissector's output through a :class:`SummaryBuilder`
+(``add(item)`` takes an ``Exchange``, ``ErrorRow`` or ``RecordRow``), then
+``build()`` a :class:`Summary`.  Render it with :func:`render_summary` (rich,
+every wire-derived string escaped) or ``Summary.as_dict()`` for
+``--format json``.
+
+Library guess: ApiVersions v3+ requests carry ``client_software_name`` and
+``client_software_version`` (KIP-511); that names the client library exactly.
+Older clients (and brokers that only answer ApiVersions v0-v2, which makes the
+client fall back) leave it out; then the default ``client_id`` of the common
+libraries gives a weaker guess, shown with a trailing ``?``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kwinspect.analyze.latency import LatencyStats, api_label
+from kwinspect.analyze.termsafe import term_safe
+from kwinspect.model import (
+    KAFKA_ERROR,
+    PARTIAL_BATCH,
+    STATUS_NO_RESPONSE_EXPECTED,
+    STATUS_PAIRED,
+    ErrorRow,
+    Exchange,
+    RecordRow,
+)
+
+# Anomaly kinds that describe normal behaviour; listed, but not as problems.
+INFO_KINDS = frozenset({PARTIAL_BATCH})
+# Anomaly kinds that mark a whole connection as something other than Kafka.
+_TLS, _NOT_KAFKA = "tls_stream", "not_kafka"
+
+
+# ---------------------------------------------------------------------------
+# Library guess
+# ---------------------------------------------------------------------------
+
+_SOFTWARE = (
+    # (pattern on client_software_name, label); first match wins.
+    (re.compile(r"^apache-kafka-java$"), "Java client (Apache Kafka)"),
+    (re.compile(r"^librdkafka$"), "librdkafka"),
+    (re.compile(r"^confluent-kafka-(\w+)$"), "librdkafka via confluent-kafka-{1}"),
+    (re.compile(r"^(node-rdkafka|rdkafka-ruby|rust-rdkafka|php-rdkafka)$"), "librdkafka via {0}"),
+    (re.compile(r"rdkafka"), "librdkafka via {0}"),
+    (re.compile(r"^kafka-python$"), "kafka-python"),
+    (re.compile(r"^aiokafka$"), "aiokafka (Python)"),
+    (re.compile(r"^(sarama|ibm-sarama)$", re.I), "Sarama (Go)"),
+    (re.compile(r"^(kgo|franz-go)$"), "franz-go (Go)"),
+    (re.compile(r"^(kafka-go|segmentio)"), "kafka-go (Go)"),
+    (re.compile(r"^kafkajs$", re.I), "KafkaJS (Node.js)"),
+)
+
+_CLIENT_ID_HINTS = (
+    (re.compile(r"^rdkafka$"), "librdkafka?"),
+    (re.compile(r"^kafka-python"), "kafka-python?"),
+    (re.compile(r"^aiokafka"), "aiokafka?"),
+    (re.compile(r"^(producer|consumer|adminclient)-\d+$|^consumer-.+-\d+$"), "Java client?"),
+    (re.compile(r"^sarama$"), "Sarama (Go)?"),
+    (re.compile(r"^kgo$"), "franz-go (Go)?"),
+    (re.compile(r"^kafkajs$"), "KafkaJS?"),
+)
+
+
+def guess_library(software_name: str | None, software_version: str | None = None,
+                  client_id: str | None = None) -> str | None:
+    """A human label for the client library, or None when nothing hints at one.
+
+    >>> guess_library("apache-kafka-java", "3.7.0")
+    'Java client (Apache Kafka) 3.7.0'
+    >>> guess_library("confluent-kafka-python", "2.3.0-rdkafka-2.3.0")
+    'librdkafka via confluent-kafka-python 2.3.0-rdkafka-2.3.0'
+    >>> guess_library(None, None, "rdkafka")
+    'librdkafka?'
+    """
+    if software_name:
+        version = f" {software_version}" if software_version else ""
+        for rx, label in _SOFTWARE:
+            m = rx.search(software_name)
+            if m:
+                return label.format(software_name, *m.groups()) + version
+        return software_name + version
+    if client_id:
+        for rx, label in _CLIENT_ID_HINTS:
+            if rx.search(client_id):
+                return label
+    return None
+
+
+# ---------------------------------------------------------------------------
+# The summary value
+# ---------------------------------------------------------------------------
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None or not math.isfinite(ts):
+        return None
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _host(addr: str | None) -> str:
+    """'10.0.0.1:5000' -> '10.0.0.1'; '[::1]:5000' -> '::1'."""
+    if not addr:
+        return "(unknown)"
+    if addr.startswith("["):
+        end = addr.find("]")
+        return addr[1:end] if end > 0 else addr
+    return addr.rsplit(":", 1)[0] if addr.count(":") == 1 else addr
+
+
+@dataclass
+class Summary:
+    first_ts: float | None = None
+    last_ts: float | None = None
+    exchanges: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    connections: int = 0
+    tls_connections: int = 0
+    not_kafka_connections: int = 0
+    brokers: list[dict[str, Any]] = field(default_factory=list)
+    clients: list[dict[str, Any]] = field(default_factory=list)
+    apis: list[dict[str, Any]] = field(default_factory=list)
+    kafka_errors: list[dict[str, Any]] = field(default_factory=list)
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+    topics: list[dict[str, Any]] = field(default_factory=list)
+    records: int = 0
+    sources: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.first_ts is None or self.last_ts is None:
+            return None
+        return self.last_ts - self.first_ts
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: timestamps as ISO-8601 UTC strings, plain lists and dicts."""
+        return {
+            "sources": list(self.sources),
+            "interrupted": self.interrupted,
+            "capture": {
+                "first": _iso(self.first_ts),
+                "last": _iso(self.last_ts),
+                "duration_s": self.duration_s,
+            },
+            "exchanges": self.exchanges,
+            "statuses": dict(self.statuses),
+            "connections": {
+                "total": self.connections,
+                "tls": self.tls_connections,
+                "not_kafka": self.not_kafka_connections,
+            },
+            "brokers": [dict(b) for b in self.brokers],
+            "clients": [dict(c) for c in self.clients],
+            "apis": [dict(a) for a in self.apis],
+            "kafka_errors": [dict(e) for e in self.kafka_errors],
+            "anomalies": [dict(a) for a in self.anomalies],
+            "topics": [dict(t) for t in self.topics],
+            "records": self.records,
+        }
+
+
+# ---------------------------------------------------------------------------
+# Builder
+# ---------------------------------------------------------------------------
+
+
+def _payload_len(text: str | None, encoding: str | None) -> int:
+    """Bytes on the wire of a key/value the records table shows as text."""
+    if text is None:
+        return 0
+    if encoding == "base64":
+        pad = len(text) - len(text.rstrip("="))
+        return max(0, len(text) * 3 // 4 - pad)
+    if encoding == "hex":
+        return len(text) // 2
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+class _TopicAcc:
+    __slots__ = ("produce_records", "fetch_records", "bytes", "requests")
+
+    def __init__(self) -> None:
+        self.produce_records = 0
+        self.fetch_records = 0
+        self.bytes = 0
+        self.requests = 0
+
+
+class SummaryBuilder:
+    """Streams exchanges, error rows and record rows into a :class:`Summary`.
+
+    Memory: counters per broker/client/api/topic plus the latency values of
+    paired exchanges (one float each, for exact percentiles).
+    """
+
+    def __init__(self, top: int = 10) -> None:
+        self.top = top
+        self._first: float | None = None
+        self._last: float | None = None
+        self._exchanges = 0
+        self._statuses: Counter[str] = Counter()
+        self._streams: set[str] = set()
+        self._tls: set[str] = set()
+        self._not_kafka: set[str] = set()
+        self._broker_conns: dict[str, set[str]] = defaultdict(set)
+        self._broker_reqs: Counter[str] = Counter()
+        self._broker_ids: dict[str, int] = {}
+        self._advertised: dict[int, str] = {}  # node id -> "host:port" from Metadata
+        self._client_conns: dict[tuple[str | None, str], set[str]] = defaultdict(set)
+        self._client_reqs: Counter[tuple[str | None, str]] = Counter()
+        self._stream_software: dict[str, tuple[str | None, str | None]] = {}
+        self._stream_clients: dict[str, set[tuple[str | None, str]]] = defaultdict(set)
+        self._api_counts: Counter[str] = Counter()
+        self._api_versions: dict[str, set[int]] = defaultdict(set)
+        self._api_errors: Counter[str] = Counter()
+        self._latency = LatencyStats("api")
+        self._kafka_errors: dict[tuple[str | None, int | None], dict[str, Any]] = {}
+        self._anomalies: dict[str, dict[str, Any]] = {}
+        self._topics: dict[str, _TopicAcc] = defaultdict(_TopicAcc)
+        self._records = 0
+
+    # -- feeding ----------------------------------------------------------
+    def add(self, item: Exchange | ErrorRow | RecordRow) -> None:
+        if isinstance(item, Exchange):
+            self.add_exchange(item)
+        elif isinstance(item, ErrorRow):
+            self.add_error(item)
+        elif isinstance(item, RecordRow):
+            self.add_record(item)
+        else:
+            raise TypeError(f"cannot summarize {type(item).__name__}")
+
+    def add_all(self, items: Iterable[Exchange | ErrorRow | RecordRow]) -> SummaryBuilder:
+        for item in items:
+            self.add(item)
+        return self
+
+    def _seen(self, ts: float | None) -> None:
+        if ts is None or not math.isfinite(ts):
+            return
+        if self._first is None or ts < self._first:
+            self._first = ts
+        if self._last is None or ts > self._last:
+            self._last = ts
+
+    def add_exchange(self, ex: Exchange) -> None:
+        self._exchanges += 1
+        self._statuses[ex.status] += 1
+        self._seen(ex.request_ts)
+        self._seen(ex.response_last_ts if ex.response_last_ts is not None else ex.response_ts)
+        if ex.stream:
+            self._streams.add(ex.stream)
+        broker = ex.broker or "(unknown)"
+        self._broker_conns[broker].add(ex.stream)
+        self._broker_reqs[broker] += 1
+        if ex.broker_id is not None:
+            self._broker_ids[broker] = ex.broker_id
+        ckey = (ex.client_id, _host(ex.client))
+        self._client_conns[ckey].add(ex.stream)
+        self._client_reqs[ckey] += 1
+        self._stream_clients[ex.stream].add(ckey)
+        api = api_label(ex)
+        self._api_counts[api] += 1
+        if ex.api_version is not None:
+            self._api_versions[api].add(ex.api_version)
+        if any(c for c in ex.error_codes) or ex.status not in (STATUS_PAIRED, STATUS_NO_RESPONSE_EXPECTED):
+            self._api_errors[api] += 1
+        self._latency.add(ex)
+        for t in dict.fromkeys(ex.topics):
+            if t is not None:
+                self._topics[t].requests += 1
+        self._learn_from_bodies(ex)
+
+    def _learn_from_bodies(self, ex: Exchange) -> None:
+        req = ex.request
+        if ex.api_key == 18 and req is not None and isinstance(req.body, dict):
+            name = req.body.get("client_software_name")
+            version = req.body.get("client_software_version")
+            if name:
+                self._stream_software[ex.stream] = (str(name), str(version) if version else None)
+        resp = ex.response
+        if ex.api_key in (3, 60) and resp is not None and isinstance(resp.body, dict):
+            for b in resp.body.get("brokers") or ():
+                if not isinstance(b, dict):
+                    continue
+                node = b.get("node_id", b.get("broker_id"))
+                host, port = b.get("host"), b.get("port")
+                if isinstance(node, int) and host is not None and port is not None:
+                    self._advertised[node] = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+    def add_error(self, err: ErrorRow) -> None:
+        self._seen(err.ts)
+        if err.stream:
+            self._streams.add(err.stream)
+        if err.kind == KAFKA_ERROR:
+            key = (err.name, err.code)
+            e = self._kafka_errors.get(key)
+            if e is None:
+                e = self._kafka_errors[key] = {
+                    "name": err.name, "code": err.code, "retriable": err.retriable,
+                    "count": 0, "apis": set(),
+                }
+            e["count"] += 1
+            if err.api_name:
+                e["apis"].add(err.api_name)
+            return
+        if err.kind == _TLS and err.stream:
+            self._tls.add(err.stream)
+        if err.kind == _NOT_KAFKA and err.stream:
+            self._not_kafka.add(err.stream)
+        a = self._anomalies.get(err.kind)
+        if a is None:
+            a = self._anomalies[err.kind] = {
+                "kind": err.kind, "count": 0, "example": err.message, "stream": err.stream,
+                "info": err.kind in INFO_KINDS,
+            }
+        a["count"] += 1
+
+    def add_record(self, rec: RecordRow) -> None:
+        self._records += 1
+        topic = rec.topic if rec.topic is not None else "(unknown)"
+        acc = self._topics[topic]
+        if rec.direction == "fetch":
+            acc.fetch_records += 1
+        else:
+            acc.produce_records += 1
+        n = _payload_len(rec.key, rec.key_encoding) + _payload_len(rec.value, rec.value_encoding)
+        for h in rec.headers or ():
+            n += len(str(h.get("key") or "").encode("utf-8", "surrogatepass"))
+            n += _payload_len(h.get("value"), h.get("value_encoding"))
+        acc.bytes += n
+
+    def add_topic_volume(self, topic: str, direction: str, records: int, nbytes: int) -> None:
+        """Count records/bytes known in bulk (e.g. from batch headers) without RecordRows."""
+        acc = self._topics[topic]
+        if direction == "fetch":
+            acc.fetch_records += records
+        else:
+            acc.produce_records += records
+        acc.bytes += nbytes
+        self._records += records
+
+    # -- result -----------------------------------------------------------
+    def build(self, sources: Iterable[str] = (), interrupted: bool = False) -> Summary:
+        id_by_addr = {addr: node for node, addr in self._advertised.items()}
+        brokers = []
+        for addr, conns in self._broker_conns.items():
+            bid = self._broker_ids.get(addr, id_by_addr.get(addr))
+            brokers.append({
+                "address": addr, "id": bid, "connections": len(conns),
+                "requests": self._broker_reqs[addr], "seen": True,
+            })
+        for node, addr in sorted(self._advertised.items()):
+            if addr not in self._broker_conns:
+                brokers.append({"address": addr, "id": node, "connections": 0, "requests": 0,
+                                "seen": False})
+        brokers.sort(key=lambda b: (not b["seen"], b["id"] if b["id"] is not None else 1 << 31,
+                                    b["address"]))
+
+        software_by_client: dict[tuple[str | None, str], set[tuple[str | None, str | None]]] = (
+            defaultdict(set))
+        for stream, sw in self._stream_software.items():
+            for ckey in self._stream_clients.get(stream, ()):
+                software_by_client[ckey].add(sw)
+        clients = []
+        for ckey, conns in self._client_conns.items():
+            client_id, host = ckey
+            sws = sorted(software_by_client.get(ckey, ()), key=lambda s: (s[0] or "", s[1] or ""))
+            if sws:
+                library = ", ".join(filter(None, (guess_library(n, v) for n, v in sws)))
+                software = [{"name": n, "version": v} for n, v in sws]
+            else:
+                library = guess_library(None, None, client_id)
+                software = []
+            clients.append({
+                "client_id": client_id, "address": host, "connections": len(conns),
+                "requests": self._client_reqs[ckey], "library": library, "software": software,
+            })
+        clients.sort(key=lambda c: (-c["requests"], c["client_id"] or "", c["address"]))
+
+        lat = {s.group: s for s in self._latency.stats(include_total=False)}
+        apis = []
+        for api, count in self._api_counts.most_common():
+            s = lat.get(api)
+            apis.append({
+                "api": api, "count": count, "versions": sorted(self._api_versions.get(api, ())),
+                "errors": self._api_errors.get(api, 0),
+                "latency_count": s.count if s else 0,
+                "p50_ms": s.p50_ms if s else None, "p95_ms": s.p95_ms if s else None,
+                "p99_ms": s.p99_ms if s else None, "max_ms": s.max_ms if s else None,
+            })
+
+        kafka_errors = sorted(
+            ({**e, "apis": sorted(e["apis"])} for e in self._kafka_errors.values()),
+            key=lambda e: (-e["count"], e["name"] or ""),
+        )
+        anomalies = sorted(self._anomalies.values(), key=lambda a: (a["info"], -a["count"], a["kind"]))
+        topics = [
+            {"topic": t, "records": a.produce_records + a.fetch_records,
+             "produce_records": a.produce_records, "fetch_records": a.fetch_records,
+             "bytes": a.bytes, "requests": a.requests}
+            for t, a in self._topics.items()
+        ]
+        topics.sort(key=lambda t: (-t["bytes"], -t["records"], -t["requests"], t["topic"]))
+        return Summary(
+            first_ts=self._first, last_ts=self._last, exchanges=self._exchanges,
+            statuses=dict(self._statuses), connections=len(self._streams),
+            tls_connections=len(self._tls), not_kafka_connections=len(self._not_kafka),
+            brokers=brokers, clients=clients, apis=apis, kafka_errors=kafka_errors,
+            anomalies=[dict(a) for a in anomalies], topics=topics, records=self._records,
+            sources=list(sources), interrupted=interrupted,
+        )
+
+
+def summarize(items: Iterable[Exchange | ErrorRow | RecordRow], **build_kwargs: Any) -> Summary:
+    return SummaryBuilder().add_all(items).build(**build_kwargs)
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:,.0f} {unit}" if unit == "B" else f"{size:,.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 120:
+        return f"{s:.3f} s"
+    m, sec = divmod(int(s), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"
+
+
+def _more(n_total: int, shown: int) -> str | None:
+    return f"… and {n_total - shown} more" if n_total > shown else None
+
+
+def _pair(left: Any, right: Any, side_by_side: bool) -> list[Any]:
+    if not side_by_side:
+        return [left, right]
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 4))
+    grid.add_row(left, right)
+    return [grid]
+
+
+def render_summary(summary: Summary, console: Any = None, max_rows: int = 6) -> None:
+    """Print the one-screen report.  Every wire-derived string is term_safe'd."""
+    from rich import box
+    from rich.console import Console, Group
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console(highlight=False)
+    S = term_safe  # noqa: N806 - short alias for readability below
+
+    def table(title: str, *cols: tuple[str, str]) -> Table:
+        t = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
+                  header_style="dim", pad_edge=False, show_edge=False, expand=False)
+        for name, justify in cols:
+            t.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")
+        return t
+
+    parts: list[Any] = []
+    head = Text()
+    head.append("Capture ", style="bold")
+    head.append(f"{_iso(summary.first_ts) or '-'} → {_iso(summary.last_ts) or '-'}  "
+                f"({_duration(summary.duration_s)})")
+    if summary.interrupted:
+        head.append("  [interrupted: partial results]", style="bold yellow")
+    parts.append(head)
+    st = summary.statuses
+    line = Text()
+    line.append(f"{summary.exchanges:,} exchanges", style="bold")
+    line.append(f" ({st.get('paired', 0):,} paired")
+    for key, label in (("no_response_expected", "no response expected"),
+                       ("response_missing", "response missing"),
+                       ("request_missing", "request missing")):
+        if st.get(key):
+            line.append(f", {st[key]:,} {label}", style=None if key == "no_response_expected" else "yellow")
+    line.append(f")  {summary.connections:,} connections")
+    if summary.tls_connections:
+        line.append(f" ({summary.tls_connections} TLS, not decoded)", style="yellow")
+    if summary.not_kafka_connections:
+        line.append(f" ({summary.not_kafka_connections} not Kafka)")
+    if summary.records:
+        line.append(f"  {summary.records:,} records")
+    parts.append(line)
+
+    # Brokers and clients side by side.
+    bt = table("Brokers", ("id", "right"), ("address", "left"), ("conns", "right"), ("requests", "right"))
+    for b in summary.brokers[:max_rows]:
+        bt.add_row(
+            "-" if b["id"] is None else str(b["id"]), Text(S(b["address"], 40)),
+            str(b["connections"]) if b["seen"] else "advertised", f"{b['requests']:,}",
+            style=None if b["seen"] else "dim",
+        )
+    if (m := _more(len(summary.brokers), max_rows)) is not None:
+        bt.add_row("", m, "", "")
+    ct = table("Clients", ("client_id", "left"), ("address", "left"), ("library", "left"),
+               ("conns", "right"), ("requests", "right"))
+    for c in summary.clients[:max_rows]:
+        cid = c["client_id"]
+        ct.add_row(
+            Text(S(cid, 30)) if cid is not None else Text("(none)", style="dim"),
+            Text(S(c["address"], 40)), Text(S(c["library"] or "-", 40)), str(c["connections"]),
+            f"{c['requests']:,}",
+        )
+    if (m := _more(len(summary.clients), max_rows)) is not None:
+        ct.add_row(m, "", "", "", "")
+    side_by_side = console.width >= 150
+    parts.extend(_pair(bt, ct, side_by_side))
+
+    at = table("APIs (latency in ms, nearest-rank)", ("api", "left"), ("versions", "left"),
+               ("count", "right"), ("errors", "right"), ("p50", "right"), ("p95", "right"),
+               ("p99", "right"), ("max", "right"))
+    api_rows = max_rows + 4
+    for a in summary.apis[:api_rows]:
+        versions = ",".join(f"v{v}" for v in a["versions"]) or "-"
+        at.add_row(
+            Text(S(a["api"], 32)), Text(S(versions, 24)), f"{a['count']:,}",
+            Text(f"{a['errors']:,}", style="red" if a["errors"] else "dim"),
+            _ms(a["p50_ms"]), _ms(a["p95_ms"]), _ms(a["p99_ms"]), _ms(a["max_ms"]),
+        )
+    if (m := _more(len(summary.apis), api_rows)) is not None:
+        at.add_row(m, "", "", "", "", "", "", "")
+    parts.append(at)
+
+    et = table("Kafka errors", ("error", "left"), ("code", "right"), ("count", "right"),
+               ("apis", "left"))
+    for e in summary.kafka_errors[:max_rows]:
+        name = S(e["name"] or "?", 36) + (" (retriable)" if e["retriable"] else "")
+        et.add_row(Text(name, style="red"), "" if e["code"] is None else str(e["code"]),
+                   f"{e['count']:,}", Text(S(",".join(e["apis"]), 30)))
+    if not summary.kafka_errors:
+        et.add_row(Text("none", style="green"), "", "", "")
+    if (m := _more(len(summary.kafka_errors), max_rows)) is not None:
+        et.add_row(m, "", "", "")
+    nt = table("Anomalies", ("kind", "left"), ("count", "right"), ("example", "left"))
+    for a in summary.anomalies[:max_rows]:
+        nt.add_row(
+            Text(S(a["kind"], 28) + (" (normal)" if a["info"] else ""),
+                 style="dim" if a["info"] else "yellow"),
+            f"{a['count']:,}", Text(S(a["example"] or "", 50)),
+        )
+    if not summary.anomalies:
+        nt.add_row(Text("none", style="green"), "", "")
+    if (m := _more(len(summary.anomalies), max_rows)) is not None:
+        nt.add_row(m, "", "")
+    parts.extend(_pair(et, nt, side_by_side))
+
+    if summary.topics:
+        tt = table("Top topics", ("topic", "left"), ("bytes", "right"), ("records", "right"),
+                   ("produced", "right"), ("fetched", "right"), ("requests", "right"))
+        for t in summary.topics[:max_rows]:
+            tt.add_row(Text(S(t["topic"], 48)), _bytes(t["bytes"]) if t["records"] else "-",
+                       f"{t['records']:,}", f"{t['produce_records']:,}",
+                       f"{t['fetch_records']:,}", f"{t['requests']:,}")
+        if (m := _more(len(summary.topics), max_rows)) is not None:
+            tt.add_row(m, "", "", "", "", "")
+        parts.append(tt)
+
+    console.print(Group(*parts))
+
+
+__all__ = ["INFO_KINDS", "Summary", "SummaryBuilder", "guess_library", "render_summary", "summarize"]
