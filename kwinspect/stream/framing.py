@@ -52,7 +52,15 @@ from collections.abc import Callable, Collection
 from typing import NamedTuple
 
 from kwinspect.model import OVERSIZED_FRAME, RESYNC, TRUNCATED_FRAME
-from kwinspect.protocol.peek import MIN_REQUEST_HEADER, peek_request_header, plausible_header
+from kwinspect.protocol.apis import API_NAMES, version_range
+from kwinspect.protocol.peek import (
+    MAX_UNKNOWN_KEY_VERSION,
+    MIN_REQUEST_HEADER,
+    NEW_API_KEY_LIMIT,
+    NEW_VERSION_SLACK,
+    peek_request_header,
+    plausible_header,
+)
 
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # broker default socket.request.max.bytes
 DEFAULT_PEEK_BYTES = 1024  # payload prefix handed to a validator
@@ -61,10 +69,14 @@ DEFAULT_PEEK_BYTES = 1024  # payload prefix handed to a validator
 SKIP_RESYNC = "resync"  # bytes passed over while hunting for a frame boundary
 SKIP_OVERSIZED = OVERSIZED_FRAME  # the body of a frame larger than max_frame_size
 SKIP_TRUNCATED = TRUNCATED_FRAME  # the parts we hold of a frame that a gap cut
+SKIP_LOST = "lost_sync"  # after max_hunt_bytes without a boundary, until the next gap
+DEFAULT_MAX_HUNT_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_HUNT_CANDIDATES = 250_000
 
 _SYNC = "sync"
 _SKIP = "skip"
 _HUNT = "hunt"
+_LOST = "lost"
 
 _NORMAL, _GAP, _FINISH = 0, 1, 2
 _ACCEPT, _REJECT, _WAIT = 0, 1, 2
@@ -72,6 +84,7 @@ _ACCEPT, _REJECT, _WAIT = 0, 1, 2
 _COMPACT_AT = 1 << 20
 _ZEROS8 = bytes(8)
 _I32 = struct.Struct(">i").unpack_from
+_NONZERO = re.compile(rb"[^\x00]").search
 
 
 class Frame(NamedTuple):
@@ -122,8 +135,6 @@ class RequestValidator:
     """
 
     min_payload = MIN_REQUEST_HEADER
-    # payload bytes 0..3: api key and api version, both < 256
-    prefilter = (rb"\x00[\s\S]\x00", 3)
 
     def __init__(
         self,
@@ -134,6 +145,23 @@ class RequestValidator:
         self.known_kafka = known_kafka
         self.last_correlation_id = last_correlation_id
         self.correlation_window = correlation_window
+        # Byte prefilter for the hunt (payload bytes 0..9): api key, version,
+        # a non-negative correlation id, a client id length < 256 or -1.
+        ranges = [version_range(k) for k in API_NAMES]
+        max_key = max(API_NAMES) if API_NAMES else 0
+        max_ver = max((r[1] for r in ranges if r), default=0)
+        if known_kafka:
+            max_key = NEW_API_KEY_LIMIT
+            max_ver = max(max_ver + NEW_VERSION_SLACK, MAX_UNKNOWN_KEY_VERSION)
+        self.prefilter = (
+            rb"\x00[\x00-" + re.escape(bytes([min(max_key, 255)])) + rb"]\x00[\x00-"
+            + re.escape(bytes([min(max_ver, 255)])) + rb"][\x00-\x7f][\s\S]{3}(?:\x00[\s\S]|\xff\xff)",
+            10,
+        )
+        # (api_key << 16 | api_version) values our tables know: a fast first check
+        self._known = None if known_kafka else frozenset(
+            (k << 16) | v for k in API_NAMES if (r := version_range(k)) for v in range(r[0], r[1] + 1)
+        )
 
     def note_last_frame(self, payload: bytes) -> None:
         """Called by the splitter before it hunts: the last frame it framed."""
@@ -142,6 +170,10 @@ class RequestValidator:
             self.last_correlation_id = peek.correlation_id
 
     def __call__(self, payload: memoryview | bytes) -> bool:
+        if len(payload) < MIN_REQUEST_HEADER:
+            return False
+        if self._known is not None and int.from_bytes(payload[0:4], "big") not in self._known:
+            return False
         if bytes(payload[0:8]) == _ZEROS8:
             return False  # a run of zeros reads as "Produce v0, correlation id 0"
         peek = peek_request_header(payload)
@@ -209,15 +241,25 @@ class FrameSplitter:
         synced: bool = True,
         peek_bytes: int = DEFAULT_PEEK_BYTES,
         start_offset: int = 0,
+        max_hunt_bytes: int | None = DEFAULT_MAX_HUNT_BYTES,
+        max_hunt_candidates: int | None = DEFAULT_MAX_HUNT_CANDIDATES,
     ) -> None:
         if max_frame_size < 0 or max_frame_size > 0x7FFFFFFF:
             raise ValueError("max_frame_size must be within 0..2**31-1")
         self.validator = validator
         self.max_frame_size = max_frame_size
         self.peek_bytes = max(16, peek_bytes)
+        self.max_hunt_bytes = max_hunt_bytes
+        self.max_hunt_candidates = max_hunt_candidates
+        self._hunted = 0  # bytes rejected by the current hunt
+        self._tried = 0  # candidates the current hunt checked in Python
         self._min_payload = int(getattr(validator, "min_payload", 4))
         frag, flen = getattr(validator, "prefilter", (b"", 0)) or (b"", 0)
-        self._prefilter = re.compile(rb"(?=" + _size_class(max_frame_size) + rb"[\s\S]{3}" + frag + rb")")
+        # candidate positions: a size prefix whose top byte fits the limit,
+        # followed by what the validator says a payload starts with (a leading
+        # character class lets the regex engine skip bytes fast; runs of zeros
+        # are jumped over in _hunt)
+        self._prefilter = re.compile(_size_class(max_frame_size) + rb"(?=[\s\S]{3}" + frag + rb")")
         self._prefilter_len = 4 + flen
 
         self._buf = bytearray()
@@ -235,7 +277,6 @@ class FrameSplitter:
         self._skip_left = 0
         self._skip_then = _SYNC
         # size prefix already judged oversized (waiting for bytes for the validator)
-        self._bad_size_at = -1
         self._last_frame: bytes | None = None
         self._need_off = 0  # stream offset the buffer must reach before _sync can progress
 
@@ -264,7 +305,7 @@ class FrameSplitter:
     @property
     def synced(self) -> bool:
         """True while the splitter knows where the next frame starts."""
-        return self._state != _HUNT
+        return self._state in (_SYNC, _SKIP)
 
     def feed(self, data: bytes | bytearray | memoryview, ts: float) -> None:
         """Append in-order bytes of the direction; ``ts`` is their capture time."""
@@ -324,15 +365,16 @@ class FrameSplitter:
             else:
                 self._skip_left = 0
                 self._state = _HUNT
-        else:
+        else:  # hunting, or lost: a gap is a fresh chance to resync
             self._skip_buffered(SKIP_RESYNC)
             self._flush_run()
+            self._state = _HUNT
+        self._hunted = self._tried = 0
         self._run_reason = SKIP_RESYNC if self._state == _HUNT else self._run_reason
         self._buf.clear()
         self._pos = 0
         self._base = lost_to
         self._run_start = lost_to
-        self._bad_size_at = -1
         self._chunks.clear()
         self._chunks.append((lost_to, ts))
 
@@ -430,8 +472,10 @@ class FrameSplitter:
                 changed = self._sync(mode)
             elif st == _SKIP:
                 changed = self._skip()
-            else:
+            elif st == _HUNT:
                 changed = self._hunt(mode)
+            else:
+                changed = self._lost()
             if not changed:
                 break
         buf = self._buf
@@ -592,8 +636,16 @@ class FrameSplitter:
         n = len(buf)
         found = -1
         stop = -1
+        search = self._prefilter.search
+        tried = 0
+        limit = n - self._prefilter_len + 1  # candidates the prefilter can judge
+        p = pos
         with memoryview(buf) as mv:
-            for m in self._prefilter.finditer(buf, pos, n):
+            while p < limit:
+                m = search(buf, p, n)
+                if m is None:
+                    p = limit
+                    break
                 q = m.start()
                 r = self._candidate(mv, q, n, mode)
                 if r == _ACCEPT:
@@ -602,8 +654,14 @@ class FrameSplitter:
                 if r == _WAIT:
                     stop = q
                     break
-            else:
-                tail = max(pos, n - self._prefilter_len + 1)
+                tried += 1
+                p = q + 1
+                if buf[q] == 0 and buf[q + 1] == 0 and buf[q + 2] == 0 and buf[q + 3] == 0:
+                    # a run of zeros: every size prefix inside it is 0
+                    z = _NONZERO(buf, q, n)
+                    p = max(p, (z.start() if z is not None else n) - 3)
+            if found < 0 and stop < 0:
+                tail = max(pos, min(p, n), limit)
                 if mode == _NORMAL:
                     stop = tail
                 else:
@@ -621,8 +679,23 @@ class FrameSplitter:
                 self._run_reason = SKIP_RESYNC
             self._run_count += rejected
             self.skipped_bytes += rejected
+            self._hunted += rejected
+        self._tried += tried
         self._pos = new_pos
         if found < 0:
+            if mode == _NORMAL and (
+                (self.max_hunt_bytes is not None and self._hunted > self.max_hunt_bytes)
+                or (self.max_hunt_candidates is not None and self._tried > self.max_hunt_candidates)
+            ):
+                self._issue(
+                    RESYNC,
+                    self._base + new_pos,
+                    f"no frame boundary in {self._hunted} bytes ({self._tried} candidates); "
+                    "skipping the direction until the next gap",
+                )
+                self._flush_run()
+                self._state = _LOST
+                return True
             return False
         at = self._base + found
         skipped = self._run_count
@@ -630,6 +703,19 @@ class FrameSplitter:
         if skipped:
             self._issue(RESYNC, at, f"resynchronized after skipping {skipped} bytes")
         self._run_start = at
+        self._hunted = self._tried = 0
         self.resyncs += 1
         self._state = _SYNC
         return True
+
+    def _lost(self) -> bool:
+        """Given up hunting: skip everything (at memcpy speed) until a gap."""
+        avail = len(self._buf) - self._pos
+        if avail:
+            if self._run_count == 0:
+                self._run_start = self._base + self._pos
+                self._run_reason = SKIP_LOST
+            self._run_count += avail
+            self.skipped_bytes += avail
+            self._pos = len(self._buf)
+        return False

@@ -21,6 +21,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kwinspect.model import OVERSIZED_FRAME, RESYNC, TRUNCATED_FRAME
 from kwinspect.protocol.peek import peek_request_header, plausible_request
 from kwinspect.stream.framing import (
+    SKIP_LOST,
     SKIP_OVERSIZED,
     SKIP_RESYNC,
     SKIP_TRUNCATED,
@@ -609,3 +610,30 @@ def test_public_captures_mangled_recover_frames_after_gaps(seed):
             assert sp.frame_bytes + sp.skipped_bytes + sp.gap_bytes + sp.tail_bytes == covered
             checked += 1
     assert checked >= 5
+
+
+def test_hunt_is_bounded_and_a_gap_gives_a_new_chance():
+    # request-shaped but implausible (Produce v16) candidates every 4 bytes
+    adversarial = b"\x00\x00\x00\x10" * 50_000
+    stream, expected = request_stream(14, n=3)
+    sp = FrameSplitter(RequestValidator(), synced=False, max_hunt_candidates=1000)
+    ev = run(sp, [("data", adversarial, 0.0), ("data", stream, 1.0), ("gap", 10, 2.0), ("data", stream, 3.0)])
+    lost = [e for e in ev if isinstance(e, FramingIssue) and "until the next gap" in e.message]
+    assert len(lost) == 1
+    # everything before the gap was skipped (the frames in it too), then resync
+    after = len(adversarial) + len(stream) + 10
+    assert frames_of(ev) == [(o + after, d) for o, d in expected]
+    reasons = {e.reason for e in ev if isinstance(e, Skipped)}
+    assert reasons == {SKIP_RESYNC, SKIP_LOST}
+    check_event_sums(sp, ev)
+
+
+def test_next_event_pulls_one_at_a_time():
+    stream, expected = request_stream(15, n=4)
+    sp = FrameSplitter(RequestValidator())
+    sp.feed(stream, 0.0)
+    got = []
+    while (e := sp.next_event()) is not None:
+        got.append((e.offset, e.data))
+    assert got == expected
+    assert sp.next_event() is None and sp.events() == []
