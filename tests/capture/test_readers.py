@@ -9,6 +9,8 @@ import dpkt
 import pytest
 from helpers import pcapgen
 from helpers.pcapgen import Frame, conversation, to_bytes, write_pcap, write_pcapng
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kwinspect import model
 from kwinspect.capture.readers import CaptureFormatError, RawPacket, open_capture
@@ -234,3 +236,34 @@ def test_modified_pcap_24_byte_records(byteorder):
                            f.wire_len) + b"\0" * 8 + f.data
     pkts, src = _read(out)
     assert [p.data for p in pkts] == [f.data for f in frames] and src.issues == []
+
+
+_VALID = {}
+
+
+def _valid(fmt: str) -> bytes:
+    if fmt not in _VALID:
+        frames = pcapgen.build_frames(_segs()[:6], pcapgen.LINKTYPE_ETHERNET)
+        _VALID[fmt] = to_bytes(write_pcap if fmt == "pcap" else write_pcapng, frames)
+    return _VALID[fmt]
+
+
+@settings(max_examples=300, deadline=None)
+@given(fmt=st.sampled_from(["pcap", "pcapng"]), flips=st.lists(
+    st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=8),
+    cut=st.integers(0, 10_000), tail=st.binary(max_size=64))
+def test_fuzz_corrupted_files_never_raise_while_reading(fmt, flips, cut, tail):
+    data = bytearray(_valid(fmt))
+    for pos, val in flips:
+        if pos < len(data):
+            data[pos] = val
+    data = bytes(data[: max(cut, 0)]) + tail if cut < len(data) else bytes(data) + tail
+    try:
+        src = open_capture(io.BytesIO(data))
+    except CaptureFormatError:
+        return  # the one exception allowed, and only at open time
+    with src:
+        pkts = list(src)
+    assert src.stats.packets == len(pkts)
+    assert all(isinstance(i, model.Issue) for i in src.issues)
+    assert [p.index for p in pkts] == list(range(1, len(pkts) + 1))

@@ -486,3 +486,31 @@ def test_ack_captured_before_its_data_reports_late_bytes():
     closed = next(e for e in evs if isinstance(e, StreamClosed))
     cs = next(s for s in closed.stats if s.src == C)
     assert cs.late_bytes == 100 and cs.balanced()
+
+
+_EPS = [C, S, model.Endpoint("10.0.0.3", 5)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 0xFFFFFFFF),
+                          st.integers(0, 0xFFFFFFFF), st.integers(0, 0xFF),
+                          st.binary(max_size=40), st.integers(0, 50), st.floats(0, 1e4)),
+                max_size=40),
+       st.sampled_from([16, 1 << 20]))
+def test_fuzz_arbitrary_segments(raw_segs, cap):
+    """Garbage in (random seq/ack/flags/endpoints/timestamps): no exception, books balance."""
+    r = TcpReassembler(max_ooo_bytes=cap, max_total_buffered=cap * 2, max_connections=2,
+                       max_window=1 << 16)
+    evs = []
+    for k, (a, b, seq, ack, flags, payload, missing, ts) in enumerate(raw_segs):
+        if a == b:
+            continue
+        evs += r.feed(TcpSegment(ts, _EPS[a], _EPS[b], seq, ack, flags, payload, k, missing))
+        evs += r.flush_idle(ts)
+    evs += r.finish()
+    for e in evs:
+        if isinstance(e, StreamClosed):
+            assert all(s.balanced() for s in e.stats), e.stats
+    t = r.totals()
+    assert t.payload_bytes == t.delivered + t.duplicate_bytes + t.late_bytes + t.dropped_bytes
+    assert r.buffered_bytes() == 0
