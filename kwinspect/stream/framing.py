@@ -51,7 +51,14 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import NamedTuple
 
-from kwinspect.model import OVERSIZED_FRAME, RESYNC, TRUNCATED_FRAME
+from kwinspect.model import (
+    OVERSIZED_FRAME,
+    RESYNC,
+    SEVERITY_ERROR,
+    SEVERITY_WARNING,
+    TRUNCATED_FRAME,
+    Issue,
+)
 from kwinspect.protocol.apis import API_NAMES, version_range
 from kwinspect.protocol.peek import (
     MAX_UNKNOWN_KEY_VERSION,
@@ -115,6 +122,11 @@ class FramingIssue(NamedTuple):
     offset: int  # stream offset it refers to
     message: str
     ts: float | None = None
+
+    def as_issue(self) -> Issue:
+        """The shared model's Issue (offset = stream offset of the direction)."""
+        severity = SEVERITY_WARNING if self.kind == RESYNC else SEVERITY_ERROR
+        return Issue(self.kind, self.message, self.offset, None, severity)
 
 
 Event = Frame | Skipped | FramingIssue
@@ -226,9 +238,12 @@ class FrameSplitter:
     ``min_payload`` (smallest plausible payload, default 4), ``prefilter``
     ``(regex_fragment, length)`` describing the payload's first bytes, used to
     scan quickly, and ``note_last_frame(payload)``, called with the last frame
-    framed before each hunt; all are optional.  ``synced=False`` starts by hunting (the
-    direction was picked up mid-stream).  ``start_offset`` is the stream
-    offset of the first byte fed.
+    framed before each hunt; all are optional.  ``synced=False`` starts by
+    hunting (the direction was picked up mid-stream).  ``start_offset`` is the
+    stream offset of the first byte fed.  A hunt that finds no boundary in
+    ``max_hunt_bytes`` bytes or ``max_hunt_candidates`` Python-checked
+    candidates gives up: the direction is skipped (``lost_sync``) until the
+    next :meth:`gap`, which bounds the work adversarial bytes can cause.
 
     No method raises on any input bytes.
     """
@@ -276,7 +291,7 @@ class FrameSplitter:
         # skip state
         self._skip_left = 0
         self._skip_then = _SYNC
-        # size prefix already judged oversized (waiting for bytes for the validator)
+        # payload of the last frame framed (for the validator's note_last_frame)
         self._last_frame: bytes | None = None
         self._need_off = 0  # stream offset the buffer must reach before _sync can progress
 
