@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
+from kwinspect.model import NOT_KAFKA as NOT_KAFKA_ISSUE
+from kwinspect.model import TLS_STREAM
 from kwinspect.protocol.peek import (
     MIN_REQUEST_HEADER,
     peek_request_header,
@@ -244,6 +246,11 @@ class ConnectionVerdict(NamedTuple):
     @property
     def decided(self) -> bool:
         return self.kind != KIND_UNDECIDED
+
+    @property
+    def issue_kind(self) -> str | None:
+        """The anomaly to report for the connection: ``tls_stream``, ``not_kafka`` or None."""
+        return {KIND_TLS: TLS_STREAM, KIND_NOT_KAFKA: NOT_KAFKA_ISSUE}.get(self.kind)
 
 
 def _frame_heads(data: bytes | bytearray | memoryview, max_frame_size: int, head: int = 512) -> list[bytes]:

@@ -167,13 +167,13 @@ def test_configured_ports_win_and_not_kafka_is_said():
     v = decide_connection((9092, 51000), (b"HTTP/1.1 200 OK\r\n\r\n", b"GET / HTTP/1.1\r\n\r\n"), kafka_ports={9092})
     assert (v.kind, v.broker_side) == (KIND_NOT_KAFKA, 0)
     v = decide_connection((8080, 51000), (b"HTTP/1.1 200 OK\r\n\r\n", b"GET / HTTP/1.1\r\n\r\n"), (), initiator=1)
-    assert (v.kind, v.broker_side) == (KIND_NOT_KAFKA, 0)
+    assert (v.kind, v.broker_side, v.issue_kind) == (KIND_NOT_KAFKA, 0, "not_kafka")
 
 
 def test_tls_connections_are_reported_with_the_server_side():
     hello = client_hello()
     v = decide_connection((51000, 9093), (hello, b""))
-    assert (v.kind, v.broker_side) == (KIND_TLS, 1)
+    assert (v.kind, v.broker_side, v.issue_kind) == (KIND_TLS, 1, "tls_stream")
     v = decide_connection((9093, 51000), (b"", hello), kafka_ports={9093})
     assert (v.kind, v.broker_side) == (KIND_TLS, 0)
 
