@@ -497,6 +497,10 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int = 6) -> 
     parts: list[Any] = []
     head = Text()
     head.append("Capture ", style="bold")
+    if summary.sources:
+        shown = ", ".join(S(src, 60) for src in summary.sources[:3])
+        more = f" (+{len(summary.sources) - 3} more)" if len(summary.sources) > 3 else ""
+        head.append(f"{shown}{more}  ")
     head.append(f"{_iso(summary.first_ts) or '-'} → {_iso(summary.last_ts) or '-'}  "
                 f"({_duration(summary.duration_s)})")
     if summary.interrupted:
