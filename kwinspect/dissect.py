@@ -119,6 +119,7 @@ class Dissector:
         self._events: list[Event] = []
         self._last_ts = 0.0
         self._next_idle_check = 0.0
+        self._known_brokers: set[Endpoint] = set()  # broker endpoints proven on other connections
 
     # -- input ------------------------------------------------------------------------
 
@@ -229,25 +230,50 @@ class Dissector:
         if len(first) >= 3 and first[0] == 0x16 and first[1] == 0x03 and first[2] <= 0x04:
             self._set_kind(conn, "tls", ts, "TLS handshake: the stream is encrypted and cannot be decoded")
             return
-        if info.broker is not None and (info.broker.port in self.config.kafka_ports or not self.config.detect):
+        if info.broker is not None and info.broker.port in self.config.kafka_ports:
             self._start_kafka(conn, ts)
             return
         if not self.config.detect:
             self._set_kind(conn, "not_kafka", ts, None)
             return
+        # A broker endpoint already seen on another connection settles it.
+        for side, other in ((info.a, info.b), (info.b, info.a)):
+            if side in self._known_brokers and other not in self._known_brokers:
+                info.client, info.broker = other, side
+                info.stream = stream_name(other, side)
+                self._start_kafka(conn, ts)
+                return
         # Detection: the side whose first bytes form a plausible request is the client.
-        if len(first) >= 14:
-            size = int.from_bytes(first[:4], "big", signed=True)
-            peek = peek_request_header(first, 4)
-            if 0 < size <= self.config.max_frame_size and peek is not None and plausible_header(peek):
-                if info.broker is None or src == info.client:
-                    other = info.b if src == info.a else info.a
-                    info.client, info.broker = src, other
-                    info.stream = stream_name(src, other)
-                    self._start_kafka(conn, ts)
-                    return
-        if conn.held_bytes > DETECT_BUFFER or (info.syn_seen and info.client == src and len(first) >= 14):
+        # With the handshake seen, the SYN sender is the client and one request proves it;
+        # without it, the other side must answer with the same correlation id.
+        for client in ((info.client,) if info.syn_seen else (info.a, info.b)):
+            server = info.b if client == info.a else info.a
+            cid = self._plausible_request_at_start(self._first_bytes(conn, client))
+            if cid is None:
+                continue
+            if not info.syn_seen:
+                reply = self._first_bytes(conn, server)
+                if len(reply) < 8:
+                    break  # wait for the other side
+                if int.from_bytes(reply[4:8], "big", signed=True) != cid:
+                    continue
+            info.client, info.broker = client, server
+            info.stream = stream_name(client, server)
+            self._start_kafka(conn, ts)
+            return
+        client_bytes = len(self._first_bytes(conn, info.client)) if info.syn_seen and info.client else 0
+        if conn.held_bytes > DETECT_BUFFER or client_bytes >= 14:
             self._set_kind(conn, "not_kafka", ts, "no Kafka request header where a request should start")
+
+    def _plausible_request_at_start(self, first: bytes) -> int | None:
+        """The correlation id of a plausible request at the start of `first`, else None."""
+        if len(first) < 14:
+            return None
+        size = int.from_bytes(first[:4], "big", signed=True)
+        peek = peek_request_header(first, 4)
+        if 0 < size <= self.config.max_frame_size and peek is not None and plausible_header(peek):
+            return peek.correlation_id
+        return None
 
     def _first_bytes(self, conn: _Conn, src: Endpoint) -> bytes:
         out = bytearray()
@@ -274,6 +300,7 @@ class Dissector:
         info = conn.info
         info.kind = "kafka"
         conn.decided = True
+        self._known_brokers.add(info.broker)
         self.stats.kafka_connections += 1
         conv = Conversation(info.client, info.broker, shared=self.shared, redact=self.config.redact,
                             max_in_flight=self.config.max_in_flight)
@@ -323,7 +350,13 @@ class Dissector:
         info = conn.info
         info.closed = reason
         if not conn.decided and conn.held:
-            self._set_kind(conn, "not_kafka", ts, "connection ended before any Kafka request was seen")
+            if any(self._plausible_request_at_start(self._first_bytes(conn, side)) is not None
+                   for side in (info.a, info.b)):
+                why = ("looks like Kafka, but with no handshake and no reply in the capture it is not clear "
+                       "which side is the broker; name the broker port with --kafka-ports to decode it")
+            else:
+                why = "connection ended before any Kafka request was seen"
+            self._set_kind(conn, "not_kafka", ts, why)
         for src, splitter in conn.splitters.items():
             splitter.finish()
             self._drain(conn, src)

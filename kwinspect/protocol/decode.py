@@ -35,6 +35,7 @@ from kwinspect.protocol.schema.structs import STRUCTS
 Reader = Callable[[Any, int], tuple[Any, int]]
 
 API_VERSIONS_KEY = 18
+_MAX_API_KEY = max(APIS)
 CONTROLLED_SHUTDOWN_KEY = 7
 UNSUPPORTED_VERSION_CODE = 35
 INTERNAL_ERROR = "internal_error"  # a bug in kwinspect, never bad input
@@ -127,7 +128,7 @@ def _array_reader(elem: Reader, compact: bool, nullable: bool, min_size: int) ->
 def _min_size(fields, version: int, flexible: bool) -> int:
     """Fewest bytes one struct can take in this version (bounds array counts)."""
     size = 1 if flexible else 0
-    for _name, ftype, versions, _n, _tag, tagged, flex_override, _d, children in fields:
+    for _name, ftype, versions, nullable_v, _tag, tagged, flex_override, _d, children in fields:
         if not _in(versions or (0, 32767), version) or (flexible and _in(tagged, version)):
             continue
         compact = flexible and (flex_override is None or _in(flex_override, version))
@@ -135,8 +136,8 @@ def _min_size(fields, version: int, flexible: bool) -> int:
             size += p.FIXED_SIZES[ftype]
         elif ftype == "string":
             size += 1 if compact else 2
-        elif ftype == "struct":
-            size += _min_size(children, version, flexible)
+        elif ftype == "struct":  # a null nullable struct is just its int8 marker
+            size += 1 if _in(nullable_v, version) else _min_size(children, version, flexible)
         else:  # bytes, records, arrays
             size += 1 if compact else 4
     return size
@@ -441,7 +442,12 @@ def _decode_request(frame, issues) -> Message:
     api_key = p.read_int16(frame, 0)[0]
     api_version = p.read_int16(frame, 2)[0]
     known = api_key in APIS
-    hv = request_header_version(api_key, api_version) if known else 1
+    if known:
+        hv = request_header_version(api_key, api_version)
+    else:
+        # Every API added since flexible versions exist (KIP-482, Kafka 2.4) is
+        # flexible from v0, so a key newer than our tables has header v2.
+        hv = 2 if api_key > _MAX_API_KEY else 1
     header_reader, _ = _struct_reader("RequestHeader", hv)
     header, pos = _run(header_reader, frame, 0, "header", issues)
     header = header or {}
@@ -489,14 +495,38 @@ def _decode_response(frame, api_key, api_version, issues) -> Message:
         return Message(False, api_key, api_version, header, None, issues, raw_body=bytes(frame[pos:]), size=len(frame))
     if (api_key == API_VERSIONS_KEY and api_version > 0 and len(frame) >= pos + 2
             and p.read_int16(frame, pos)[0] == UNSUPPORTED_VERSION_CODE):
-        # The broker did not support the version asked for and answered in the v0 layout.
-        issues.append(Issue(UNSUPPORTED_VERSION,
-                            f"broker rejected ApiVersions v{api_version} and answered in the v0 layout",
-                            offset=pos, severity=SEVERITY_INFO))
-        msg = _decode_body(frame, pos, api_key, 0, False, header, issues)
-        msg.api_version = api_version
-        return msg
+        return _decode_api_versions_rejection(frame, pos, api_version, header, issues)
     return _decode_body(frame, pos, api_key, api_version, False, header, issues)
+
+
+def _decode_api_versions_rejection(frame, pos, api_version, header, issues) -> Message:
+    """UNSUPPORTED_VERSION to ApiVersions: brokers answer in the v0 layout so any client can read it.
+
+    Some brokers (librdkafka's mock cluster among them) answer in another layout;
+    then the layout of the version asked for is tried, and if neither fits, the
+    v0 reading (which always yields the error code) is kept with a warning.
+    """
+    layouts = (0, api_version)
+    attempts = []
+    for version in layouts:
+        trial_issues: list[Issue] = []
+        msg = _decode_body(frame, pos, API_VERSIONS_KEY, version, False, header, trial_issues)
+        if not trial_issues:
+            issues.append(Issue(UNSUPPORTED_VERSION,
+                                f"broker rejected ApiVersions v{api_version} and answered in the v{version} layout",
+                                offset=pos, severity=SEVERITY_INFO))
+            msg.issues = issues
+            msg.api_version, msg.decoded_version = api_version, version
+            return msg
+        attempts.append((msg, trial_issues))
+    msg, trial_issues = attempts[0]
+    issues.append(Issue(UNSUPPORTED_VERSION,
+                        f"broker rejected ApiVersions v{api_version} (error 35) with a body that fits neither "
+                        f"the v0 layout brokers use nor v{api_version}: {trial_issues[0].message}",
+                        offset=trial_issues[0].offset, path=trial_issues[0].path, severity=SEVERITY_WARNING))
+    msg.issues = issues
+    msg.api_version, msg.decoded_version = api_version, 0
+    return msg
 
 
 def _decode_body(frame, pos, api_key, api_version, is_request, header, issues) -> Message:
