@@ -350,135 +350,204 @@ def _parse_idb_options(body: bytes, e: str) -> tuple[float, int]:
 
 
 class _PcapngSource(PacketSource):
+    """pcapng: sections (each with its byte order), interfaces with their own link type,
+    snaplen, timestamp resolution and offset; EPB, SPB and the obsolete PB carry packets."""
+
     def _iterate(self) -> Iterator[RawPacket]:
         r = self._reader
         stats = self.stats
-        e = "<"
-        ifaces: list[_Iface] = []
-        index = 0
-        offset = 0
+        self._e = "<"
+        self._ifaces: list[_Iface] = []
+        self._index = self._offset = 0
+        self._last_ts = 0.0
+        ifaces = self._ifaces  # cleared in place by a new section
+        index = offset = 0
         last_ts = 0.0
         epb = dpkt.pcapng.PCAPNG_BT_EPB
-        while True:
-            head = r.take(8)
-            if len(head) < 8:
-                if head:
-                    self._cut("a pcapng block header", offset, len(head), 8)
-                break
-            btype = struct.unpack_from(e + "I", head)[0]
-            if btype == _PCAPNG_SHB:
-                # a new section: byte order may change, interfaces restart
-                bom = r.take(4)
-                if len(bom) < 4:
-                    self._cut("a section header block", offset, 8 + len(bom), 12)
-                    break
-                if struct.unpack("<I", bom)[0] == _PCAPNG_BOM:
-                    e = "<"
-                elif struct.unpack(">I", bom)[0] == _PCAPNG_BOM:
-                    e = ">"
-                else:
-                    stats.bad_records += 1
-                    self._issue(CORRUPT_CAPTURE, f"section header at offset {offset} has "
-                                "an unknown byte-order magic; reading stopped",
-                                offset=offset, severity=model.SEVERITY_ERROR)
-                    break
-                blen = struct.unpack_from(e + "I", head, 4)[0]
-                rest_len = blen - 12
-                ifaces = []
-            else:
-                blen = struct.unpack_from(e + "I", head, 4)[0]
-                rest_len = blen - 8
-            if blen < 12 or blen % 4 or blen > _MAX_RECORD:
-                stats.bad_records += 1
-                self._issue(CORRUPT_CAPTURE, f"pcapng block at offset {offset} has an invalid "
-                            f"length {blen}; the rest of the file is unreadable",
-                            offset=offset, severity=model.SEVERITY_ERROR)
-                break
-            body = r.take(rest_len)
-            if len(body) < rest_len:
-                self._cut("a pcapng block", offset, blen - rest_len + len(body), blen)
-                # An EPB cut after its header still holds real packet bytes.
-                if btype == epb and len(body) >= 20:
-                    iface_id, hi, lo, caplen, wire_len = struct.unpack_from(e + "IIIII", body)
-                    if iface_id < len(ifaces):
-                        itf = ifaces[iface_id]
-                        data = body[20:20 + min(caplen, len(body) - 20)]
-                        if data:
+        new = tuple.__new__
+        e = "<"
+        hdr2 = struct.Struct(e + "II").unpack_from
+        epb5 = struct.Struct(e + "IIIII").unpack_from
+        n_pk = n_cap = n_wire = n_trunc = 0  # fast-path counters, added to stats at the end
+        try:
+            while True:
+                # Fast path: an Enhanced Packet Block wholly inside the read buffer.
+                buf = r._buf
+                pos = r._pos
+                if len(buf) - pos >= 32:
+                    btype, blen = hdr2(buf, pos)
+                    if btype == epb and 32 <= blen <= len(buf) - pos and not blen & 3:
+                        iface_id, hi, lo, caplen, wire_len = epb5(buf, pos + 8)
+                        if iface_id < len(ifaces) and 32 + caplen <= blen:
+                            itf = ifaces[iface_id]
+                            r._pos = pos + blen
+                            offset += blen
                             index += 1
-                            stats.packets += 1
-                            stats.bytes_captured += len(data)
-                            stats.bytes_wire += max(wire_len, caplen)
-                            stats.snaplen_truncated += 1
-                            yield RawPacket(itf.tsoffset + ((hi << 32) | lo) / itf.div,
-                                            itf.linktype, data, max(wire_len, caplen), index)
-                break
-            start_off = offset
-            offset += blen
-            if btype == epb:
-                iface_id, hi, lo, caplen, wire_len = struct.unpack_from(e + "IIIII", body)
-                if iface_id >= len(ifaces) or 20 + caplen > len(body) - 4:
-                    stats.bad_records += 1
-                    self._issue(CORRUPT_CAPTURE, f"packet block at offset {start_off} refers to "
-                                f"interface {iface_id} of {len(ifaces)} or overruns its block; "
-                                "packet skipped", offset=start_off)
-                    continue
-                itf = ifaces[iface_id]
-                data = body[20:20 + caplen]
-                last_ts = ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
-                linktype = itf.linktype
-            elif btype == dpkt.pcapng.PCAPNG_BT_SPB:
-                if not ifaces:
-                    stats.bad_records += 1
-                    self._issue(CORRUPT_CAPTURE, f"simple packet block at offset {start_off} "
-                                "before any interface block; skipped", offset=start_off)
-                    continue
-                itf = ifaces[0]
-                wire_len = struct.unpack_from(e + "I", body)[0]
-                caplen = min(wire_len, len(body) - 8)
-                if itf.snaplen:
-                    caplen = min(caplen, itf.snaplen)
-                data = body[4:4 + caplen]
-                ts = last_ts  # simple packet blocks carry no timestamp
-                linktype = itf.linktype
-            elif btype == dpkt.pcapng.PCAPNG_BT_PB:  # obsolete Packet Block
-                iface_id, _drops, hi, lo, caplen, wire_len = struct.unpack_from(
-                    e + "HHIIII", body)
-                if iface_id >= len(ifaces) or 20 + caplen > len(body) - 4:
-                    stats.bad_records += 1
-                    self._issue(CORRUPT_CAPTURE, f"packet block at offset {start_off} is "
-                                "inconsistent; skipped", offset=start_off)
-                    continue
-                itf = ifaces[iface_id]
-                data = body[20:20 + caplen]
-                last_ts = ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
-                linktype = itf.linktype
-            elif btype == dpkt.pcapng.PCAPNG_BT_IDB:
-                if len(body) < 12:
-                    stats.bad_records += 1
-                    self._issue(CORRUPT_CAPTURE, f"interface block at offset {start_off} is "
-                                "too short", offset=start_off)
-                    continue
-                linktype, _res, snaplen = struct.unpack_from(e + "HHI", body)
-                div, tsoffset = _parse_idb_options(body[:-4], e)
-                ifaces.append(_Iface(linktype, snaplen, div, tsoffset))
-                stats.interfaces.append((linktype, 1.0 / div))
-                if self.linktype is None:
-                    self.linktype = linktype
-                continue
-            else:
-                if btype != _PCAPNG_SHB:
-                    stats.skipped_blocks += 1
-                continue
-            index += 1
-            stats.packets += 1
-            stats.bytes_captured += len(data)
-            if wire_len > len(data):
-                stats.snaplen_truncated += 1
-            else:
-                wire_len = len(data)
-            stats.bytes_wire += wire_len
-            yield RawPacket(ts, linktype, data, wire_len, index)
+                            n_pk += 1
+                            n_cap += caplen
+                            if wire_len > caplen:
+                                n_trunc += 1
+                            else:
+                                wire_len = caplen
+                            n_wire += wire_len
+                            last_ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
+                            yield new(RawPacket, (last_ts, itf.linktype,
+                                                  buf[pos + 28:pos + 28 + caplen], wire_len,
+                                                  index))
+                            continue
+                # General path: any block, cut files, corrupt lengths.
+                self._index, self._offset, self._last_ts = index, offset, last_ts
+                go_on, pkt = self._block(r)
+                index, offset, last_ts = self._index, self._offset, self._last_ts
+                if self._e != e:
+                    e = self._e
+                    hdr2 = struct.Struct(e + "II").unpack_from
+                    epb5 = struct.Struct(e + "IIIII").unpack_from
+                if pkt is not None:
+                    yield pkt
+                if not go_on:
+                    break
+        finally:
+            stats.packets += n_pk
+            stats.bytes_captured += n_cap
+            stats.bytes_wire += n_wire
+            stats.snaplen_truncated += n_trunc
+            r.consumed = self._offset = offset
         self._finish()
+
+    def _block(self, r: _ChunkReader) -> tuple[bool, RawPacket | None]:
+        """Read one block: (keep reading?, the packet it carried, if any)."""
+        stats = self.stats
+        e = self._e
+        ifaces = self._ifaces
+        index = self._index
+        offset = self._offset
+        last_ts = self._last_ts
+        epb = dpkt.pcapng.PCAPNG_BT_EPB
+        head = r.take(8)
+        if len(head) < 8:
+            if head:
+                self._cut("a pcapng block header", offset, len(head), 8)
+            return False, None
+        btype = struct.unpack_from(e + "I", head)[0]
+        if btype == _PCAPNG_SHB:
+            # a new section: byte order may change, interfaces restart
+            bom = r.take(4)
+            if len(bom) < 4:
+                self._cut("a section header block", offset, 8 + len(bom), 12)
+                return False, None
+            if struct.unpack("<I", bom)[0] == _PCAPNG_BOM:
+                e = "<"
+            elif struct.unpack(">I", bom)[0] == _PCAPNG_BOM:
+                e = ">"
+            else:
+                stats.bad_records += 1
+                self._issue(CORRUPT_CAPTURE, f"section header at offset {offset} has "
+                            "an unknown byte-order magic; reading stopped",
+                            offset=offset, severity=model.SEVERITY_ERROR)
+                return False, None
+            blen = struct.unpack_from(e + "I", head, 4)[0]
+            rest_len = blen - 12
+            ifaces.clear()
+            self._e = e
+        else:
+            blen = struct.unpack_from(e + "I", head, 4)[0]
+            rest_len = blen - 8
+        if blen < 12 or blen % 4 or blen > _MAX_RECORD:
+            stats.bad_records += 1
+            self._issue(CORRUPT_CAPTURE, f"pcapng block at offset {offset} has an invalid "
+                        f"length {blen}; the rest of the file is unreadable",
+                        offset=offset, severity=model.SEVERITY_ERROR)
+            return False, None
+        body = r.take(rest_len)
+        if len(body) < rest_len:
+            self._cut("a pcapng block", offset, blen - rest_len + len(body), blen)
+            # An EPB cut after its header still holds real packet bytes.
+            if btype == epb and len(body) >= 20:
+                iface_id, hi, lo, caplen, wire_len = struct.unpack_from(e + "IIIII", body)
+                if iface_id < len(ifaces):
+                    itf = ifaces[iface_id]
+                    data = body[20:20 + min(caplen, len(body) - 20)]
+                    if data:
+                        index += 1
+                        stats.packets += 1
+                        stats.bytes_captured += len(data)
+                        stats.bytes_wire += max(wire_len, caplen)
+                        stats.snaplen_truncated += 1
+                        self._index = index
+                        return False, RawPacket(itf.tsoffset + ((hi << 32) | lo) / itf.div,
+                                                itf.linktype, data, max(wire_len, caplen),
+                                                index)
+            return False, None
+        start_off = offset
+        offset += blen
+        self._offset = offset
+        if btype == epb:
+            iface_id, hi, lo, caplen, wire_len = struct.unpack_from(e + "IIIII", body)
+            if iface_id >= len(ifaces) or 20 + caplen > len(body) - 4:
+                stats.bad_records += 1
+                self._issue(CORRUPT_CAPTURE, f"packet block at offset {start_off} refers to "
+                            f"interface {iface_id} of {len(ifaces)} or overruns its block; "
+                            "packet skipped", offset=start_off)
+                return True, None
+            itf = ifaces[iface_id]
+            data = body[20:20 + caplen]
+            last_ts = ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
+            linktype = itf.linktype
+        elif btype == dpkt.pcapng.PCAPNG_BT_SPB:
+            if not ifaces:
+                stats.bad_records += 1
+                self._issue(CORRUPT_CAPTURE, f"simple packet block at offset {start_off} "
+                            "before any interface block; skipped", offset=start_off)
+                return True, None
+            itf = ifaces[0]
+            wire_len = struct.unpack_from(e + "I", body)[0]
+            caplen = min(wire_len, len(body) - 8)
+            if itf.snaplen:
+                caplen = min(caplen, itf.snaplen)
+            data = body[4:4 + caplen]
+            ts = last_ts  # simple packet blocks carry no timestamp
+            linktype = itf.linktype
+        elif btype == dpkt.pcapng.PCAPNG_BT_PB:  # obsolete Packet Block
+            iface_id, _drops, hi, lo, caplen, wire_len = struct.unpack_from(
+                e + "HHIIII", body)
+            if iface_id >= len(ifaces) or 20 + caplen > len(body) - 4:
+                stats.bad_records += 1
+                self._issue(CORRUPT_CAPTURE, f"packet block at offset {start_off} is "
+                            "inconsistent; skipped", offset=start_off)
+                return True, None
+            itf = ifaces[iface_id]
+            data = body[20:20 + caplen]
+            last_ts = ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
+            linktype = itf.linktype
+        elif btype == dpkt.pcapng.PCAPNG_BT_IDB:
+            if len(body) < 12:
+                stats.bad_records += 1
+                self._issue(CORRUPT_CAPTURE, f"interface block at offset {start_off} is "
+                            "too short", offset=start_off)
+                return True, None
+            linktype, _res, snaplen = struct.unpack_from(e + "HHI", body)
+            div, tsoffset = _parse_idb_options(body[:-4], e)
+            ifaces.append(_Iface(linktype, snaplen, div, tsoffset))
+            stats.interfaces.append((linktype, 1.0 / div))
+            if self.linktype is None:
+                self.linktype = linktype
+            return True, None
+        else:
+            if btype != _PCAPNG_SHB:
+                stats.skipped_blocks += 1
+            return True, None
+        index += 1
+        self._index = index
+        self._last_ts = ts
+        stats.packets += 1
+        stats.bytes_captured += len(data)
+        if wire_len > len(data):
+            stats.snaplen_truncated += 1
+        else:
+            wire_len = len(data)
+        stats.bytes_wire += wire_len
+        return True, RawPacket(ts, linktype, data, wire_len, index)
 
 
 def _sniff(head: bytes) -> tuple[str, Any]:

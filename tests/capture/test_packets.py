@@ -199,3 +199,23 @@ def test_vlan_capture_endpoints(public_captures):
         segs = [parser.parse(r) for r in src]
     assert {s.src for s in segs} == {model.Endpoint("10.10.10.10", 65056),
                                      model.Endpoint("10.176.192.13", 9092)}
+
+
+def test_ipv6_fragments_reassembled():
+    seg = conversation(*V6, [("c", bytes(range(200)) * 10)], mss=10000, handshake=False,
+                       close=None, acks=False)[0]
+    whole = ip_packet(seg)[0]
+    tcp = whole[40:]
+    src, dst = whole[8:24], whole[24:40]
+    frames = []
+    for off in range(0, len(tcp), 800):
+        piece = tcp[off:off + 800]
+        more = 1 if off + 800 < len(tcp) else 0
+        fh = struct.pack("!BBHI", 6, 0, off | more, 0xBEEF)
+        ip = struct.pack("!IHBB16s16s", 0x60000000, 8 + len(piece), 44, 64, src, dst) + fh + piece
+        frames.append(frame_for(ip, 1))
+    parser = PacketParser()
+    out = [parser.parse(_raw(f, 1, k + 1)) for k, f in enumerate(frames[::-1])]
+    got = [s for s in out if s is not None]
+    assert len(got) == 1 and _same(got[0], seg)
+    assert parser.stats.tcp == len(frames) and parser.stats.check()
