@@ -38,6 +38,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kwinspect.analyze.latency import LATENCY_COLUMNS
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS
 
@@ -45,6 +46,8 @@ TABLES: dict[str, tuple[str, ...]] = {
     "exchanges": EXCHANGE_COLUMNS,
     "records": RECORD_COLUMNS,
     "errors": ERROR_COLUMNS,
+    # Not a capture table: the rows of `kwinspect latency` (LatencyStats.rows()).
+    "latency": LATENCY_COLUMNS,
 }
 FORMATS = ("table", "jsonl", "csv", "parquet")
 
@@ -107,6 +110,15 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "path": pa.string(),
     "message": pa.string(),
     "ts": _TS,
+    # latency
+    "by": pa.string(),
+    "group": pa.string(),
+    "count": pa.int64(),
+    "mean_ms": pa.float64(),
+    "p50_ms": pa.float64(),
+    "p95_ms": pa.float64(),
+    "p99_ms": pa.float64(),
+    "max_ms": pa.float64(),
 }
 
 

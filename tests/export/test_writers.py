@@ -231,3 +231,21 @@ def test_model_rows_and_exchange_row_are_the_same(tmp_path):
     write_rows([ex], "exchanges", "csv", a)
     write_rows([ex.row()], "exchanges", "csv", b)
     assert a.read_text() == b.read_text()
+
+
+def test_latency_rows_export_like_the_other_tables(tmp_path):
+    from kwinspect.analyze.latency import LATENCY_COLUMNS, LatencyStats
+
+    stats = LatencyStats("api").add_all(make_exchanges())
+    rows = stats.rows()
+    paths = {}
+    for fmt in ("jsonl", "csv", "parquet"):
+        paths[fmt] = tmp_path / f"lat.{fmt}"
+        write_rows(rows, "latency", fmt, paths[fmt])
+    frames = [read_jsonl(paths["jsonl"]), read_csv(paths["csv"], ("by", "group")),
+              pd.read_parquet(paths["parquet"])]
+    for df in frames:
+        assert list(df.columns) == list(LATENCY_COLUMNS)
+        assert df.to_dict("records") == frames[0].to_dict("records")
+    assert frames[2]["group"].tolist() == ["Fetch", "Metadata", "Produce", "(all)"]  # busiest first, then by name
+    assert frames[2]["p99_ms"].tolist() == [500.998, 0.1, 1.5, 500.998]
