@@ -260,7 +260,8 @@ class TcpReassembler:
         self.max_issues_per_direction = max_issues_per_direction
         self.stats = ReassemblerStats()
         self._dirs: dict[tuple[model.Endpoint, model.Endpoint], tuple[_Conn, _Half, _Half]] = {}
-        self._conns: OrderedDict[ConnId, _Conn] = OrderedDict()  # LRU order
+        # LRU order; keyed by the _Conn itself (identity hash: cheaper than hashing a ConnId)
+        self._conns: OrderedDict[_Conn, None] = OrderedDict()
         self._closed: OrderedDict[tuple[model.Endpoint, model.Endpoint], tuple[_Conn, float]] = (
             OrderedDict())
         self._buffered_total = 0
@@ -281,7 +282,7 @@ class TcpReassembler:
         ts = seg.ts
         if ts > conn.last_ts:
             conn.last_ts = ts
-        self._conns.move_to_end(conn.cid)
+        self._conns.move_to_end(conn)
         flags = seg.flags
         seq = seg.seq
         st = h.st
@@ -351,7 +352,7 @@ class TcpReassembler:
         out: list[StreamEvent] = []
         limit = now - self.idle_timeout
         while self._conns:
-            conn = next(iter(self._conns.values()))
+            conn = next(iter(self._conns))
             if conn.last_ts >= limit:
                 break
             self._close(conn, now, "idle", out)
@@ -361,7 +362,7 @@ class TcpReassembler:
     def finish(self) -> list[StreamEvent]:
         """End of input: flush every connection (remaining holes become gaps), reason "end"."""
         out: list[StreamEvent] = []
-        for conn in sorted(self._conns.values(), key=lambda c: c.cid.serial):
+        for conn in sorted(self._conns, key=lambda c: c.cid.serial):
             self._close(conn, conn.last_ts, "end", out)
         self._closed.clear()
         return out
@@ -371,7 +372,7 @@ class TcpReassembler:
         t = DirectionStats(self.stats.totals.src, self.stats.totals.dst)
         for f in _SUM_FIELDS:
             setattr(t, f, getattr(self.stats.totals, f))
-        for conn in self._conns.values():
+        for conn in self._conns:
             for h in (conn.h0, conn.h1):
                 for f in _SUM_FIELDS:
                     setattr(t, f, getattr(t, f) + getattr(h.st, f))
@@ -410,7 +411,7 @@ class TcpReassembler:
             self.stats.stray_segments += 1
             return None
         if len(self._conns) >= self.max_connections:
-            victim = next(iter(self._conns.values()))
+            victim = next(iter(self._conns))
             self.stats.evicted += 1
             self._issue(victim, victim.h0, seg.ts, out, model.LIMIT_EXCEEDED,
                         f"more than {self.max_connections} live connections: "
@@ -422,7 +423,7 @@ class TcpReassembler:
         h0 = _Half(src, dst)
         h1 = _Half(dst, src)
         conn = _Conn(cid, h0, h1, seg.ts)
-        self._conns[cid] = conn
+        self._conns[conn] = None
         self._dirs[(src, dst)] = entry = (conn, h0, h1)
         self._dirs[(dst, src)] = (conn, h1, h0)
         client = server = None
@@ -449,7 +450,7 @@ class TcpReassembler:
             self._skip_to(conn, h, limit, ts, out, reason if reason != "fin" else "close")
         conn.closed = True
         cid = conn.cid
-        self._conns.pop(cid, None)
+        self._conns.pop(conn, None)
         self._dirs.pop((conn.h0.src, conn.h0.dst), None)
         self._dirs.pop((conn.h1.src, conn.h1.dst), None)
         tot = self.stats.totals
