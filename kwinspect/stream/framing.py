@@ -86,7 +86,7 @@ _HUNT = "hunt"
 _LOST = "lost"
 
 _NORMAL, _GAP, _FINISH = 0, 1, 2
-_ACCEPT, _REJECT, _WAIT = 0, 1, 2
+_ACCEPT, _REJECT, _WAIT, _REJECT_CHECKED = 0, 1, 2, 3  # CHECKED: the validator said no
 
 _COMPACT_AT = 1 << 20
 _ZEROS8 = bytes(8)
@@ -622,7 +622,7 @@ class FrameSplitter:
             return _WAIT
         validator = self.validator
         if validator is not None and not validator(mv[q + 4 : q + 4 + min(want, have)]):
-            return _REJECT
+            return _REJECT_CHECKED
         fe = q + 4 + size
         if fe + 4 <= n:
             nsize = int.from_bytes(mv[fe : fe + 4], "big", signed=True)
@@ -633,7 +633,7 @@ class FrameSplitter:
             nwant = nsize if nsize < self.peek_bytes else self.peek_bytes
             nhave = n - fe - 4
             if nhave >= nwant:
-                return _ACCEPT if validator(mv[fe + 4 : fe + 4 + nwant]) else _REJECT
+                return _ACCEPT if validator(mv[fe + 4 : fe + 4 + nwant]) else _REJECT_CHECKED
             if mode == _NORMAL:
                 return _WAIT  # judge once the next frame's header is seen
             return _ACCEPT
@@ -649,17 +649,26 @@ class FrameSplitter:
         buf = self._buf
         pos = self._pos
         n = len(buf)
-        found = -1
-        stop = -1
+        found = stop = lost_at = -1
         search = self._prefilter.search
-        tried = 0
-        limit = n - self._prefilter_len + 1  # candidates the prefilter can judge
+        checked = 0  # candidates that reached the validator (and were rejected)
+        limit = n - self._prefilter_len + 1  # positions the prefilter can judge
+        # The budgets are positional, so the outcome does not depend on how
+        # the bytes were chunked.
+        budget_end = n + 1
+        cand_left = -1
+        if mode == _NORMAL:
+            if self.max_hunt_bytes is not None:
+                budget_end = pos + max(0, self.max_hunt_bytes - self._hunted)
+            if self.max_hunt_candidates is not None:
+                cand_left = max(0, self.max_hunt_candidates - self._tried)
+        scan_limit = min(limit, budget_end)
         p = pos
         with memoryview(buf) as mv:
-            while p < limit:
+            while p < scan_limit:
                 m = search(buf, p, n)
-                if m is None:
-                    p = limit
+                if m is None or m.start() >= scan_limit:
+                    p = scan_limit
                     break
                 q = m.start()
                 r = self._candidate(mv, q, n, mode)
@@ -669,24 +678,32 @@ class FrameSplitter:
                 if r == _WAIT:
                     stop = q
                     break
-                tried += 1
                 p = q + 1
+                if r == _REJECT_CHECKED:
+                    checked += 1
+                    if checked > cand_left >= 0:
+                        lost_at = p
+                        break
                 if buf[q] == 0 and buf[q + 1] == 0 and buf[q + 2] == 0 and buf[q + 3] == 0:
                     # a run of zeros: every size prefix inside it is 0
                     z = _NONZERO(buf, q, n)
                     p = max(p, (z.start() if z is not None else n) - 3)
-            if found < 0 and stop < 0:
-                tail = max(pos, min(p, n), limit)
-                if mode == _NORMAL:
-                    stop = tail
+            if found < 0 and stop < 0 and lost_at < 0:
+                if p >= budget_end:
+                    lost_at = budget_end
+                elif mode == _NORMAL:
+                    stop = max(pos, p, limit)
                 else:
-                    for q in range(tail, n):
+                    for q in range(max(pos, p, limit), n):
                         if self._candidate(mv, q, n, mode) == _ACCEPT:
                             found = q
                             break
                     else:
                         stop = n
-        new_pos = found if found >= 0 else stop
+        if lost_at >= 0:
+            new_pos = lost_at
+        else:
+            new_pos = found if found >= 0 else stop
         rejected = new_pos - pos
         if rejected:
             if self._run_count == 0:
@@ -695,22 +712,19 @@ class FrameSplitter:
             self._run_count += rejected
             self.skipped_bytes += rejected
             self._hunted += rejected
-        self._tried += tried
+        self._tried += checked
         self._pos = new_pos
+        if lost_at >= 0:
+            self._issue(
+                RESYNC,
+                self._base + new_pos,
+                f"no frame boundary in {self._hunted} bytes ({self._tried} candidates); "
+                "skipping the direction until the next gap",
+            )
+            self._flush_run()
+            self._state = _LOST
+            return True
         if found < 0:
-            if mode == _NORMAL and (
-                (self.max_hunt_bytes is not None and self._hunted > self.max_hunt_bytes)
-                or (self.max_hunt_candidates is not None and self._tried > self.max_hunt_candidates)
-            ):
-                self._issue(
-                    RESYNC,
-                    self._base + new_pos,
-                    f"no frame boundary in {self._hunted} bytes ({self._tried} candidates); "
-                    "skipping the direction until the next gap",
-                )
-                self._flush_run()
-                self._state = _LOST
-                return True
             return False
         at = self._base + found
         skipped = self._run_count

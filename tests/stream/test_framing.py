@@ -458,6 +458,22 @@ def _frames_blob(payloads) -> bytes:
     return b"".join(len(p).to_bytes(4, "big") + p for p in payloads)
 
 
+def _request_frame(key: int, version: int, cid: int, client: bytes, body: bytes) -> bytes:
+    payload = key.to_bytes(2, "big") + version.to_bytes(2, "big") + cid.to_bytes(4, "big") + len(client).to_bytes(2, "big") + client + body
+    return len(payload).to_bytes(4, "big") + payload
+
+
+# valid requests, near misses (Produce v16, negative cid) and garbage, mixed
+mixed_stream = st.lists(
+    st.one_of(
+        st.builds(_request_frame, st.sampled_from([0, 1, 3, 18]), st.integers(0, 4), st.integers(0, 50), st.sampled_from([b"c", b"", b"producer-1"]), st.binary(max_size=60)),
+        st.builds(_request_frame, st.just(0), st.just(16), st.integers(0, 50), st.just(b"x"), st.binary(max_size=20)),
+        st.binary(max_size=40),
+    ),
+    max_size=12,
+).map(b"".join)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops_strategy, synced=st.booleans(), kind=st.sampled_from(["req", "resp", "none"]), limit=st.sampled_from([64, 1 << 20]))
 def test_property_any_bytes_any_gaps_no_exception_and_accounting(ops, synced, kind, limit):
@@ -475,12 +491,14 @@ def test_property_any_bytes_any_gaps_no_exception_and_accounting(ops, synced, ki
     blob=st.one_of(
         st.binary(max_size=2000),
         st.lists(st.binary(max_size=200), max_size=10).map(_frames_blob),
+        mixed_stream,
     ),
     cuts=st.lists(st.integers(0, 2000), max_size=20),
     gap_at=st.one_of(st.none(), st.tuples(st.integers(0, 2000), st.integers(1, 500))),
     synced=st.booleans(),
+    budgets=st.tuples(st.sampled_from([None, 0, 50, 700]), st.sampled_from([None, 0, 1, 3])),
 )
-def test_property_chunking_does_not_change_the_events(blob, cuts, gap_at, synced):
+def test_property_chunking_does_not_change_the_events(blob, cuts, gap_at, synced, budgets):
     def ops_for(pieces):
         ops = []
         if gap_at is None:
@@ -499,8 +517,13 @@ def test_property_chunking_does_not_change_the_events(blob, cuts, gap_at, synced
 
     bounds = sorted({c for c in cuts if 0 < c < len(blob)})
     pieces = [blob[a:b] for a, b in zip([0, *bounds], [*bounds, len(blob)], strict=True)]
-    one = run(FrameSplitter(RequestValidator(), synced=synced, max_frame_size=150), ops_for([blob]))
-    many = run(FrameSplitter(RequestValidator(), synced=synced, max_frame_size=150), ops_for(pieces))
+    def splitter():
+        return FrameSplitter(
+            RequestValidator(), synced=synced, max_frame_size=150, max_hunt_bytes=budgets[0], max_hunt_candidates=budgets[1]
+        )
+
+    one = run(splitter(), ops_for([blob]))
+    many = run(splitter(), ops_for(pieces))
     assert one == many
 
 
@@ -637,3 +660,39 @@ def test_next_event_pulls_one_at_a_time():
         got.append((e.offset, e.data))
     assert got == expected
     assert sp.next_event() is None and sp.events() == []
+
+
+@pytest.mark.parametrize("budget", ["bytes", "candidates"])
+def test_hunt_budget_is_positional_whatever_the_chunking(budget):
+    rng = random.Random(16)
+    # near misses (Produce v16) make the validator work; random bytes rarely do
+    garbage = _request_frame(0, 16, 1, b"x", b"") * 60 if budget == "candidates" else rng.randbytes(1000)
+    stream = b"".join(_request_frame(3, 1, cid, b"c", b"\x00\x00\x00\x00") for cid in range(2, 6))
+    blob = garbage + stream
+    kw = {"max_hunt_bytes": 500} if budget == "bytes" else {"max_hunt_candidates": 20}
+    kw["max_frame_size"] = 64  # so no position reads as a size worth waiting for
+    results = []
+    for chunk in (1, 7, 333, len(blob)):
+        sp = FrameSplitter(RequestValidator(), synced=False, **kw)
+        ev = run(sp, [("data", blob[i : i + chunk], 0.0) for i in range(0, len(blob), chunk)])
+        results.append(ev)
+        lost = [e for e in ev if isinstance(e, FramingIssue)]
+        assert len(lost) == 1 and "until the next gap" in lost[0].message
+        skipped = [(e.offset, e.reason) for e in ev if isinstance(e, Skipped)]
+        assert skipped == [(0, SKIP_RESYNC), (lost[0].offset, SKIP_LOST)]
+        if budget == "bytes":
+            assert lost[0].offset == 500
+        assert frames_of(ev) == []
+    assert all(r == results[0] for r in results)
+    # without the budget the frames after the garbage are found
+    free = FrameSplitter(RequestValidator(), synced=False, max_frame_size=64)
+    assert [d for _o, d in frames_of(run(free, [("data", blob, 0.0)]))] == [f[4:] for f in _split(stream)]
+
+
+def _split(blob: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(blob):
+        n = int.from_bytes(blob[pos : pos + 4], "big")
+        out.append(blob[pos : pos + 4 + n])
+        pos += 4 + n
+    return out
