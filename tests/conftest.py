@@ -14,6 +14,12 @@ from typing import Any
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python (used by the e2e scenarios) loads its schemas with deprecated calls.
+    config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
+    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+
+
 def rig_unavailable_reason() -> str | None:
     from kwinspect.testing.tcpdump import tcpdump_path
 

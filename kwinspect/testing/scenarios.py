@@ -298,8 +298,10 @@ def kp_produce(m: Manifest, bootstrap: str, client_id: str, items: list[dict[str
         p.flush(timeout=15)
         for it, fut in zip(items, futures, strict=True):
             md = fut.get(timeout=15)
+            # With acks=0 kafka-python makes offsets up without hearing from the broker.
+            offset = None if _acks_name(acks) == "0" else md.offset
             out.append(RecordTruth.make(
-                it["topic"], md.partition, md.offset, it.get("key"), it.get("value"),
+                it["topic"], md.partition, offset, it.get("key"), it.get("value"),
                 it.get("headers"), codec=codec or "none", timestamp_ms=it.get("timestamp_ms"),
                 timestamp_type="create_time" if it.get("timestamp_ms") is not None else None,
                 report_timestamp_ms=md.timestamp if md.timestamp not in (None, -1) else None,

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from kwinspect.testing._proc import die_with_parent
+
 
 class TansuError(RuntimeError):
     pass
@@ -118,6 +120,7 @@ class TansuBroker:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         try:
             wait_for_port(self.host, self.port, timeout, self.proc)

@@ -20,6 +20,8 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
+from kwinspect.testing._proc import die_with_parent
+
 _STATS = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
 
 
@@ -114,6 +116,7 @@ class Tcpdump:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,  # our signals only, not the test runner's Ctrl-C
+            preexec_fn=die_with_parent,
         )
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
