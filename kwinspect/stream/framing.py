@@ -523,6 +523,7 @@ class FrameSplitter:
         nframes = 0
         changed = False
         last = None
+        new_tuple = tuple.__new__
         single = len(chunks) == 1
         single_ts = chunks[0][1] if single else 0.0
         with memoryview(buf) as mv:
@@ -544,7 +545,7 @@ class FrameSplitter:
                     t0 = self._ts_at(off)
                     t1 = self._ts_at(off + 3 + size)
                 last = bytes(mv[pos + 4 : end])
-                append(Frame(last, off, t0, t1))
+                append(new_tuple(Frame, (last, off, t0, t1)))  # Frame(...) without its Python __new__
                 nbytes += end - pos
                 nframes += 1
                 pos = end
