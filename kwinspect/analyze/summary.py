@@ -77,12 +77,17 @@ def guess_library(software_name: str | None, software_version: str | None = None
 
     >>> guess_library("apache-kafka-java", "3.7.0")
     'Java client (Apache Kafka) 3.7.0'
-    >>> guess_library("confluent-kafka-python", "2.3.0-rdkafka-2.3.0")
-    'librdkafka via confluent-kafka-python 2.3.0-rdkafka-2.3.0'
+    >>> guess_library("confluent-kafka-python", "2.3.1-rdkafka-2.3.0")
+    'librdkafka 2.3.0 (confluent-kafka-python 2.3.1)'
     >>> guess_library(None, None, "rdkafka")
     'librdkafka?'
     """
     if software_name:
+        # confluent-kafka-python/go/dotnet report "2.3.0-rdkafka-2.3.0": name the
+        # engine first, the binding after it.
+        m = re.match(r"^(.*?)-rdkafka-(.+)$", software_version or "")
+        if m and "rdkafka" not in software_name:
+            return f"librdkafka {m.group(2)} ({software_name} {m.group(1)})"
         version = f" {software_version}" if software_version else ""
         for rx, label in _SOFTWARE:
             m = rx.search(software_name)
@@ -540,7 +545,7 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int = 6) -> 
         cid = c["client_id"]
         ct.add_row(
             Text(S(cid, 30)) if cid is not None else Text("(none)", style="dim"),
-            Text(S(c["address"], 40)), Text(S(c["library"] or "-", 40)), str(c["connections"]),
+            Text(S(c["address"], 40)), Text(S(c["library"] or "-", 48)), str(c["connections"]),
             f"{c['requests']:,}",
         )
     if (m := _more(len(summary.clients), max_rows)) is not None:

@@ -178,8 +178,9 @@ def test_empty_capture_renders():
     [
         ("apache-kafka-java", "3.7.0", None, "Java client (Apache Kafka) 3.7.0"),
         ("librdkafka", "2.3.0", None, "librdkafka 2.3.0"),
-        ("confluent-kafka-python", "2.3.0-rdkafka-2.3.0", None,
-         "librdkafka via confluent-kafka-python 2.3.0-rdkafka-2.3.0"),
+        ("confluent-kafka-python", "2.16.1-rdkafka-2.16.0", None,
+         "librdkafka 2.16.0 (confluent-kafka-python 2.16.1)"),
+        ("confluent-kafka-go", None, None, "librdkafka via confluent-kafka-go"),
         ("kafka-python", "2.0.2", None, "kafka-python 2.0.2"),
         ("someclient", None, None, "someclient"),
         (None, None, "rdkafka", "librdkafka?"),
