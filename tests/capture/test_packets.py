@@ -219,3 +219,12 @@ def test_ipv6_fragments_reassembled():
     got = [s for s in out if s is not None]
     assert len(got) == 1 and _same(got[0], seg)
     assert parser.stats.tcp == len(frames) and parser.stats.check()
+
+
+def test_ipv4_total_length_zero_from_tso_uses_frame_length():
+    seg = conversation(*V4, [("c", b"t" * 3000)], mss=5000, handshake=False, close=None,
+                       acks=False)[0]
+    fr = bytearray(build_frames([seg], 1)[0].data)
+    fr[14 + 2:14 + 4] = b"\0\0"  # what a capture of a TSO super-segment can show
+    out = PacketParser().parse(_raw(bytes(fr), 1))
+    assert out is not None and out.payload == seg.payload

@@ -267,3 +267,12 @@ def test_fuzz_corrupted_files_never_raise_while_reading(fmt, flips, cut, tail):
     assert src.stats.packets == len(pkts)
     assert all(isinstance(i, model.Issue) for i in src.issues)
     assert [p.index for p in pkts] == list(range(1, len(pkts) + 1))
+
+
+def test_caller_file_object_is_not_closed(tmp_path):
+    p = tmp_path / "x.pcap"
+    write_pcap(p, _segs())
+    with open(p, "rb") as f:
+        with open_capture(f) as src:
+            assert len(list(src)) == len(_segs())
+        assert not f.closed

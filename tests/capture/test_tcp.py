@@ -514,3 +514,29 @@ def test_fuzz_arbitrary_segments(raw_segs, cap):
     t = r.totals()
     assert t.payload_bytes == t.delivered + t.duplicate_bytes + t.late_bytes + t.dropped_bytes
     assert r.buffered_bytes() == 0
+
+
+def test_closed_connection_lingers_then_forgets():
+    segs = conversation(C, S, [("c", b"bye")])
+    r = TcpReassembler(closed_linger=30)
+    evs, _ = run(segs, r, finish=False)
+    assert r.open_connections() == 0 and len(r._closed) == 1
+    # a retransmitted FIN inside the linger time is absorbed
+    fin = next(s for s in segs if s.flags & FIN and s.src == C)
+    assert r.feed(fin._replace(ts=fin.ts + 10)) == []
+    # after it, the same 4-tuple opens a new (SYN-less) connection
+    out = r.feed(fin._replace(ts=fin.ts + 100, flags=ACK | PSH, payload=b"new"))
+    opened = [e for e in out if isinstance(e, StreamOpened)]
+    assert len(opened) == 1 and opened[0].conn_id.serial == 1 and not opened[0].syn_seen
+    assert len(r._closed) == 0
+
+
+def test_conn_id_is_canonical_and_printable():
+    a = TcpReassembler()
+    b = TcpReassembler()
+    segs = conversation(C, S, [("s", b"x")], handshake=False, close=None)
+    ea, _ = run(segs, a)
+    eb, _ = run([s for s in segs if s.src == S] + [s for s in segs if s.src == C], b)
+    ida = next(e for e in ea if isinstance(e, StreamOpened)).conn_id
+    idb = next(e for e in eb if isinstance(e, StreamOpened)).conn_id
+    assert ida == idb and str(ida) == "10.0.0.1:40000<->10.0.0.2:9092#0"
