@@ -91,7 +91,17 @@ _ACCEPT, _REJECT, _WAIT, _REJECT_CHECKED = 0, 1, 2, 3  # CHECKED: the validator 
 _COMPACT_AT = 1 << 20
 _ZEROS8 = bytes(8)
 _I32 = struct.Struct(">i").unpack_from
-_NONZERO = re.compile(rb"[^\x00]").search
+
+
+def _first_nonzero(buf: bytearray, q: int, n: int) -> int:
+    """Index of the first non-zero byte in buf[q:n], or n (C-speed, 1 MiB windows)."""
+    while q < n:
+        end = min(n, q + (1 << 20))
+        rest = len(buf[q:end].lstrip(b"\x00"))
+        if rest:
+            return end - rest
+        q = end
+    return n
 
 
 class Frame(NamedTuple):
@@ -687,8 +697,7 @@ class FrameSplitter:
                         break
                 if buf[q] == 0 and buf[q + 1] == 0 and buf[q + 2] == 0 and buf[q + 3] == 0:
                     # a run of zeros: every size prefix inside it is 0
-                    z = _NONZERO(buf, q, n)
-                    p = max(p, (z.start() if z is not None else n) - 3)
+                    p = max(p, _first_nonzero(buf, q, n) - 3)
             if found < 0 and stop < 0 and lost_at < 0:
                 if p >= budget_end:
                     lost_at = budget_end
