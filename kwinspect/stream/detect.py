@@ -192,6 +192,10 @@ def classify_direction(
     size = int.from_bytes(data[0:4], "big", signed=True)
     if size < 4 or size > max_frame_size:
         return NOT_KAFKA
+    if correlation_ids and n >= 8 and int.from_bytes(data[4:8], "big", signed=True) in correlation_ids:
+        # answers a request of the other side; checked first because a
+        # response with a small correlation id also parses as a request
+        return KAFKA_RESPONSE
     as_request = _first_request(data, final, known_kafka, max_frame_size)
     if as_request == KAFKA_REQUEST:
         return KAFKA_REQUEST

@@ -152,6 +152,7 @@ def test_small_correlation_ids_make_responses_look_like_requests():
     """Produce response with cid 2 reads as 'Produce v2, cid 1, client id orders'."""
     req, resp = produce_request(2), produce_response(2, version=2)
     assert classify_direction(resp) == KAFKA_REQUEST  # the trap
+    assert classify_direction(resp, correlation_ids={2}) == KAFKA_RESPONSE
     for order in ((0, 1), (1, 0)):
         data = [req, resp] if order == (0, 1) else [resp, req]
         v = decide_connection((40000, 40001), data)
