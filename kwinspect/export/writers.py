@@ -487,6 +487,14 @@ TABLE_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# On a narrow terminal, default columns are dropped in this order until the
+# rest fit with readable headers (explicit `columns=` are never dropped).
+TABLE_DROP_ORDER: dict[str, tuple[str, ...]] = {
+    "exchanges": ("client", "broker", "correlation_id", "api_version", "error_names", "client_id"),
+    "records": ("headers", "compression", "timestamp", "partition", "crc_ok"),
+    "errors": ("stream", "correlation_id", "partition", "api_name", "topic"),
+}
+
 # Widest a cell may get before it is cut with an ellipsis.
 _MAX_CELL = {
     "key": 32, "value": 48, "headers": 40, "message": 60, "stream": 44, "topics": 40,
@@ -506,7 +514,9 @@ def _table_cell(column: str, v: Any) -> str:
     if column == "latency_ms" and isinstance(v, float):
         text = f"{v:.3f}"
     elif column == "headers" and isinstance(v, list):
-        text = ", ".join(f"{h.get('key')}={h.get('value')}" for h in v)
+        text = ", ".join(
+            f"{h.get('key')}={'null' if h.get('value') is None else h.get('value')}" for h in v
+        )
     elif isinstance(v, list):
         text = ", ".join("" if x is None else str(x) for x in v)
     elif v is True:
@@ -538,15 +548,18 @@ class TableWriter(RowWriter):
     ) -> None:
         from rich.console import Console
 
+        self._droppable: tuple[str, ...] = ()
         if columns is None:
             columns = TABLE_DEFAULT_COLUMNS.get(table, columns_of(table))
+            self._droppable = TABLE_DROP_ORDER.get(table, ())
         super().__init__(table, columns)
         self._out: _TextOutput | None = None
         if console is None:
             self._out = _TextOutput(out, newline=None)
             console = Console(
                 file=self._out.stream,
-                width=width if width is not None else (None if self._out.is_tty else 200),
+                # A terminal's own width; into a file or pipe, rows are never squeezed.
+                width=width if width is not None else (None if self._out.is_tty else 4096),
                 highlight=False,
                 markup=False,
                 emoji=False,
@@ -560,6 +573,7 @@ class TableWriter(RowWriter):
     def write(self, item: Any) -> None:
         row = normalize_row(item, self.columns)
         self._rows.append([_table_cell(c, row[c]) for c in self.columns])
+        # (columns may shrink once, at the first chunk, on a narrow terminal)
         self.count += 1
         if len(self._rows) >= self._chunk_size:
             self._emit()
@@ -571,10 +585,8 @@ class TableWriter(RowWriter):
 
         first = self._widths is None
         if first:
-            self._widths = [
-                max([len(c)] + [len(r[i]) for r in self._rows])
-                for i, c in enumerate(self.columns)
-            ]
+            self._drop_columns_that_do_not_fit()
+            self._widths = self._fit_widths()
         if not self._rows and not first:
             return
         t = Table(
@@ -596,6 +608,57 @@ class TableWriter(RowWriter):
             t.add_row(*(Text(x) for x in r))
         self.console.print(t)
         self._rows = []
+
+    def _drop_columns_that_do_not_fit(self) -> None:
+        cols = list(self.columns)
+        rows = self._rows
+
+        def floor_total() -> int:
+            total = 3 * (len(cols) - 1)
+            for c in cols:
+                i = self.columns.index(c)
+                natural = max([len(c)] + [len(r[i]) for r in rows])
+                total += min(natural, max(len(c), 8))
+            return total
+
+        for c in self._droppable:
+            if floor_total() <= self.console.width or len(cols) <= 2:
+                break
+            if c in cols:
+                cols.remove(c)
+        if len(cols) != len(self.columns):
+            keep = [self.columns.index(c) for c in cols]
+            self._rows = [[r[i] for i in keep] for r in rows]
+            self.columns = tuple(cols)
+
+    def _fit_widths(self) -> list[int]:
+        """Column widths from the first chunk, shrunk to the console width.
+
+        The widest columns give way first, never below their header (or 8
+        characters), so short columns such as api_name keep a readable header;
+        only when even that does not fit does rich squeeze further.
+        """
+        from rich.cells import cell_len
+
+        widths = [
+            max([len(c)] + [cell_len(r[i]) for r in self._rows])
+            for i, c in enumerate(self.columns)
+        ]
+        floors = [min(w, max(len(c), 8)) for w, c in zip(widths, self.columns, strict=True)]
+        available = self.console.width - 3 * (len(widths) - 1)
+        excess = sum(widths) - available
+        while excess > 0:
+            i = max(range(len(widths)), key=lambda k: widths[k] - floors[k])
+            room = widths[i] - floors[i]
+            if room <= 0:
+                break
+            # Take from the widest column down to the next widest (at least 1).
+            others = sorted((widths[k] - floors[k] for k in range(len(widths)) if k != i),
+                            reverse=True)
+            step = max(1, min(excess, room - (others[0] if others else 0), room))
+            widths[i] -= step
+            excess -= step
+        return widths
 
     def close(self) -> None:
         if not self.closed:

@@ -101,3 +101,20 @@ def test_term_safe_rules():
     assert term_safe(None) == ""
     assert term_safe("x" * 50, 10) == "x" * 9 + "…"
     assert len(term_safe("\x00" * 1000, 20)) == 20
+
+
+def test_narrow_terminal_drops_columns_instead_of_mangling_headers():
+    for table, rows in (("exchanges", make_exchanges()), ("records", make_records()),
+                        ("errors", make_errors())):
+        out = render(table, rows, terminal=False, width=80)
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= 80
+        assert "…" not in lines[0], lines[0]  # headers stay whole
+        assert len(lines[0].split()) >= 5
+
+
+def test_explicit_columns_are_never_dropped():
+    cols = ("stream", "client", "broker", "api_name", "client_id", "topics", "status")
+    out = render("exchanges", make_exchanges(), terminal=False, width=60, columns=cols)
+    header = out.splitlines()[0]
+    assert len(header.split()) == len(cols)
