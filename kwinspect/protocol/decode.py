@@ -255,9 +255,10 @@ def _copy_default(value):
 
 
 def _read_tagged_fields(buf, pos, d, tagged) -> int:
+    start = pos
     count, pos = p.read_uvarint(buf, pos)
     if count > len(buf) - pos:
-        raise DecodeStop(pos, f"{count} tagged fields cannot fit in the {len(buf) - pos} bytes left")
+        raise DecodeStop(start, f"{count} tagged fields cannot fit in the {len(buf) - pos} bytes left")
     unknown = None
     for _ in range(count):
         tag_pos = pos

@@ -104,12 +104,13 @@ def uuid_to_str(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def _take(buf, pos, n, what):
+def _take(buf, pos, n, what, start):
+    """The n bytes at pos; a bad length is reported at `start`, the length prefix."""
     if n < 0:
-        raise DecodeStop(pos, f"negative {what} length {n}")
+        raise DecodeStop(start, f"negative {what} length {n}")
     end = pos + n
     if end > len(buf):
-        raise DecodeStop(pos, f"{what} length {n} exceeds the {len(buf) - pos} bytes left")
+        raise DecodeStop(start, f"{what} length {n} exceeds the {len(buf) - pos} bytes left")
     return bytes(buf[pos:end]), end
 
 
@@ -128,7 +129,7 @@ def read_string(buf, pos, nullable=False):
     n, p = read_int16(buf, pos)
     if n == -1 and nullable:
         return None, p
-    raw, p = _take(buf, p, n, "string")
+    raw, p = _take(buf, p, n, "string", pos)
     return _utf8(raw, pos), p
 
 
@@ -138,7 +139,7 @@ def read_compact_string(buf, pos, nullable=False):
         if nullable:
             return None, p
         raise DecodeStop(pos, "null in a non-nullable compact string")
-    raw, p = _take(buf, p, n - 1, "string")
+    raw, p = _take(buf, p, n - 1, "string", pos)
     return _utf8(raw, pos), p
 
 
@@ -146,7 +147,7 @@ def read_bytes(buf, pos, nullable=False):
     n, p = read_int32(buf, pos)
     if n == -1 and nullable:
         return None, p
-    return _take(buf, p, n, "bytes")
+    return _take(buf, p, n, "bytes", pos)
 
 
 def read_compact_bytes(buf, pos, nullable=False):
@@ -155,7 +156,7 @@ def read_compact_bytes(buf, pos, nullable=False):
         if nullable:
             return None, p
         raise DecodeStop(pos, "null in non-nullable compact bytes")
-    return _take(buf, p, n - 1, "bytes")
+    return _take(buf, p, n - 1, "bytes", pos)
 
 
 def read_array_length(buf, pos, compact: bool, nullable: bool, min_element_size: int):
