@@ -177,7 +177,7 @@ class _Half:
 
     __slots__ = ("src", "dst", "st", "started", "syn_seen", "isn", "nxt", "ooo_s", "ooo_d",
                  "recent", "recent_bytes", "recent_gaps", "fin_at", "fin_done", "max_end",
-                 "peer_ack", "issue_count")
+                 "peer_ack", "issue_count", "hole_since", "hole_limit")
 
     def __init__(self, src: model.Endpoint, dst: model.Endpoint) -> None:
         self.src = src
@@ -197,6 +197,8 @@ class _Half:
         self.max_end = 0
         self.peer_ack: int | None = None
         self.issue_count = 0
+        self.hole_since: float | None = None  # when the peer first acked past a hole
+        self.hole_limit = 0
 
     def start_at(self, seq: int) -> None:
         self.started = True
@@ -244,12 +246,17 @@ class TcpReassembler:
       overlap_check_bytes [16 KiB]: delivered bytes kept per direction to
           compare against retransmitted copies (conflict detection).
       max_issues_per_direction [20]: StreamIssue events per direction (counters keep counting).
+      ack_gap_delay [0.002 s]: when the peer acknowledges bytes the capture lacks, wait
+          this much packet time (checked on the connection's next segments) before
+          declaring them a gap, so an ACK captured just before its data (merged
+          interfaces, multi-queue NICs) does not cost data.  0 = declare at once.
     """
 
     def __init__(self, *, max_ooo_bytes: int = 4 << 20, max_total_buffered: int = 256 << 20,
                  max_connections: int = 200_000, idle_timeout: float = 600.0,
                  closed_linger: float = 120.0, max_window: int = 1 << 30,
-                 overlap_check_bytes: int = 16 << 10, max_issues_per_direction: int = 20) -> None:
+                 overlap_check_bytes: int = 16 << 10, max_issues_per_direction: int = 20,
+                 ack_gap_delay: float = 0.002) -> None:
         self.max_ooo_bytes = max_ooo_bytes
         self.max_total_buffered = max_total_buffered
         self.max_connections = max_connections
@@ -258,6 +265,7 @@ class TcpReassembler:
         self.max_window = max_window
         self.overlap_check_bytes = overlap_check_bytes
         self.max_issues_per_direction = max_issues_per_direction
+        self.ack_gap_delay = ack_gap_delay
         self.stats = ReassemblerStats()
         self._dirs: dict[tuple[model.Endpoint, model.Endpoint], tuple[_Conn, _Half, _Half]] = {}
         # LRU order; keyed by the _Conn itself (identity hash: cheaper than hashing a ConnId)
@@ -266,6 +274,7 @@ class TcpReassembler:
             OrderedDict())
         self._buffered_total = 0
         self._buffering: set[_Half] = set()
+        self._holes: set[_Half] = set()  # halves waiting out ack_gap_delay
         self._serial = 0
 
     # ------------------------------------------------------------------ public
@@ -328,10 +337,10 @@ class TcpReassembler:
                     p.peer_ack = a
                     if p.ooo_s and a >= p.ooo_s[0]:
                         # the peer has received the hole's bytes: the capture lost them
-                        self._skip_to(conn, p, a, ts, out, "acked")
+                        self._acked_hole(conn, p, a, ts, out)
                     elif p.fin_at is not None and a > p.fin_at > p.nxt:
                         # the peer acknowledged the FIN: the bytes before it were lost
-                        self._skip_to(conn, p, p.fin_at, ts, out, "acked")
+                        self._acked_hole(conn, p, p.fin_at, ts, out)
                     self._check_fin(p)
         if flags & FIN and h.fin_at is None:
             h.fin_at = h.unwrap((seq + len(payload) + seg.missing) & _MASK)
@@ -339,6 +348,10 @@ class TcpReassembler:
                 h.max_end = h.fin_at
         if h.fin_at is not None:
             self._check_fin(h)
+        if h.hole_since is not None or p.hole_since is not None:
+            for x in (h, p):
+                if x.hole_since is not None:
+                    self._hole_timer(conn, x, ts, out)
         if flags & RST:
             self._close(conn, ts, "rst", out)
         elif h.fin_done and p.fin_done:
@@ -350,6 +363,12 @@ class TcpReassembler:
     def flush_idle(self, now: float) -> list[StreamEvent]:
         """Close connections with no segment for idle_timeout seconds before `now` (packet time)."""
         out: list[StreamEvent] = []
+        for h in list(self._holes):
+            entry = self._dirs.get((h.src, h.dst))
+            if entry is None or h.hole_since is None:
+                self._holes.discard(h)
+            else:
+                self._hole_timer(entry[0], h, now, out)
         limit = now - self.idle_timeout
         while self._conns:
             conn = next(iter(self._conns))
@@ -457,6 +476,8 @@ class TcpReassembler:
         for h in (conn.h0, conn.h1):
             h.recent.clear()
             h.recent_bytes = 0
+            h.hole_since = None
+            self._holes.discard(h)
             for f in _SUM_FIELDS:
                 setattr(tot, f, getattr(tot, f) + getattr(h.st, f))
         self.stats.closed += 1
@@ -588,7 +609,7 @@ class TcpReassembler:
                 while h.ooo_s and h.st.buffered > self.max_ooo_bytes:
                     self._skip_to(conn, h, h.ooo_s[0], ts, out, "buffer_cap")
             elif h.peer_ack is not None and h.ooo_s and h.peer_ack >= h.ooo_s[0]:
-                self._skip_to(conn, h, h.peer_ack, ts, out, "acked")
+                self._acked_hole(conn, h, h.peer_ack, ts, out)
 
     def _insert(self, conn: _Conn, h: _Half, s: int, data: bytes, ts: float,
                 out: list[StreamEvent]) -> None:
@@ -677,6 +698,33 @@ class TcpReassembler:
             nxt_chunk = h.ooo_s[0] if h.ooo_s else limit
             self._gap(conn, h, min(nxt_chunk, limit) - h.nxt, ts, out, reason)
         self._check_fin(h)
+
+    def _acked_hole(self, conn: _Conn, h: _Half, limit: int, ts: float,
+                    out: list[StreamEvent]) -> None:
+        """The peer acknowledged bytes below `limit` that the capture does not hold.
+        Declare them lost now, or - with ack_gap_delay - once that much packet time has
+        passed without them showing up (an ACK may be captured before its data when
+        interfaces are merged)."""
+        if h.fin_at is not None and limit > h.fin_at:
+            limit = h.fin_at  # the ACK of a FIN is one above the last data byte
+        if self.ack_gap_delay <= 0:
+            self._skip_to(conn, h, limit, ts, out, "acked")
+            return
+        if h.hole_since is None:
+            h.hole_since = ts
+            self._holes.add(h)
+        if limit > h.hole_limit:
+            h.hole_limit = limit
+
+    def _hole_timer(self, conn: _Conn, h: _Half, now: float, out: list[StreamEvent]) -> None:
+        limit = h.hole_limit if h.fin_at is None else min(h.hole_limit, h.fin_at)
+        if h.nxt >= limit:  # the hole was filled after all
+            h.hole_since = None
+            self._holes.discard(h)
+        elif now - h.hole_since >= self.ack_gap_delay:
+            h.hole_since = None
+            self._holes.discard(h)
+            self._skip_to(conn, h, limit, now, out, "acked")
 
     def _check_fin(self, h: _Half) -> None:
         if h.fin_at is not None and not h.fin_done and h.nxt >= h.fin_at and not h.ooo_s:

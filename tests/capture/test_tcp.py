@@ -189,7 +189,7 @@ def test_gap_is_declared_when_the_peer_acks_past_a_hole():
     segs = conversation(C, S, [("c", b"A" * 300)], mss=100, close=None)
     # handshake(3), data 100/100/100, server ACK
     lossy = segs[:4] + segs[5:]  # second data segment lost
-    evs, _ = run(lossy, finish=False)
+    evs, _ = run(lossy, TcpReassembler(ack_gap_delay=0), finish=False)
     gaps = [e for e in evs if isinstance(e, StreamGap)]
     assert [(g.nbytes, g.offset, g.reason) for g in gaps] == [(100, 100, "acked")]
     assert directions(evs)[(0, C)].data() == b"A" * 200
@@ -208,7 +208,7 @@ def test_lost_data_before_fin():
     segs = conversation(C, S, [("c", b"F" * 200)], mss=100)
     # drop the client's second data segment and the server's data ACK
     lossy = [s for i, s in enumerate(segs) if i not in (4, 5)]
-    evs, _ = run(lossy, finish=False)
+    evs, _ = run(lossy, TcpReassembler(ack_gap_delay=0), finish=False)
     assert [e.reason for e in evs if isinstance(e, StreamClosed)] == ["fin"]
     assert sum(e.nbytes for e in evs if isinstance(e, StreamGap)) == 100
     check_accounting(evs)
@@ -480,7 +480,7 @@ def test_ack_captured_before_its_data_reports_late_bytes():
     late and reported - never spliced into a stream that already moved on."""
     segs = conversation(C, S, [("c", b"A" * 300)], mss=100, close=None)
     reordered = segs[:4] + [segs[5], segs[6], segs[4]]  # data 2 after data 3 and the ACK
-    evs, _ = run(reordered)
+    evs, _ = run(reordered, TcpReassembler(ack_gap_delay=0))
     assert [(g.nbytes, g.reason) for g in evs if isinstance(g, StreamGap)] == [(100, "acked")]
     assert any(isinstance(e, StreamIssue) and e.issue.kind == "tcp_late_data" for e in evs)
     closed = next(e for e in evs if isinstance(e, StreamClosed))
@@ -540,3 +540,30 @@ def test_conn_id_is_canonical_and_printable():
     ida = next(e for e in ea if isinstance(e, StreamOpened)).conn_id
     idb = next(e for e in eb if isinstance(e, StreamOpened)).conn_id
     assert ida == idb and str(ida) == "10.0.0.1:40000<->10.0.0.2:9092#0"
+
+
+def test_ack_gap_delay_absorbs_an_ack_captured_just_before_its_data():
+    segs = conversation(C, S, [("c", b"A" * 300)], mss=100, close=None, dt=0.0001)
+    reordered = segs[:4] + [segs[5], segs[6], segs[4]]
+    evs, _ = run(reordered)  # default ack_gap_delay
+    assert not any(isinstance(e, StreamGap | StreamIssue) for e in evs)
+    assert directions(evs)[(0, C)].data() == b"A" * 300
+
+
+def test_ack_gap_delay_declares_the_gap_later():
+    segs = conversation(C, S, [("c", b"A" * 300), ("s", b"ok")], mss=100, close=None)
+    lossy = segs[:4] + segs[5:]  # second data segment really lost
+    r = TcpReassembler(ack_gap_delay=0.5)
+    evs, _ = run(lossy, r, finish=False)
+    assert not any(isinstance(e, StreamGap) for e in evs)  # still waiting (packet time)
+    assert r.buffered_bytes() == 100
+    out = r.flush_idle(lossy[-1].ts + 1.0)  # packet time moved on: the hole is declared
+    gaps = [e for e in out if isinstance(e, StreamGap)]
+    assert [(g.nbytes, g.offset, g.reason) for g in gaps] == [(100, 100, "acked")]
+    assert r.open_connections() == 1 and r.buffered_bytes() == 0
+    # the same happens on the connection's next segment
+    r2 = TcpReassembler(ack_gap_delay=0.5)
+    evs2, _ = run(lossy, r2, finish=False)
+    later = segs[-1]._replace(ts=segs[-1].ts + 1.0)
+    out2 = r2.feed(later)
+    assert [(g.nbytes, g.reason) for g in out2 if isinstance(g, StreamGap)] == [(100, "acked")]
