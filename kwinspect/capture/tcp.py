@@ -16,8 +16,9 @@ Rules
   overlaps are trimmed: the first copy of a byte wins, and a later copy that
   differs is reported (`tcp_overlap_conflict`), never substituted.
 - Lost data is never zero-filled: it becomes a StreamGap with its length, when
-  (a) the peer acknowledges bytes the capture never held and data after the
-  hole is already buffered, (b) a buffer cap is reached, or (c) the connection
+  (a) the peer acknowledges bytes the capture never held (data after the
+  hole is buffered, or the FIN is) and they do not appear within
+  `ack_gap_delay` seconds of packet time, (b) a buffer cap is reached, or (c) the connection
   closes / idles out / the input ends and a hole remains below the highest
   sequence number seen (or acknowledged by the peer).
 - A connection without a SYN in the capture starts at the first sequence
