@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kwinspect.analyze.latency import LATENCY_COLUMNS
+from kwinspect.analyze.schemas import ARROW_TYPES
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS
 
@@ -54,72 +55,8 @@ FORMATS = ("table", "jsonl", "csv", "parquet")
 TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
 LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
 
-_TS = pa.timestamp("us", tz="UTC")
-_HEADER = pa.struct(
-    [("key", pa.string()), ("value", pa.string()), ("value_encoding", pa.string())]
-)
-
-# Explicit Arrow types per column.  Integers are widened (int32 for int16 wire
-# fields) so a surprising value never makes the writer fail.
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    # exchanges
-    "stream": pa.string(),
-    "client": pa.string(),
-    "broker": pa.string(),
-    "api_key": pa.int32(),
-    "api_name": pa.string(),
-    "api_version": pa.int32(),
-    "correlation_id": pa.int32(),
-    "client_id": pa.string(),
-    "request_ts": _TS,
-    "response_ts": _TS,
-    "latency_ms": pa.float64(),
-    "request_size": pa.int64(),
-    "response_size": pa.int64(),
-    "status": pa.string(),
-    "error_codes": pa.list_(pa.int32()),
-    "error_names": pa.list_(pa.string()),
-    "topics": pa.list_(pa.string()),
-    "throttle_time_ms": pa.int32(),
-    # records
-    "direction": pa.string(),
-    "topic": pa.string(),
-    "partition": pa.int32(),
-    "offset": pa.int64(),
-    "timestamp": _TS,
-    "timestamp_type": pa.string(),
-    "key": pa.string(),
-    "key_encoding": pa.string(),
-    "value": pa.string(),
-    "value_encoding": pa.string(),
-    "headers": pa.list_(_HEADER),
-    "compression": pa.string(),
-    "magic": pa.int32(),
-    "crc_ok": pa.bool_(),
-    "producer_id": pa.int64(),
-    "producer_epoch": pa.int32(),
-    "sequence": pa.int32(),
-    "is_transactional": pa.bool_(),
-    "is_control": pa.bool_(),
-    "control_type": pa.string(),
-    # errors
-    "kind": pa.string(),
-    "code": pa.int32(),
-    "name": pa.string(),
-    "retriable": pa.bool_(),
-    "path": pa.string(),
-    "message": pa.string(),
-    "ts": _TS,
-    # latency
-    "by": pa.string(),
-    "group": pa.string(),
-    "count": pa.int64(),
-    "mean_ms": pa.float64(),
-    "p50_ms": pa.float64(),
-    "p95_ms": pa.float64(),
-    "p99_ms": pa.float64(),
-    "max_ms": pa.float64(),
-}
+# The Arrow types live in analyze/schemas.py, shared with the Spark pipeline.
+_ARROW_TYPES = ARROW_TYPES
 
 
 def arrow_schema(table: str) -> pa.Schema:
