@@ -201,10 +201,42 @@ class RequestValidator:
         peek = peek_request_header(payload)
         if peek is None or not plausible_header(peek, known_kafka=self.known_kafka):
             return False
+        return self._cid_follows(peek.correlation_id)
+
+    def _cid_follows(self, cid: int) -> bool:
         last = self.last_correlation_id
         if last is not None:
-            delta = (peek.correlation_id - last) & 0x7FFFFFFF
+            delta = (cid - last) & 0x7FFFFFFF
             return 0 < delta <= self.correlation_window
+        return True
+
+    def partial(self, prefix: memoryview | bytes) -> bool:
+        """Judge a prefix cut short by a gap or the end: False only when what is
+        there already rules a request out."""
+        n = len(prefix)
+        if n >= MIN_REQUEST_HEADER and peek_request_header(prefix) is not None:
+            return self(prefix)
+        if n >= 4:
+            key = int.from_bytes(prefix[0:2], "big", signed=True)
+            ver = int.from_bytes(prefix[2:4], "big", signed=True)
+            if self._known is not None:
+                if (key << 16) | ver not in self._known or key < 0:
+                    return False
+            elif not (0 <= key <= NEW_API_KEY_LIMIT and 0 <= ver <= MAX_UNKNOWN_KEY_VERSION + NEW_VERSION_SLACK + 20):
+                return False
+        if n >= 8:
+            if bytes(prefix[0:8]) == _ZEROS8:
+                return False
+            cid = int.from_bytes(prefix[4:8], "big", signed=True)
+            if cid < 0 or not self._cid_follows(cid):
+                return False
+        if n >= MIN_REQUEST_HEADER:
+            clen = int.from_bytes(prefix[8:10], "big", signed=True)
+            if clen < -1:
+                return False
+            text = bytes(prefix[10 : 10 + max(clen, 0)]).decode("utf-8", errors="replace").rstrip("\ufffd")
+            if "\ufffd" in text or not text.isprintable():
+                return False
         return True
 
 
@@ -233,6 +265,10 @@ class ResponseValidator:
             return cid in pend
         return cid >= 0
 
+    def partial(self, prefix: memoryview | bytes) -> bool:
+        """Judge a prefix cut short by a gap or the end (see RequestValidator.partial)."""
+        return len(prefix) < 4 or self(prefix)
+
 
 def _size_class(max_frame_size: int) -> bytes:
     top = min(max_frame_size >> 24, 0x7F)
@@ -247,8 +283,10 @@ class FrameSplitter:
     tell an oversized frame (skipped) from lost sync (hunt).  It may carry
     ``min_payload`` (smallest plausible payload, default 4), ``prefilter``
     ``(regex_fragment, length)`` describing the payload's first bytes, used to
-    scan quickly, and ``note_last_frame(payload)``, called with the last frame
-    framed before each hunt; all are optional.  ``synced=False`` starts by
+    scan quickly, ``note_last_frame(payload)``, called with the last frame
+    framed before each hunt, and ``partial(prefix)``, judging a header cut
+    short by a gap or the end (False only when it rules the frame out); all
+    are optional.  ``synced=False`` starts by
     hunting (the direction was picked up mid-stream).  ``start_offset`` is the
     stream offset of the first byte fed.  A hunt that finds no boundary in
     ``max_hunt_bytes`` bytes or ``max_hunt_candidates`` Python-checked
@@ -304,6 +342,7 @@ class FrameSplitter:
         # payload of the last frame framed (for the validator's note_last_frame)
         self._last_frame: bytes | None = None
         self._need_off = 0  # stream offset the buffer must reach before _sync can progress
+        self._landing = False  # the hunt starts where a trusted size said a frame starts
 
         self.fed_bytes = 0
         self.gap_bytes = 0
@@ -395,6 +434,7 @@ class FrameSplitter:
             self._flush_run()
             self._state = _HUNT
         self._hunted = self._tried = 0
+        self._landing = False
         self._run_reason = SKIP_RESYNC if self._state == _HUNT else self._run_reason
         self._buf.clear()
         self._pos = 0
@@ -616,6 +656,8 @@ class FrameSplitter:
         if self._skip_left == 0:
             self._flush_run()
             self._state = self._skip_then
+            # landing where a trusted size prefix said the next frame starts
+            self._landing = self._state == _HUNT
             self._run_reason = SKIP_RESYNC
             self._run_start = self._base + self._pos
             return True
@@ -647,12 +689,37 @@ class FrameSplitter:
                 return _ACCEPT if validator(mv[fe + 4 : fe + 4 + nwant]) else _REJECT_CHECKED
             if mode == _NORMAL:
                 return _WAIT  # judge once the next frame's header is seen
+            # a gap or the end cut the next header: judge what there is of it,
+            # and demand enough of it (a size plus a correlation id alone is
+            # found inside many responses)
+            if nhave < self._min_payload:
+                return _REJECT
+            partial = getattr(validator, "partial", None)
+            if partial is not None and not partial(mv[fe + 4 : n]):
+                return _REJECT_CHECKED
             return _ACCEPT
         if mode == _NORMAL:
             return _WAIT  # judge once the next size prefix (or the end) is seen
-        if fe > n:
-            # cut by a gap or by the end: too little evidence to trust its size,
-            # and trusting a false one would hide real frames behind it
+        if fe != n:
+            # cut by a gap or by the end (or followed by a cut size prefix): too
+            # little evidence to trust its size, and trusting a false one would
+            # hide real frames behind it
+            return _REJECT
+        return _ACCEPT
+
+    def _landing_check(self, mv: memoryview, q: int, n: int, mode: int) -> int:
+        """A landing point needs no chain check: the boundary came from a size."""
+        if n - q < 4:
+            return _WAIT if mode == _NORMAL else _REJECT
+        size = int.from_bytes(mv[q : q + 4], "big", signed=True)
+        if size < self._min_payload or size > self.max_frame_size:
+            return _REJECT
+        want = size if size < self.peek_bytes else self.peek_bytes
+        have = n - q - 4
+        if have < want and mode == _NORMAL:
+            return _WAIT
+        validator = self.validator
+        if validator is not None and not validator(mv[q + 4 : q + 4 + min(want, have)]):
             return _REJECT
         return _ACCEPT
 
@@ -661,6 +728,16 @@ class FrameSplitter:
         pos = self._pos
         n = len(buf)
         found = stop = lost_at = -1
+        if self._landing:
+            with memoryview(buf) as mv:
+                r = self._landing_check(mv, pos, n, mode)
+            if r == _WAIT:
+                return False
+            self._landing = False
+            if r == _ACCEPT:
+                self._state = _SYNC
+                self._hunted = self._tried = 0
+                return True
         search = self._prefilter.search
         checked = 0  # candidates that reached the validator (and were rejected)
         limit = n - self._prefilter_len + 1  # positions the prefilter can judge
