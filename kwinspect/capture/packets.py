@@ -22,11 +22,12 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from kwinspect import model
 
-from .readers import RawPacket
+if TYPE_CHECKING:  # packets.py and tcp.py stay importable without the file readers
+    from .readers import RawPacket
 
 __all__ = ["PacketParser", "ParserStats", "TcpSegment", "FIN", "SYN", "RST", "PSH", "ACK", "URG"]
 
