@@ -497,12 +497,15 @@ def confluent_mock_transactions(rig: Rig, workdir: str) -> Manifest:
     mc = rig.mock()
     topic = rig.name("txn")
     txn_id = rig.name("kw-txn")
+    txn_group = rig.name("kw-txn-group")
     mc.create_topic(topic, 2, 1)
     with recording(rig, workdir, "confluent-mock-transactions",
                    "a transactional confluent-kafka producer (transactional.id set) runs "
                    "init_transactions, then a transaction of 6 records that it commits and one "
                    "of 4 records that it aborts, then a second committed transaction of 2 "
-                   "records; the mock writes COMMIT/ABORT control records after each. A "
+                   "records whose transaction also commits offsets 3 of both partitions for "
+                   "a consumer group (send_offsets_to_transaction: AddOffsetsToTxn, "
+                   "TxnOffsetCommit); the mock writes COMMIT/ABORT control records after each. A "
                    "read_committed consumer (assign(), no group) reads the partitions back; "
                    "the mock does not filter aborted records (no aborted_transactions list), "
                    "so the consumer returns all 12 data records.", mc) as m:
@@ -542,6 +545,26 @@ def confluent_mock_transactions(rig: Rig, workdir: str) -> Manifest:
                               timestamp=it["timestamp_ms"],
                               on_delivery=functools.partial(on_delivery, idx))
                 p.flush(15)
+                if tag == "txn3":
+                    # consume-transform-produce style: commit a group's offsets in the
+                    # transaction (AddOffsetsToTxn + TxnOffsetCommit).
+                    from confluent_kafka import Consumer, TopicPartition
+
+                    gconf = {"bootstrap.servers": mc.bootstrap_servers,
+                             "client.id": "txn-offsets-group", "group.id": txn_group,
+                             "enable.auto.commit": False}
+                    m.clients.append(ClientInfo(
+                        "consumer (group metadata only, never subscribes)", "confluent-kafka",
+                        ver, "txn-offsets-group",
+                        {k: v for k, v in gconf.items() if k != "bootstrap.servers"}, lib))
+                    gc_ = Consumer(gconf)
+                    try:
+                        p.send_offsets_to_transaction(
+                            [TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 3)],
+                            gc_.consumer_group_metadata(), 15)
+                    finally:
+                        gc_.close()
+                    m.group_ids.append(txn_group)
                 if outcome == "committed":
                     p.commit_transaction(15)
                 else:
@@ -555,7 +578,8 @@ def confluent_mock_transactions(rig: Rig, workdir: str) -> Manifest:
                    extra={"isolation.level": "read_committed"}, linger=0.3)
         _expect_mock_apiversions(m)
         m.expect_apis("ApiVersions", "Metadata", "FindCoordinator", "InitProducerId",
-                      "AddPartitionsToTxn", "Produce", "EndTxn", "Fetch")
+                      "AddPartitionsToTxn", "Produce", "AddOffsetsToTxn", "TxnOffsetCommit",
+                      "EndTxn", "Fetch")
         m.allow_anomaly("crc_mismatch", "Fetch",
                         "the mock writes its COMMIT/ABORT control batches with CRC 0 "
                         "(data batches are checked: crc_ok must be true for every record)")
@@ -669,6 +693,74 @@ def confluent_mock_legacy_msgset(rig: Rig, workdir: str) -> Manifest:
             m.notes.append("Produce v2 / Fetch v3 carry magic 1 message sets; the gzip wrapper "
                            "in the rejected produce request holds 6 inner magic 1 messages "
                            "with relative offsets 0-5.")
+    return m
+
+
+def confluent_mock_broker_down(rig: Rig, workdir: str) -> Manifest:
+    """The partition leader goes away and comes back while a producer writes."""
+    from confluent_kafka import Producer
+
+    with rig.private_mock(3) as mc:
+        topic = "flap"
+        mc.create_topic(topic, 1, 1)
+        mc.set_partition_leader(topic, 0, 2)
+        with recording(rig, workdir, "confluent-mock-broker-down",
+                       "a confluent-kafka producer writes 16 records, one every 50 ms, to a "
+                       "partition led by broker 2 of a private mock cluster; after the 6th "
+                       "record broker 2 is set down (rd_kafka_mock_broker_set_down: the broker "
+                       "closes its connections and refuses new ones, so reconnect SYNs get "
+                       "RSTs) and after the 11th it is set up again; the producer reconnects "
+                       "and every record is delivered, in order.", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            client_id = "flap-producer"
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": client_id,
+                    "linger.ms": 0, "acks": "all", "reconnect.backoff.ms": 50,
+                    "reconnect.backoff.max.ms": 200, "enable.idempotence": False,
+                    "log_level": 2}  # the refused reconnects are the point; keep stderr quiet
+            ver, lib = _ck_version()
+            m.clients.append(ClientInfo("producer", "confluent-kafka", ver, client_id,
+                                        {k: v for k, v in conf.items()
+                                         if k != "bootstrap.servers"}, lib))
+            items = standard_items(topic, 16)
+            truths: list[RecordTruth | None] = [None] * len(items)
+
+            def on_delivery(idx: int, err: Any, msg: Any) -> None:
+                it = items[idx]
+                ts = msg.timestamp()
+                truths[idx] = RecordTruth.make(
+                    topic, msg.partition(), msg.offset() if err is None else None, it["key"],
+                    it["value"], it["headers"], codec="none", timestamp_ms=it["timestamp_ms"],
+                    timestamp_type="create_time",
+                    report_timestamp_ms=ts[1] if ts and ts[0] else None, client_id=client_id,
+                    acks="all", delivery_error=err.name() if err is not None else None)
+
+            p = Producer(conf)
+            try:
+                for idx, it in enumerate(items):
+                    if idx == 6:
+                        mc.set_down(2)
+                    if idx == 11:
+                        mc.set_up(2)
+                    p.produce(topic, key=it["key"], value=it["value"],
+                              headers=it["headers"] or None, partition=0,
+                              timestamp=it["timestamp_ms"],
+                              on_delivery=functools.partial(on_delivery, idx))
+                    p.poll(0)
+                    time.sleep(0.05)
+                if p.flush(15):
+                    raise RuntimeError("records not delivered after the broker came back")
+            finally:
+                _ck_close_producer(p)
+            m.produced.extend(t for t in truths if t is not None)
+            if any(t.delivery_error for t in m.produced):
+                raise RuntimeError("a record failed across the broker outage")
+            _expect_mock_apiversions(m)
+            for api in ("Produce", "Metadata", "ApiVersions", "GetTelemetrySubscriptions"):
+                m.allow_status(api, "response_missing")
+            m.notes.append("Requests in flight when broker 2 closed its connections may have "
+                           "no response (response_missing); they are retried on the new "
+                           "connection. Refused reconnects appear as SYN/RST pairs.")
+            m.expect_apis("ApiVersions", "Metadata", "Produce")
     return m
 
 
@@ -915,6 +1007,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "confluent-mock-transactions": confluent_mock_transactions,
     "confluent-mock-errors": confluent_mock_errors,
     "confluent-mock-legacy-msgset": confluent_mock_legacy_msgset,
+    "confluent-mock-broker-down": confluent_mock_broker_down,
     "kafka-python-mock-group": kafka_python_mock_group,
     "tansu-admin": tansu_admin,
     "tansu-produce-consume": tansu_produce_consume,
