@@ -228,3 +228,22 @@ def test_ipv4_total_length_zero_from_tso_uses_frame_length():
     fr[14 + 2:14 + 4] = b"\0\0"  # what a capture of a TSO super-segment can show
     out = PacketParser().parse(_raw(bytes(fr), 1))
     assert out is not None and out.payload == seg.payload
+
+
+def test_fast_path_equals_general_path(public_captures):
+    """parse() has an Ethernet/IPv4/TCP fast path; it must agree with the general path."""
+    segs = conversation(*V4, MSGS_FAST, mss=700)
+    frames = [RawPacket(f.ts, 1, f.data, f.wire_len, k + 1)
+              for k, f in enumerate(build_frames(segs, 1))]
+    for path in public_captures:
+        with open_capture(path) as src:
+            frames += list(src)
+    fast, slow = PacketParser(), PacketParser()
+    for raw in frames:
+        slow.stats.packets += 1
+        assert fast.parse(raw) == slow._parse(raw)
+    assert (fast.stats.tcp, fast.stats.other, fast.stats.unparseable) == (
+        slow.stats.tcp, slow.stats.other, slow.stats.unparseable)
+
+
+MSGS_FAST = [("c", b"q" * 5000), ("s", b"r" * 100)]
