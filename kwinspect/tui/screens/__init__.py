@@ -1,0 +1,1 @@
+"""Full-screen views of the kwinspect TUI, one module per domain."""

@@ -1,0 +1,89 @@
+"""Errors and anomalies: Kafka error codes and everything the dissector flagged."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from kwinspect.analyze.termsafe import term_safe
+from kwinspect.model import KAFKA_ERROR, ErrorRow
+from kwinspect.tui.store import ExchangeStore
+
+MAX_SHOWN = 20_000
+
+
+def _clock(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    try:
+        d = datetime.fromtimestamp(ts, UTC)
+    except (OverflowError, OSError, ValueError):
+        return "?"
+    return d.strftime("%H:%M:%S.") + f"{d.microsecond // 1000:03d}"
+
+
+class ErrorsScreen(Screen[ErrorRow | None]):
+    """Enter on a row dismisses with that ErrorRow; the app jumps to its exchange."""
+
+    BINDINGS = [
+        Binding("escape,q", "close", "Back"),
+        Binding("enter", "jump", "Go to exchange"),
+    ]
+
+    def __init__(self, store: ExchangeStore) -> None:
+        super().__init__()
+        self.store = store
+        self.shown: list[ErrorRow] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="errors-title")
+        yield DataTable(id="errors", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        store = self.store
+        with store.lock:
+            errors = list(store.errors)
+        self.shown = errors[:MAX_SHOWN]
+        kinds: dict[str, int] = {}
+        for e in errors:
+            label = e.name if e.kind == KAFKA_ERROR and e.name else e.kind
+            kinds[label] = kinds.get(label, 0) + 1
+        top = ", ".join(f"{term_safe(k, 40)} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:8])
+        more = f" (showing the first {MAX_SHOWN:,})" if len(errors) > MAX_SHOWN else ""
+        dropped = f", {store.errors_dropped:,} dropped to bound memory" if store.errors_dropped else ""
+        self.query_one("#errors-title", Static).update(
+            Text.assemble((f"Errors and anomalies: {store.error_count:,}{more}{dropped}", "bold"),
+                          "  " + top + "\nEnter: go to the exchange · Esc: back"))
+        table = self.query_one("#errors", DataTable)
+        for col in ("time", "kind", "error", "api", "corr", "topic/partition", "connection", "message"):
+            table.add_column(col)
+        for e in self.shown:
+            is_err = e.kind == KAFKA_ERROR
+            where = f"{e.topic}/{e.partition}" if e.topic is not None else ""
+            table.add_row(
+                _clock(e.ts),
+                Text(term_safe(e.kind, 30), style="red" if not is_err else ""),
+                Text(term_safe(f"{e.name or ''}" + (f" ({e.code})" if e.code is not None else ""), 50),
+                     style="bold red" if is_err else ""),
+                term_safe(e.api_name, 30), "" if e.correlation_id is None else str(e.correlation_id),
+                term_safe(where, 60), term_safe(e.stream, 60), term_safe(e.message, 160),
+            )
+        table.focus()
+
+    def action_jump(self) -> None:
+        table = self.query_one("#errors", DataTable)
+        if 0 <= table.cursor_row < len(self.shown):
+            self.dismiss(self.shown[table.cursor_row])
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_jump()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,389 @@
+"""The TUI's exchange index: compact columns for millions of exchanges.
+
+An ``Exchange`` carries its request and response ``Message`` objects with full
+bodies (record sets included): a few KiB each, far too much to keep a million
+of them.  The store keeps only what the list, the filter and the other views
+need, as typed ``array`` columns (about 100 bytes per exchange, strings
+interned), and gets the full decode back on demand:
+
+* capture files: the indexer taps the raw request/response frames on their way
+  from the framing layer to the conversation and appends them to a temporary
+  spill file; the store keeps (offset, length) per frame.  Selecting an
+  exchange reads its two frames back and re-decodes them with
+  ``decode_request`` / ``decode_response`` (plus the same SASL redaction the
+  conversation applies), which also gives the hex view its bytes.
+* live sources (and anything else whose frames were not tapped): the decoded
+  ``Message`` objects of the most recent exchanges are kept in a bounded LRU.
+
+Threads: one writer (the indexing worker) appends under ``lock``; the UI thread
+reads single cells without the lock (array reads never see a torn value under
+the GIL) and takes the lock only to copy columns for numpy work.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kwinspect.model import (
+    EXCHANGE_COLUMNS,
+    STATUS_NO_RESPONSE_EXPECTED,
+    STATUS_PAIRED,
+    STATUS_REQUEST_MISSING,
+    STATUS_RESPONSE_MISSING,
+    ErrorRow,
+    Exchange,
+    Message,
+)
+
+NAN = float("nan")
+NONE_INT = -(2**63)  # "null" in the int64 columns
+STATUSES = (STATUS_PAIRED, STATUS_NO_RESPONSE_EXPECTED, STATUS_RESPONSE_MISSING, STATUS_REQUEST_MISSING, "other")
+_STATUS_INDEX = {s: i for i, s in enumerate(STATUSES)}
+
+
+class Interner:
+    """value <-> small int, so a million rows share a few hundred strings/tuples."""
+
+    def __init__(self, first: Any = None) -> None:
+        self.values: list[Any] = [first]
+        self._index: dict[Any, int] = {first: 0}
+
+    def __call__(self, value: Any) -> int:
+        idx = self._index.get(value)
+        if idx is None:
+            idx = self._index[value] = len(self.values)
+            self.values.append(value)
+        return idx
+
+    def get(self, value: Any) -> int | None:
+        return self._index.get(value)
+
+    def __getitem__(self, idx: int) -> Any:
+        return self.values[idx]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _opt_int(v: int | None) -> int:
+    return NONE_INT if v is None else int(v)
+
+
+def _opt_float(v: float | None) -> float:
+    return NAN if v is None else float(v)
+
+
+def _back_int(v: int) -> int | None:
+    return None if v == NONE_INT else v
+
+
+def _back_float(v: float) -> float | None:
+    return None if math.isnan(v) else v
+
+
+@dataclass(slots=True)
+class FrameRef:
+    offset: int
+    length: int
+
+
+class FrameSpill:
+    """Append-only temporary file of raw frames; deleted when closed."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="kwinspect-frames-", suffix=".bin", dir=directory)
+        self._w = os.fdopen(fd, "wb")
+        self._r = open(self.path, "rb")  # noqa: SIM115 - kept open for the app's lifetime
+        try:
+            os.unlink(self.path)  # POSIX: the file lives while it is open
+        except OSError:
+            pass
+        self.size = 0
+        self._lock = threading.Lock()
+
+    def append(self, data: bytes) -> int:
+        off = self.size
+        self._w.write(data)
+        self.size += len(data)
+        return off
+
+    def flush(self) -> None:
+        with self._lock:
+            self._w.flush()
+
+    def read(self, offset: int, length: int) -> bytes:
+        with self._lock:
+            self._w.flush()
+            self._r.seek(offset)
+            return self._r.read(length)
+
+    def close(self) -> None:
+        for f in (self._w, self._r):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class ExchangeStore:
+    """Columns of exchanges plus the errors, with absolute row ids.
+
+    Row ids are absolute and never reused; in live mode ``max_rows`` trims the
+    oldest rows in chunks (``first`` is then the oldest id still held), which
+    bounds memory however long the capture runs.
+    """
+
+    def __init__(self, *, redact: bool = True, values: str = "auto", max_rows: int | None = None,
+                 max_errors: int = 200_000, lru_messages: int = 2_000, spill: bool = True) -> None:
+        self.redact = redact
+        self.values = values
+        self.max_rows = max_rows
+        self.max_errors = max_errors
+        self.lock = threading.RLock()
+        self.first = 0  # absolute id of the oldest row held
+        self.total = 0  # rows ever added (absolute id of the next row)
+        self.strings = Interner(None)  # streams, client ids, api names (0 = null)
+        self.tuples = Interner(())  # topic lists, error-name lists, error-code lists
+        self.stream_ends: dict[int, tuple[str, str]] = {}  # stream idx -> (client, broker)
+        c = self.cols = {
+            "ts": array("d"), "resp_ts": array("d"), "lat": array("d"),
+            "stream": array("I"), "client_id": array("I"), "api_name": array("I"),
+            "api_key": array("h"), "api_version": array("h"), "cid": array("q"),
+            "req_size": array("q"), "resp_size": array("q"), "status": array("B"),
+            "err_codes": array("I"), "err_names": array("I"), "topics": array("I"),
+            "throttle": array("q"), "index": array("q"),
+            "req_off": array("q"), "req_len": array("q"), "resp_off": array("q"), "resp_len": array("q"),
+        }
+        self._c = c
+        self.errors: list[ErrorRow] = []
+        self.error_count = 0
+        self.errors_dropped = 0
+        self.spill = FrameSpill() if spill else None
+        self._messages: OrderedDict[int, tuple[Message | None, Message | None]] = OrderedDict()
+        self._lru_cap = lru_messages
+        self.topic_names: dict[str, str] = {}
+        self.sasl_mechanisms: dict[str, str | None] = {}  # stream -> mechanism (for redaction)
+        self.generation = 0  # bumped on every commit; views compare it to know about new rows
+
+    # -- writing (the indexing worker) ----------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.total - self.first
+
+    def add_exchange(self, ex: Exchange, frames: tuple[bytes | None, bytes | None] | None = None) -> int:
+        """Append one exchange; returns its absolute row id."""
+        c = self._c
+        ts = ex.request_ts if ex.request_ts is not None else ex.response_ts
+        stream = self.strings(ex.stream)
+        if stream not in self.stream_ends:
+            self.stream_ends[stream] = (ex.client, ex.broker)
+        c["ts"].append(_opt_float(ts))
+        c["resp_ts"].append(_opt_float(ex.response_ts))
+        c["lat"].append(_opt_float(ex.latency_ms))
+        c["stream"].append(stream)
+        c["client_id"].append(self.strings(ex.client_id))
+        c["api_name"].append(self.strings(ex.api_name))
+        c["api_key"].append(-1 if ex.api_key is None else ex.api_key)
+        c["api_version"].append(-1 if ex.api_version is None else ex.api_version)
+        c["cid"].append(_opt_int(ex.correlation_id))
+        c["req_size"].append(_opt_int(ex.request_size))
+        c["resp_size"].append(_opt_int(ex.response_size))
+        c["status"].append(_STATUS_INDEX.get(ex.status, len(STATUSES) - 1))
+        c["err_codes"].append(self.tuples(tuple(ex.error_codes)) if ex.error_codes else 0)
+        c["err_names"].append(self.tuples(tuple(ex.error_names)) if ex.error_names else 0)
+        c["topics"].append(self.tuples(tuple(ex.topics)) if ex.topics else 0)
+        c["throttle"].append(_opt_int(ex.throttle_time_ms))
+        c["index"].append(ex.index)
+        req_f, resp_f = frames if frames is not None else (None, None)
+        spill = self.spill
+        for key, frame in (("req", req_f), ("resp", resp_f)):
+            if frame is not None and spill is not None:
+                c[key + "_off"].append(spill.append(frame))
+                c[key + "_len"].append(len(frame))
+            else:
+                c[key + "_off"].append(-1)
+                c[key + "_len"].append(-1)
+        row = self.total
+        self.total += 1
+        if frames is None and (ex.request is not None or ex.response is not None):
+            self._messages[row] = (ex.request, ex.response)
+            if len(self._messages) > self._lru_cap:
+                self._messages.popitem(last=False)
+        return row
+
+    def add_error(self, err: ErrorRow) -> None:
+        self.error_count += 1
+        if len(self.errors) >= self.max_errors:
+            # keep the first half and a rolling tail: the start of trouble and the latest
+            del self.errors[self.max_errors // 2: self.max_errors // 2 + self.max_errors // 10]
+            self.errors_dropped += self.max_errors // 10
+        self.errors.append(err)
+
+    def add_events(self, events: Iterable[tuple[Any, Any]]) -> None:
+        """Commit a batch of (event, frames) pairs under the lock."""
+        with self.lock:
+            for ev, frames in events:
+                if isinstance(ev, Exchange):
+                    self.add_exchange(ev, frames)
+                elif isinstance(ev, ErrorRow):
+                    self.add_error(ev)
+            self._trim()
+            self.generation += 1
+
+    def _trim(self) -> None:
+        if self.max_rows is None or len(self) <= self.max_rows:
+            return
+        drop = max(len(self) - self.max_rows, self.max_rows // 10)
+        for col in self._c.values():
+            del col[:drop]
+        self.first += drop
+        for row in [r for r in self._messages if r < self.first]:
+            del self._messages[row]
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
+
+    # -- reading (UI thread) ------------------------------------------------------------
+
+    def pos(self, row: int) -> int:
+        return row - self.first
+
+    def has(self, row: int) -> bool:
+        return self.first <= row < self.total
+
+    def cell(self, name: str, row: int) -> Any:
+        return self._c[name][row - self.first]
+
+    def status(self, row: int) -> str:
+        return STATUSES[self._c["status"][row - self.first]]
+
+    def stream(self, row: int) -> str:
+        return self.strings[self._c["stream"][row - self.first]]
+
+    def api_label(self, row: int) -> str:
+        p = row - self.first
+        name = self.strings[self._c["api_name"][p]]
+        if name:
+            return name
+        key = self._c["api_key"][p]
+        return f"api_key {key}" if key >= 0 else "(unknown)"
+
+    def has_error(self, row: int) -> bool:
+        p = row - self.first
+        return bool(self._c["err_codes"][p]) or self._c["status"][p] >= 2
+
+    def row_dict(self, row: int) -> dict[str, Any]:
+        """The public `exchanges` row (EXCHANGE_COLUMNS), as Exchange.row() gives it."""
+        view = RowView(self, row)
+        return {col: view.get(col) for col in EXCHANGE_COLUMNS}
+
+    def frames(self, row: int) -> tuple[bytes | None, bytes | None]:
+        if self.spill is None or not self.has(row):
+            return None, None
+        p = row - self.first
+        out: list[bytes | None] = []
+        for key in ("req", "resp"):
+            length = self._c[key + "_len"][p]
+            out.append(self.spill.read(self._c[key + "_off"][p], length) if length >= 0 else None)
+        return out[0], out[1]
+
+    def messages(self, row: int) -> tuple[Message | None, Message | None]:
+        """The fully decoded request and response of a row (re-decoded from its frames)."""
+        kept = self._messages.get(row)
+        if kept is not None:
+            self._messages.move_to_end(row)
+            return kept
+        req_f, resp_f = self.frames(row)
+        if req_f is None and resp_f is None:
+            return None, None
+        from kwinspect.protocol import decode_request, decode_response
+        from kwinspect.stream.redact import redact_body
+
+        p = row - self.first
+        key, ver = self._c["api_key"][p], self._c["api_version"][p]
+        req = decode_request(req_f) if req_f is not None else None
+        resp = decode_response(resp_f, key, ver) if resp_f is not None and key >= 0 else None
+        if self.redact:
+            mech = self.sasl_mechanisms.get(self.stream(row))
+            if req is not None:
+                redact_body(req.api_key, True, req.body, mech)
+            if resp is not None:
+                redact_body(key, False, resp.body, mech)
+        return req, resp
+
+    def raw_visible(self, row: int) -> bool:
+        """False for SASL exchanges while redacting: their raw bytes hold secrets."""
+        if not self.redact:
+            return True
+        key = self.cell("api_key", row)
+        return key not in (17, 36) and self.strings[self.cell("api_name", row)] != "SaslToken"
+
+
+class RowView:
+    """A lazy exchange row: ``get(col)`` computes one column, for the filter language.
+
+    ``compile_filter`` predicates only call ``row.get(col)``, so a filter over a
+    million rows never builds a million dicts.
+    """
+
+    __slots__ = ("s", "p", "row")
+
+    def __init__(self, store: ExchangeStore, row: int) -> None:
+        self.s = store
+        self.row = row
+        self.p = row - store.first
+
+    def get(self, col: str, default: Any = None) -> Any:
+        s, p = self.s, self.p
+        c = s._c
+        if col == "api_name":
+            return s.strings[c["api_name"][p]]
+        if col == "latency_ms":
+            return _back_float(c["lat"][p])
+        if col == "status":
+            return STATUSES[c["status"][p]]
+        if col == "topics":
+            return list(s.tuples[c["topics"][p]])
+        if col == "error_codes":
+            return list(s.tuples[c["err_codes"][p]])
+        if col == "error_names":
+            return list(s.tuples[c["err_names"][p]])
+        if col == "stream":
+            return s.strings[c["stream"][p]]
+        if col in ("client", "broker"):
+            ends = s.stream_ends.get(c["stream"][p], ("", ""))
+            return ends[0] if col == "client" else ends[1]
+        if col == "api_key":
+            v = c["api_key"][p]
+            return None if v < 0 else v
+        if col == "api_version":
+            v = c["api_version"][p]
+            return None if v < 0 else v
+        if col == "correlation_id":
+            return _back_int(c["cid"][p])
+        if col == "client_id":
+            return s.strings[c["client_id"][p]]
+        if col == "request_ts":
+            st = c["status"][p]
+            return None if st == 3 else _back_float(c["ts"][p])
+        if col == "response_ts":
+            return _back_float(c["resp_ts"][p])
+        if col == "request_size":
+            return _back_int(c["req_size"][p])
+        if col == "response_size":
+            return _back_int(c["resp_size"][p])
+        if col == "throttle_time_ms":
+            return _back_int(c["throttle"][p])
+        return default
+
+    def __getitem__(self, col: str) -> Any:
+        return self.get(col)

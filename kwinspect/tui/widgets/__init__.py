@@ -1,0 +1,1 @@
+"""Widgets of the kwinspect TUI; each defines the messages it sends."""

@@ -1,0 +1,342 @@
+"""Detail pane of one exchange: decoded trees, records table, hex of the raw frames.
+
+The request and response are shown as collapsible trees built lazily (children
+are created when a node is expanded, so a Fetch response with thousands of
+records opens instantly).  Nodes on the path of a decode issue are red.
+Selecting a text/bytes field highlights where those bytes sit in the hex view
+(a byte search: the decoder does not report field offsets).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
+
+from kwinspect.analyze.termsafe import term_safe
+from kwinspect.model import Message as KafkaMessage
+from kwinspect.tui.store import ExchangeStore
+
+HEX_LIMIT = 16 * 1024  # bytes of a frame shown in the hex view
+RECORD_LIMIT = 5_000  # rows of the records table
+MAX_CHILDREN = 500  # children created per tree node before a "... more" leaf
+
+
+def _scalar_label(value: Any) -> Text:
+    if value is None:
+        return Text("null", style="dim")
+    if isinstance(value, bool):
+        return Text(str(value).lower(), style="cyan")
+    if isinstance(value, int | float):
+        return Text(repr(value), style="cyan")
+    if isinstance(value, bytes | bytearray):
+        return Text(f"<{len(value)} bytes> " + term_safe(bytes(value[:32]).hex(" "), 120), style="green")
+    return Text('"' + term_safe(value, 300) + '"', style="green")
+
+
+def _is_container(value: Any) -> bool:
+    return isinstance(value, dict | list | tuple)
+
+
+def _child_path(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+class MessageTree(Tree):
+    """One decoded message (header, body, issues) as a lazily built tree."""
+
+    class FieldSelected(Message):
+        """A leaf field was highlighted; ``needle`` is its bytes for the hex view."""
+
+        def __init__(self, side: str, needle: bytes | None) -> None:
+            super().__init__()
+            self.side = side
+            self.needle = needle
+
+    def __init__(self, side: str, **kw) -> None:
+        super().__init__(side, **kw)
+        self.side = side
+        self.issue_paths: list[str] = []
+        self.show_root = False
+        self.guide_depth = 3
+
+    def show_message(self, msg: KafkaMessage | None, jsonish: dict | None, note: str | None = None) -> None:
+        self.clear()
+        root = self.root
+        root.expand()
+        if note:
+            root.add_leaf(Text(note, style="italic dim"))
+        if msg is None or jsonish is None:
+            return
+        self.issue_paths = [i.path or "" for i in msg.issues]
+        if msg.issues:
+            issues = root.add(Text(f"issues ({len(msg.issues)})", style="bold red"), expand=True)
+            for i in msg.issues:
+                where = f" at {i.path}" if i.path else ""
+                off = f" offset {i.offset}" if i.offset is not None else ""
+                issues.add_leaf(Text(f"{i.severity} {i.kind}{where}{off}: {term_safe(i.message, 300)}",
+                                     style="red" if i.severity == "error" else "yellow"))
+        version = f" v{msg.api_version}" if msg.api_version is not None else ""
+        if msg.decoded_version is not None and msg.decoded_version != msg.api_version:
+            version += f" (decoded as v{msg.decoded_version})"
+        root.add_leaf(Text(f"size {msg.size} bytes{version}", style="dim"))
+        header = root.add("header", data=(jsonish.get("header"), "header"), expand=False)
+        self._populate(header)
+        header.expand()
+        body = jsonish.get("body")
+        if body is None:
+            root.add_leaf(Text("body: not decoded", style="yellow"))
+            if jsonish.get("raw_body"):
+                root.add_leaf(Text(f"raw body: {term_safe(jsonish['raw_body'].get('bytes'), 200)}"))
+            return
+        node = root.add(self._label("body", body, ""), data=(body, ""), expand=False)
+        self._populate(node)
+        node.expand()
+        # open the first level of arrays too: topics / partitions is what people look for
+        for child in node.children:
+            if child.allow_expand:
+                self._populate(child)
+                child.expand()
+
+    def _has_issue(self, path: str) -> bool:
+        return any(p == path or p.startswith(path + ".") or p.startswith(path + "[") for p in self.issue_paths
+                   if p) if path else False
+
+    def _label(self, key: Any, value: Any, path: str) -> Text:
+        name = f"[{key}]" if isinstance(key, int) else term_safe(key, 80)
+        style = "bold red" if self._has_issue(path) else "bold"
+        if isinstance(value, dict):
+            if set(value) == {"bytes", "encoding", "size"}:  # rendered bytes
+                return Text.assemble((name, style), ": ", (term_safe(value["bytes"], 300), "green"),
+                                     (f"  ({value['encoding']}, {value['size']} B)", "dim"))
+            return Text.assemble((name, style), (f" {{{len(value)}}}", "dim"))
+        if isinstance(value, list | tuple):
+            return Text.assemble((name, style), (f" [{len(value)}]", "dim"))
+        return Text.assemble((name, style), ": ", _scalar_label(value))
+
+    def _populate(self, node) -> None:  # noqa: ANN001
+        if node.children or node.data is None:
+            return
+        value, path = node.data
+        items = list(value.items()) if isinstance(value, dict) else list(enumerate(value or ()))
+        for n, (key, child) in enumerate(items):
+            if n >= MAX_CHILDREN:
+                node.add_leaf(Text(f"... {len(items) - MAX_CHILDREN} more", style="dim"))
+                break
+            cpath = _child_path(path, key) if path != "header" else f"header.{key}"
+            label = self._label(key, child, cpath)
+            if _is_container(child) and not (isinstance(child, dict) and set(child) == {"bytes", "encoding", "size"}):
+                node.add(label, data=(child, cpath), allow_expand=bool(child))
+            else:
+                node.add_leaf(label, data=(child, cpath))
+
+    def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
+        self._populate(event.node)
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+        data = event.node.data
+        needle = None
+        if data is not None:
+            value = data[0]
+            if isinstance(value, str) and len(value) >= 3:
+                needle = value.encode("utf-8", "surrogateescape")
+            elif isinstance(value, dict) and value.get("encoding") == "hex":
+                try:
+                    needle = bytes.fromhex(value["bytes"])
+                except (ValueError, TypeError):
+                    needle = None
+        self.post_message(self.FieldSelected(self.side, needle))
+
+
+def hex_dump(data: bytes, highlight: tuple[int, int] | None = None, issue_from: int | None = None,
+             limit: int = HEX_LIMIT) -> Text:
+    """Offset, 16 hex bytes, ASCII; ``highlight`` = (start, end) in reverse video."""
+    out = Text()
+    shown = data[:limit]
+    for base in range(0, len(shown), 16):
+        chunk = shown[base: base + 16]
+        out.append(f"{base:08x}  ", style="dim")
+        for i, b in enumerate(chunk):
+            pos = base + i
+            style = ""
+            if highlight and highlight[0] <= pos < highlight[1]:
+                style = "reverse bold"
+            elif issue_from is not None and pos >= issue_from:
+                style = "red"
+            out.append(f"{b:02x}", style=style)
+            out.append("  " if i == 7 else " ")
+        out.append("   " * (16 - len(chunk)) + (" " if len(chunk) <= 8 else ""))
+        out.append(" ")
+        for i, b in enumerate(chunk):
+            pos = base + i
+            ch = chr(b) if 32 <= b < 127 else "."
+            style = "reverse bold" if highlight and highlight[0] <= pos < highlight[1] else "dim"
+            out.append(ch, style=style)
+        out.append("\n")
+    if len(data) > limit:
+        out.append(f"... {len(data) - limit} more bytes not shown\n", style="dim")
+    return out
+
+
+class DetailPane(Vertical):
+    """Tabs: Request, Response, Records, Hex."""
+
+    DEFAULT_CSS = """
+    DetailPane { height: 1fr; }
+    DetailPane TabbedContent { height: 1fr; }
+    DetailPane TabPane { height: 1fr; padding: 0; }
+    DetailPane Tree { height: 1fr; }
+    DetailPane #hex-scroll { height: 1fr; }
+    """
+
+    def __init__(self, store: ExchangeStore, **kw) -> None:
+        super().__init__(**kw)
+        self.store = store
+        self.row: int | None = None
+        self.frames: dict[str, bytes | None] = {"request": None, "response": None}
+        self.issue_offsets: dict[str, int | None] = {"request": None, "response": None}
+        self.hex_side = "request"
+        self.highlight: tuple[int, int] | None = None
+        self.record_count = 0
+
+    def compose(self) -> ComposeResult:
+        with TabbedContent(id="tabs"):
+            with TabPane("Request", id="tab-request"):
+                yield MessageTree("request", id="tree-request")
+            with TabPane("Response", id="tab-response"):
+                yield MessageTree("response", id="tree-response")
+            with TabPane("Records", id="tab-records"):
+                yield DataTable(id="records", zebra_stripes=True, cursor_type="row")
+            with TabPane("Hex", id="tab-hex"), VerticalScroll(id="hex-scroll"):
+                yield Static(id="hex")
+
+    @property
+    def active(self) -> str:
+        return self.query_one("#tabs", TabbedContent).active
+
+    @active.setter
+    def active(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+
+    def show(self, row: int | None) -> None:
+        self.row = row
+        req_tree = self.query_one("#tree-request", MessageTree)
+        resp_tree = self.query_one("#tree-response", MessageTree)
+        table = self.query_one("#records", DataTable)
+        table.clear(columns=True)
+        self.record_count = 0
+        if row is None or not self.store.has(row):
+            req_tree.show_message(None, None, "no exchange selected")
+            resp_tree.show_message(None, None, "")
+            self.frames = {"request": None, "response": None}
+            self._render_hex()
+            return
+        from kwinspect.analyze.render import message_json
+
+        store = self.store
+        req, resp = store.messages(row)
+        status = store.status(row)
+        req_note = None if req is not None else (
+            "request not in the capture" if status == "request_missing" else "request frame not kept")
+        resp_note = None if resp is not None else {
+            "response_missing": "no response in the capture",
+            "no_response_expected": "no response expected (acks=0)",
+        }.get(status, "response frame not kept" if status == "paired" else "no response")
+        req_tree.show_message(req, message_json(req, store.values), req_note)
+        resp_tree.show_message(resp, message_json(resp, store.values), resp_note)
+        if store.raw_visible(row):
+            req_f, resp_f = store.frames(row)
+        else:
+            req_f = resp_f = None
+        self.frames = {"request": req_f, "response": resp_f}
+        self.issue_offsets = {
+            "request": _first_issue_offset(req), "response": _first_issue_offset(resp)}
+        self.highlight = None
+        self._render_hex()
+        self._fill_records(table, row, req, resp)
+
+    def _fill_records(self, table: DataTable, row: int, req, resp) -> None:  # noqa: ANN001
+        from kwinspect.analyze.records import records_from_fetch, records_from_produce
+
+        key = self.store.cell("api_key", row)
+        rows = []
+        try:
+            if key == 0 and req is not None and req.body:
+                rows = records_from_produce(req.body, resp.body if resp else None, correlation_id=None,
+                                            stream=None, values=self.store.values)
+            elif key == 1 and resp is not None and resp.body:
+                rows = records_from_fetch(resp.body, correlation_id=None, stream=None, values=self.store.values,
+                                          topic_names=self.store.topic_names,
+                                          request_body=req.body if req is not None else None)
+        except Exception as exc:  # noqa: BLE001 - show, never crash the app
+            table.add_column("error")
+            table.add_row(term_safe(f"records could not be listed: {exc}", 200))
+            return
+        self.record_count = len(rows)
+        cols = ("topic", "partition", "offset", "timestamp", "key", "value", "headers", "compression", "crc_ok")
+        for col in cols:
+            table.add_column(col, key=col)
+        for rec in rows[:RECORD_LIMIT]:
+            headers = ", ".join(f"{h.get('key')}={h.get('value')}" for h in rec.headers or [])
+            ts = rec.timestamp
+            table.add_row(
+                term_safe(rec.topic, 60), rec.partition, rec.offset if rec.offset is not None else "",
+                "" if ts is None else f"{ts:.3f}",
+                term_safe(rec.key, 60) if rec.key is not None else Text("null", style="dim"),
+                term_safe(rec.value, 120) if rec.value is not None else Text("null", style="dim"),
+                term_safe(headers, 120), rec.compression,
+                "" if rec.crc_ok is None else ("ok" if rec.crc_ok else Text("BAD", style="bold red")),
+            )
+        if len(rows) > RECORD_LIMIT:
+            table.add_row(f"... {len(rows) - RECORD_LIMIT} more", *[""] * (len(cols) - 1))
+        try:
+            tab = self.query_one("#tabs", TabbedContent).get_tab("tab-records")
+            tab.label = f"Records ({len(rows)})" if rows else "Records"
+        except Exception:  # noqa: BLE001 - cosmetic
+            pass
+
+    def _render_hex(self) -> None:
+        data = self.frames.get(self.hex_side)
+        other = "response" if self.hex_side == "request" else "request"
+        if self.row is not None and not self.store.raw_visible(self.row):
+            text = Text("raw bytes hidden: SASL frames carry credentials (run with --no-redact to show them)",
+                        style="italic")
+        elif data is None:
+            text = Text(f"no raw {self.hex_side} frame", style="dim")
+        else:
+            text = Text.assemble(
+                (f"{self.hex_side} frame, {len(data)} bytes (size prefix not shown); ", "bold"),
+                (f"press h for the {other}\n", "dim"))
+            text.append_text(hex_dump(data, self.highlight, self.issue_offsets.get(self.hex_side)))
+        try:
+            self.query_one("#hex", Static).update(text)
+        except Exception:  # noqa: BLE001 - not mounted yet
+            pass
+
+    def toggle_hex_side(self) -> None:
+        self.hex_side = "response" if self.hex_side == "request" else "request"
+        self.highlight = None
+        self._render_hex()
+
+    def on_message_tree_field_selected(self, event: MessageTree.FieldSelected) -> None:
+        data = self.frames.get(event.side)
+        self.highlight = None
+        if data is not None and event.needle:
+            pos = data.find(event.needle)
+            if pos >= 0:
+                self.highlight = (pos, pos + len(event.needle))
+                self.hex_side = event.side
+        self._render_hex()
+
+
+def _first_issue_offset(msg: KafkaMessage | None) -> int | None:
+    if msg is None:
+        return None
+    offs = [i.offset for i in msg.issues if i.offset is not None and i.severity == "error"]
+    return min(offs) if offs else None
