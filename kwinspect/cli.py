@@ -147,8 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
     g.add_argument("-f", "--filter", metavar="EXPR", help="keep exchanges matching EXPR (exchange columns)")
 
+    p = add("tui", "interactive browser of a capture (Textual)",
+            "Browse exchanges like a protocol analyst: filter, decoded trees, records, hex,\n"
+            "connections, errors and latency views. Press ? inside for the keys.\n"
+            "--live PCAP replays a capture as a live feed (what live capture will look like);\n"
+            "--live -i IFACE needs the live-capture layer (not available yet).")
+    _input_options(p, nargs="*")
+    p.add_argument("--live", action="store_true", help="live mode: rows stream in and the view follows the tail")
+    p.add_argument("-i", "--interface", metavar="IFACE", help="capture on IFACE (with --live)")
+    p.add_argument("--rate", type=float, default=None, metavar="N",
+                   help="with --live PCAP: replay N exchanges per second (default: the capture's own pace)")
+    p.add_argument("-f", "--filter", metavar="EXPR", help="start with this filter (the --filter language)")
+
     for name, what in (("diagnose", "findings about interop problems (planned)"),
-                       ("tui", "interactive browser (planned)"),
                        ("live", "live capture on an interface (planned)"),
                        ("pipeline", "Spark pipeline over many captures (planned)")):
         p = add(name, what, what)
@@ -384,6 +395,26 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+def cmd_tui(args) -> int:
+    if args.interface:
+        raise UsageError("tui --live -i IFACE: live capture on an interface is not available yet; "
+                         "`kwinspect tui --live CAPTURE.pcap` replays a capture as a live feed")
+    if not args.pcap:
+        raise UsageError("tui needs a PCAP file (or --live -i IFACE)")
+    _check_inputs(args.pcap)
+    from kwinspect.capture.readers import open_capture
+
+    for path in args.pcap:  # unreadable input fails here, with exit status 1, not inside the app
+        open_capture(path).close()
+    _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    try:
+        from kwinspect.tui.app import run_tui  # textual is imported only here
+    except ImportError as exc:
+        raise UsageError(f"the TUI needs the textual package ({exc})") from None
+    return run_tui(args.pcap, _config(args), values=args.values, initial_filter=args.filter,
+                   replay=args.live, rate=args.rate)
+
+
 def cmd_planned(args) -> int:
     print(f"{PROG} {args.command}: not available in this version yet", file=sys.stderr)
     return 2
@@ -402,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": cmd_summary, "latency": cmd_latency, "decode": cmd_decode,
         "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
         "errors": lambda a: cmd_table(a, "errors"),
+        "tui": cmd_tui,
     }
     handler = handlers.get(args.command, cmd_planned)
     try:
