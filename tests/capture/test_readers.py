@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import struct
 
 import dpkt
 import pytest
@@ -276,3 +277,15 @@ def test_caller_file_object_is_not_closed(tmp_path):
         with open_capture(f) as src:
             assert len(list(src)) == len(_segs())
         assert not f.closed
+
+
+@pytest.mark.parametrize("byteorder", ["<", ">"])
+def test_pcapng_tsoffset(byteorder):
+    frames = pcapgen.build_frames(_segs()[:5], pcapgen.LINKTYPE_ETHERNET)
+    data = to_bytes(write_pcapng, frames, [(1, 6, 1_600_000_000)], byteorder=byteorder)
+    raw = bytearray(data)
+    pkts, _src = _read(bytes(raw))
+    assert [p.ts for p in pkts] == pytest.approx([f.ts for f in frames], abs=1e-6)
+    # the stored timestamps really are relative to the offset: SHB 28 + IDB 44 bytes
+    hi, lo = struct.unpack_from(byteorder + "II", raw, 28 + 44 + 12)
+    assert (hi << 32) | lo == round((frames[0].ts - 1_600_000_000) * 1e6)

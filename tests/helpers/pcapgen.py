@@ -334,11 +334,12 @@ def write_pcap(dest: str | os.PathLike[str] | IO[bytes], frames: Iterable[Frame]
 
 
 def write_pcapng(dest: str | os.PathLike[str] | IO[bytes], frames: Iterable[Frame] | Iterable[TcpSegment],
-                 interfaces: Sequence[tuple[int, int]] = ((LINKTYPE_ETHERNET, 6),), *,
+                 interfaces: Sequence[tuple[int, ...]] = ((LINKTYPE_ETHERNET, 6),), *,
                  byteorder: str = "<", gz: bool = False, **frame_kw) -> None:
-    """Write a pcapng with one IDB per (linktype, tsresol) in `interfaces`; tsresol is the
-    if_tsresol option byte (6 = microseconds, 9 = nanoseconds, 0x80|n = 2**-n).
-    A Frame's `iface` selects its interface."""
+    """Write a pcapng with one IDB per (linktype, tsresol[, tsoffset]) in `interfaces`;
+    tsresol is the if_tsresol option byte (6 = microseconds, 9 = nanoseconds, 0x80|n =
+    2**-n); tsoffset (seconds) is written as if_tsoffset and subtracted from the stored
+    timestamps.  A Frame's `iface` selects its interface."""
     frames = _as_frames(frames, interfaces[0][0], frame_kw)
     f, closers = _open_out(dest, gz)
     try:
@@ -348,11 +349,16 @@ def write_pcapng(dest: str | os.PathLike[str] | IO[bytes], frames: Iterable[Fram
         IDB = P.InterfaceDescriptionBlockLE if le else P.InterfaceDescriptionBlock
         OPT = P.PcapngOptionLE if le else P.PcapngOption
         EPB = P.EnhancedPacketBlockLE if le else P.EnhancedPacketBlock
-        idbs = [IDB(linktype=lt, snaplen=262144,
-                    opts=[OPT(code=P.PCAPNG_OPT_IF_TSRESOL, data=bytes([res])),
-                          OPT(code=P.PCAPNG_OPT_ENDOFOPT)])
-                for lt, res in interfaces]
-        divs = [(2 ** (res & 0x7F)) if res & 0x80 else 10 ** res for _lt, res in interfaces]
+        idbs = []
+        for itf in interfaces:
+            opts = [OPT(code=P.PCAPNG_OPT_IF_TSRESOL, data=bytes([itf[1]]))]
+            if len(itf) > 2:
+                opts.append(OPT(code=P.PCAPNG_OPT_IF_TSOFFSET,
+                                data=struct.pack(byteorder + "q", itf[2])))
+            opts.append(OPT(code=P.PCAPNG_OPT_ENDOFOPT))
+            idbs.append(IDB(linktype=itf[0], snaplen=262144, opts=opts))
+        divs = [(2 ** (i[1] & 0x7F)) if i[1] & 0x80 else 10 ** i[1] for i in interfaces]
+        offs = [i[2] if len(i) > 2 else 0 for i in interfaces]
         native = le == (struct.pack("=I", 1) == struct.pack("<I", 1))
         writer = P.Writer(f, shb=SHB(), idb=idbs) if native else None
         if writer is None:
@@ -360,7 +366,7 @@ def write_pcapng(dest: str | os.PathLike[str] | IO[bytes], frames: Iterable[Fram
             for idb in idbs:
                 f.write(bytes(idb))
         for fr in frames:
-            t = round(fr.ts * divs[fr.iface])
+            t = round((fr.ts - offs[fr.iface]) * divs[fr.iface])
             if fr.wire_len == len(fr.data):
                 epb = EPB(iface_id=fr.iface, ts_high=t >> 32, ts_low=t & 0xFFFFFFFF,
                           pkt_data=fr.data)
