@@ -454,3 +454,27 @@ def test_short_frames_never_raise():
         assert_never_raises(decode_request(frame))
         assert_never_raises(decode_response(frame, 3, 0))
         assert_never_raises(decode_response(memoryview(frame), 18, 3))
+
+
+def test_tag_only_fields_are_absent_before_their_tagged_versions():
+    # TransactionLogValue v0 (not flexible): PreviousProducerId & co. declare only
+    # "taggedVersions": "1+", so v0 holds just the regular fields, in order.
+    from kwinspect.protocol import decode_struct
+
+    value = (i64(555) + i16(2) + i32(60000) + i8(2) + i32(1) + string("orders") + i32(2) + i32(0) + i32(1)
+             + i64(1_700_000_000_005) + i64(1_700_000_000_000))
+    body, issues = decode_struct("TransactionLogValue", 0, value)
+    assert issues == []
+    assert body == {"producer_id": 555, "producer_epoch": 2, "transaction_timeout_ms": 60000,
+                    "transaction_status": 2,
+                    "transaction_partitions": [{"topic": "orders", "partition_ids": [0, 1]}],
+                    "transaction_last_update_timestamp_ms": 1_700_000_000_005,
+                    "transaction_start_timestamp_ms": 1_700_000_000_000}
+    # v1 is flexible: with no tags written, the tagged fields take their defaults.
+    v1 = (i64(555) + i16(2) + i32(60000) + i8(2) + uvarint(2) + compact_string("orders") + uvarint(2)
+          + i32(7) + b"\x00" + i64(5) + i64(6) + b"\x00")
+    body, issues = decode_struct("TransactionLogValue", 1, v1)
+    assert issues == []
+    assert body["previous_producer_id"] == -1 and body["next_producer_epoch"] == -1
+    assert body["client_transaction_version"] == 0
+    assert body["transaction_partitions"] == [{"topic": "orders", "partition_ids": [7]}]

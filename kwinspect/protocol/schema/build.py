@@ -120,7 +120,9 @@ def convert_fields(fields: list[dict], structs: dict[str, list[dict]]) -> tuple:
             (
                 snake_case(f["name"]),
                 kind,
-                parse_versions(f.get("versions")),
+                # A tag-only field (TransactionLogValue's) gives just taggedVersions:
+                # it exists in those versions only, never as a regular field.
+                parse_versions(f.get("versions", f.get("taggedVersions"))),
                 parse_versions(f.get("nullableVersions")),
                 f.get("tag"),
                 parse_versions(f.get("taggedVersions")),

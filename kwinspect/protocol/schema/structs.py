@@ -814,10 +814,10 @@ STRUCTS = {
             (1, 32767),
             (
                 ('producer_id', 'int64', (0, 32767), None, None, None, None, None, None),
-                ('previous_producer_id', 'int64', None, None, 0, (1, 32767), None, -1, None),
-                ('next_producer_id', 'int64', None, None, 1, (1, 32767), None, -1, None),
+                ('previous_producer_id', 'int64', (1, 32767), None, 0, (1, 32767), None, -1, None),
+                ('next_producer_id', 'int64', (1, 32767), None, 1, (1, 32767), None, -1, None),
                 ('producer_epoch', 'int16', (0, 32767), None, None, None, None, None, None),
-                ('next_producer_epoch', 'int16', None, None, 3, (1, 32767), None, -1, None),
+                ('next_producer_epoch', 'int16', (1, 32767), None, 3, (1, 32767), None, -1, None),
                 ('transaction_timeout_ms', 'int32', (0, 32767), None, None, None, None, None, None),
                 ('transaction_status', 'int8', (0, 32767), None, None, None, None, None, None),
                 ('transaction_partitions', '[]struct', (0, 32767), (0, 32767), None, None, None, None, (
@@ -826,7 +826,7 @@ STRUCTS = {
                 )),
                 ('transaction_last_update_timestamp_ms', 'int64', (0, 32767), None, None, None, None, None, None),
                 ('transaction_start_timestamp_ms', 'int64', (0, 32767), None, None, None, None, None, None),
-                ('client_transaction_version', 'int16', None, None, 2, (1, 32767), None, 0, None),
+                ('client_transaction_version', 'int16', (1, 32767), None, 2, (1, 32767), None, 0, None),
             ),
         ),
     ),
