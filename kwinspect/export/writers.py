@@ -25,6 +25,7 @@ Value conventions (documented in docs/cli.md, "Output formats"):
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -107,12 +108,20 @@ def ts_to_micros(ts: float | int | None) -> int | None:
     return us
 
 
+@functools.lru_cache(maxsize=4096)
+def _iso_second(seconds: int) -> str:
+    d = _EPOCH + timedelta(seconds=seconds)
+    # Not strftime: %Y is not zero-padded for years before 1000 on every libc.
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
+
+
 def iso_utc(ts: float | int | None) -> str | None:
     """Epoch seconds -> ``2024-01-02T03:04:05.123456Z`` (None when not representable)."""
     us = ts_to_micros(ts)
     if us is None:
         return None
-    return (_EPOCH + timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    seconds, micros = divmod(us, 1_000_000)  # floor: correct before 1970 too
+    return f"{_iso_second(seconds)}.{micros:06d}Z"
 
 
 def _row_dict(item: Any) -> Mapping[str, Any]:
@@ -124,7 +133,12 @@ def _row_dict(item: Any) -> Mapping[str, Any]:
     raise TypeError(f"cannot export {type(item).__name__}: expected a model row or a dict")
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def _clean_scalar(v: Any) -> Any:
+    if type(v) in _PLAIN:
+        return v
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if isinstance(v, bytes | bytearray | memoryview):
@@ -150,19 +164,18 @@ def _clean_list(v: Any) -> list[Any] | None:
     return out
 
 
+@functools.lru_cache(maxsize=32)
+def _text_converters(columns: tuple[str, ...]) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    return tuple(
+        (c, iso_utc if c in TIMESTAMP_COLUMNS else _clean_list if c in LIST_COLUMNS else _clean_scalar)
+        for c in columns
+    )
+
+
 def normalize_row(item: Any, columns: tuple[str, ...]) -> dict[str, Any]:
     """The text-format view of a row: ordered, ISO timestamps, clean values."""
-    row = _row_dict(item)
-    out: dict[str, Any] = {}
-    for c in columns:
-        v = row.get(c)
-        if c in TIMESTAMP_COLUMNS:
-            out[c] = iso_utc(v)
-        elif c in LIST_COLUMNS:
-            out[c] = _clean_list(v)
-        else:
-            out[c] = _clean_scalar(v)
-    return out
+    get = _row_dict(item).get
+    return {c: conv(get(c)) for c, conv in _text_converters(tuple(columns))}
 
 
 # ---------------------------------------------------------------------------
@@ -438,6 +451,7 @@ _MAX_CELL = {
     "error_names": 32, "client_id": 28, "path": 40,
 }
 _DEFAULT_MAX_CELL = 36
+_SEP = "   "  # between table columns
 _NUMERIC = frozenset(
     {"api_key", "api_version", "correlation_id", "latency_ms", "request_size", "response_size",
      "throttle_time_ms", "partition", "offset", "magic", "producer_id", "producer_epoch",
@@ -516,34 +530,41 @@ class TableWriter(RowWriter):
             self._emit()
 
     def _emit(self) -> None:
-        from rich import box
-        from rich.table import Table
+        # Rows are laid out here rather than by rich.Table: widths are fixed after
+        # the first chunk anyway, and rich's layout engine costs ~1 ms per row.
+        from rich.cells import cell_len, set_cell_size
         from rich.text import Text
 
         first = self._widths is None
         if first:
             self._drop_columns_that_do_not_fit()
             self._widths = self._fit_widths()
-        if not self._rows and not first:
-            return
-        t = Table(
-            box=box.SIMPLE_HEAD if first else None,
-            show_header=first,
-            show_edge=False,
-            pad_edge=False,
-            header_style="bold",
-        )
-        for c, w in zip(self.columns, self._widths, strict=True):
-            t.add_column(
-                c,
-                width=w,
-                no_wrap=True,
-                overflow="ellipsis",
-                justify="right" if c in _NUMERIC else "left",
+        widths = self._widths
+        assert widths is not None
+        right = [c in _NUMERIC for c in self.columns]
+
+        def cell(text: str, w: int, rjust: bool) -> str:
+            n = cell_len(text)
+            if n > w:
+                text = set_cell_size(text, max(0, w - 1)) + ("…" if w else "")
+                n = w
+            pad = " " * (w - n)
+            return pad + text if rjust else text + pad
+
+        if first:
+            header = _SEP.join(
+                cell(c, w, rj) for c, w, rj in zip(self.columns, widths, right, strict=True)
             )
-        for r in self._rows:
-            t.add_row(*(Text(x) for x in r))
-        self.console.print(t)
+            self.console.print(Text(header.rstrip(), style="bold"), soft_wrap=True)
+            self.console.print("─" * cell_len(header), soft_wrap=True, markup=False,
+                               highlight=False)
+        if not self._rows:
+            return
+        lines = [
+            _SEP.join(cell(x, w, rj) for x, w, rj in zip(r, widths, right, strict=True)).rstrip()
+            for r in self._rows
+        ]
+        self.console.file.write("\n".join(lines) + "\n")
         self._rows = []
 
     def _drop_columns_that_do_not_fit(self) -> None:
@@ -595,6 +616,14 @@ class TableWriter(RowWriter):
             step = max(1, min(excess, room - (others[0] if others else 0), room))
             widths[i] -= step
             excess -= step
+        # Still too wide (explicit columns on a narrow terminal): cut everything,
+        # widest first, down to 3 characters.
+        while excess > 0:
+            i = max(range(len(widths)), key=lambda k: widths[k])
+            if widths[i] <= 3:
+                break
+            widths[i] -= 1
+            excess -= 1
         return widths
 
     def close(self) -> None:
