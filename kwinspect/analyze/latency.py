@@ -264,6 +264,10 @@ def _figure(stats: LatencyStats, title: str) -> Any:
     top = sorted(counts, key=lambda a: (-counts[a], a))[:_MAX_APIS]
     labels = np.where(np.isin(api_a, top), api_a, "other")
     order = top + (["other"] if len(counts) > len(top) else [])
+    colors = {name: f"C{i}" for i, name in enumerate(top)}
+    colors["other"] = "#9a9a9a"
+    # Scatter: "other" underneath, then the busiest first so rare APIs stay visible.
+    draw_order = (["other"] if "other" in order else []) + top
 
     # Histogram: log-spaced bins, since latency tails span orders of magnitude.
     positive = lat_a[lat_a > 0]
@@ -272,7 +276,7 @@ def _figure(stats: LatencyStats, title: str) -> Any:
     bins = np.logspace(np.log10(lo), np.log10(hi), 60)
     for name in order:
         sel = np.clip(lat_a[labels == name], lo, None)
-        ax_hist.hist(sel, bins=bins, histtype="step", linewidth=1.5,
+        ax_hist.hist(sel, bins=bins, histtype="step", linewidth=1.5, color=colors[name],
                      label=f"{term_safe(name, 32)} (n={sel.size:,})")
     ax_hist.set_xscale("log")
     ax_hist.set_xlabel("latency (ms, log scale)")
@@ -294,15 +298,22 @@ def _figure(stats: LatencyStats, title: str) -> Any:
     else:
         ax_time.set_title("Latency over time")
     when = (ts_a[idx] * 1e6).astype("int64").astype("datetime64[us]")
-    for name in order:
+    size, alpha = (6, 0.6) if idx.size <= 10_000 else (2, 0.4)
+    for name in draw_order:
         sel = labels[idx] == name
-        ax_time.scatter(when[sel], np.clip(lat_a[idx][sel], lo, None), s=6, alpha=0.6,
-                        label=term_safe(name, 32), rasterized=True)
+        ax_time.scatter(when[sel], np.clip(lat_a[idx][sel], lo, None), s=size, alpha=alpha,
+                        color=colors[name], label=term_safe(name, 32), rasterized=True,
+                        linewidths=0)
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator()
+    ax_time.xaxis.set_major_locator(locator)
+    ax_time.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     ax_time.set_yscale("log")
     ax_time.set_xlabel("request time (UTC)")
     ax_time.set_ylabel("latency (ms, log scale)")
     ax_time.grid(True, which="both", alpha=0.3)
-    ax_time.legend(fontsize="small", loc="upper right", markerscale=2)
+    ax_time.legend(fontsize="small", loc="upper right", markerscale=2 if size > 2 else 4)
     return fig
 
 
