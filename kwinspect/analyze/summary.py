@@ -482,14 +482,30 @@ def _pair(left: Any, right: Any, side_by_side: bool) -> list[Any]:
     return [grid]
 
 
-def render_summary(summary: Summary, console: Any = None, max_rows: int = 6) -> None:
-    """Print the one-screen report.  Every wire-derived string is term_safe'd."""
+def _rows_for_screen(console: Any, side_by_side: bool) -> int:
+    """How many rows each list may show so the report fits the terminal's height."""
+    if not console.is_terminal:
+        return 8
+    sections = 4 if side_by_side else 6  # vertical blocks: tables or pairs of tables
+    overhead = 3 + sections * 4 + 4  # header lines; title+header+rule+"more" each; extra API rows
+    return max(2, min(8, (console.height - overhead) // sections))
+
+
+def render_summary(summary: Summary, console: Any = None, max_rows: int | None = None) -> None:
+    """Print the one-screen report.  Every wire-derived string is term_safe'd.
+
+    ``max_rows`` caps each list (brokers, clients, errors, ...; APIs get four
+    more); by default it is chosen from the terminal's height, 8 off a terminal.
+    """
     from rich import box
     from rich.console import Console, Group
     from rich.table import Table
     from rich.text import Text
 
     console = console or Console(highlight=False)
+    side_by_side = console.width >= 150
+    if max_rows is None:
+        max_rows = _rows_for_screen(console, side_by_side)
     S = term_safe  # noqa: N806 - short alias for readability below
 
     def table(title: str, *cols: tuple[str, str]) -> Table:
@@ -550,7 +566,6 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int = 6) -> 
         )
     if (m := _more(len(summary.clients), max_rows)) is not None:
         ct.add_row(m, "", "", "", "")
-    side_by_side = console.width >= 150
     parts.extend(_pair(bt, ct, side_by_side))
 
     at = table("APIs (latency in ms, nearest-rank)", ("api", "left"), ("versions", "left"),

@@ -134,9 +134,10 @@ def test_as_dict_is_json():
     assert set(back) >= {"brokers", "clients", "apis", "kafka_errors", "anomalies", "topics"}
 
 
-def _render(summary, width=120, height_check=True):
+def _render(summary, width=120, height=50):
     buf = io.StringIO()
-    console = Console(file=buf, width=width, force_terminal=True, color_system="standard")
+    console = Console(file=buf, width=width, height=height, force_terminal=True,
+                      color_system="standard")
     render_summary(summary, console)
     return buf.getvalue()
 
@@ -161,11 +162,33 @@ def test_render_escapes_wire_strings():
     assert "\\x1b]52" in body
 
 
+def busy_capture():
+    """Long lists everywhere: 40 clients and brokers, 20 APIs, 30 topics, 12 errors."""
+    items = []
+    for i in range(40):
+        api_key = i % 20
+        items.append(ex(i, api_key, f"Api{api_key}", 1, client=f"10.0.{i}.1:1",
+                        broker=f"10.1.{i}.1:9092", client_id=f"c{i}", topics=[f"t{i % 30}"]))
+        items.append(ErrorRow("kafka_error", 100 + i % 12, f"ERR_{i % 12}", False, "Api1", ts=T))
+        items.append(ErrorRow(f"anomaly_{i % 9}", message="x", ts=T))
+    return items
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (120, 40), (120, 60), (200, 50)])
+def test_busy_capture_fits_the_screen(width, height):
+    out = re.sub(r"\x1b\[[0-9;]*m", "", _render(summarize(busy_capture()), width, height))
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= width
+    # Fits (tiny terminals get the smallest lists, two rows each, and may scroll a little).
+    assert len(lines) <= max(height, 45)
+    assert "… and" in out and "more" in out
+
+
 def test_many_clients_are_cut_with_a_count():
     items = [ex(i, 3, "Metadata", 12, client=f"10.0.{i}.1:1", client_id=f"c{i}") for i in range(40)]
-    out = re.sub(r"\x1b\[[0-9;]*m", "", _render(summarize(items)))
-    assert "… and 34 more" in out
-    assert len(out.splitlines()) <= 60
+    buf = io.StringIO()
+    render_summary(summarize(items), Console(file=buf, width=120), max_rows=6)
+    assert "… and 34 more" in buf.getvalue()
 
 
 def test_empty_capture_renders():
