@@ -19,9 +19,10 @@ from kwinspect.export.writers import (
     open_writer,
     write_rows,
 )
+from kwinspect.export.progress import Progress, interrupted_message
 
 __all__ = [
     "FORMATS", "TABLES", "CsvWriter", "JsonlWriter", "ParquetWriter", "RowWriter",
     "TableWriter", "arrow_schema", "default_format", "format_from_path", "iso_utc",
-    "open_writer", "write_rows",
+    "open_writer", "write_rows", "Progress", "interrupted_message",
 ]

@@ -455,14 +455,14 @@ _SEP = "   "  # between table columns
 _NUMERIC = frozenset(
     {"api_key", "api_version", "correlation_id", "latency_ms", "request_size", "response_size",
      "throttle_time_ms", "partition", "offset", "magic", "producer_id", "producer_epoch",
-     "sequence", "code"}
+     "sequence", "code", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms"}
 )
 
 
 def _table_cell(column: str, v: Any) -> str:
     if v is None:
         return ""
-    if column == "latency_ms" and isinstance(v, float):
+    if column.endswith("_ms") and isinstance(v, float):
         text = f"{v:.3f}"
     elif column == "headers" and isinstance(v, list):
         text = ", ".join(
