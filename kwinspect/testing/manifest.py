@@ -149,6 +149,10 @@ class Manifest:
     # Anomalies kwinspect is right to report because the broker sends odd bytes:
     # [{kind, api, why}].  Anything else of verify.DECODER_ANOMALIES fails the tests.
     allowed_anomalies: list[dict[str, Any]] = field(default_factory=list)
+    # Anomalies that must be reported (e.g. tls_stream for a TLS connection): [{kind, why}].
+    expected_anomalies: list[dict[str, Any]] = field(default_factory=list)
+    # Ports whose connections are TLS (not decodable; tshark is not told they are Kafka).
+    tls_ports: list[int] = field(default_factory=list)
     # broker port -> minimum latency (ms) the mock broker was told to add.
     min_latency_ms_by_port: dict[str, float] = field(default_factory=dict)
     capture: dict[str, Any] = field(default_factory=dict)

@@ -58,8 +58,9 @@ class Rig:
             self._private.remove(mc)
 
     @contextlib.contextmanager
-    def private_tansu(self) -> Iterator[TansuBroker]:
-        tb = TansuBroker(log_path=os.path.join(self.log_dir, "tansu-private.log")).start()
+    def private_tansu(self, host: str = "127.0.0.1") -> Iterator[TansuBroker]:
+        tb = TansuBroker(host=host, log_path=os.path.join(self.log_dir, "tansu-private.log"))
+        tb.start()
         self._private.append(tb)
         try:
             yield tb

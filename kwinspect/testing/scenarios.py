@@ -21,6 +21,7 @@ import functools
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -948,6 +949,108 @@ def tansu_consumer_group(rig: Rig, workdir: str) -> Manifest:
     return m
 
 
+def tansu_ipv6(rig: Rig, workdir: str) -> Manifest:
+    """confluent-kafka admin, producer and consumer against tansu on [::1]."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with rig.private_tansu(host="::1") as tb:
+        topic = "v6-topic"
+        with recording(rig, workdir, "tansu-ipv6-produce-consume",
+                       "IPv6 loopback: tansu listens on [::1]; a confluent-kafka AdminClient "
+                       "creates a 2-partition topic (CreateTopics), a producer writes 12 "
+                       "gzip-compressed records, and an assign()-based consumer fetches them "
+                       "back, all over ::1.", tb) as m:
+            ver, lib = _ck_version()
+            m.clients.append(ClientInfo("admin", "confluent-kafka", ver, "v6-admin",
+                                        {"client.id": "v6-admin"}, lib))
+            admin = AdminClient({"bootstrap.servers": tb.bootstrap_servers,
+                                 "client.id": "v6-admin"})
+            for fut in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+                fut.result(15)
+            m.admin.append({"call": f"create_topics([{topic}(2)])", "client_id": "v6-admin",
+                            "result": "ok"})
+            m.add_topic(topic, 2, "CreateTopics (in the capture)")
+            del admin
+            gc.collect()
+            ck_produce(m, tb.bootstrap_servers, "v6-producer",
+                       standard_items(topic, 12, partitions=2), codec="gzip", acks="all")
+            ck_consume(m, tb.bootstrap_servers, "v6-consumer", expected=12,
+                       assign=[(topic, 0), (topic, 1)])
+            m.expect_apis("ApiVersions", "Metadata", "CreateTopics", "Produce", "Fetch")
+            m.notes.append("kafka-python 3.0 cannot bootstrap from [::1] (it fails to resolve "
+                           "the bracketed host), so this scenario uses confluent-kafka only.")
+    return m
+
+
+class _ProxiedBroker:
+    """describe() for a broker reached through a TLS proxy: both ports are captured."""
+
+    def __init__(self, tb: Any, proxy: Any) -> None:
+        self.tb, self.proxy = tb, proxy
+
+    def describe(self) -> dict:
+        d = self.tb.describe()
+        d["ports"] = [self.proxy.port, self.tb.port]
+        d["tls_proxy_port"] = self.proxy.port
+        d["bootstrap_servers"] = f"127.0.0.1:{self.proxy.port} (TLS, via the proxy)"
+        return d
+
+
+def tansu_tls_proxy(rig: Rig, workdir: str) -> Manifest:
+    """confluent-kafka over real TLS to a proxy in front of tansu."""
+    import tempfile
+
+    from kwinspect.testing.tansu import TansuBroker, free_port
+    from kwinspect.testing.tlsproxy import TlsProxy, make_self_signed
+
+    certdir = tempfile.mkdtemp(prefix="kwinspect-tls-")
+    cert, key = make_self_signed(certdir)
+    broker_port = free_port()
+    with TlsProxy(("127.0.0.1", broker_port), cert, key) as proxy:
+        tb = TansuBroker(broker_port, advertised_port=proxy.port,
+                         log_path=os.path.join(rig.log_dir, "tansu-tls.log"))
+        tb.start()
+        try:
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            topic = "tls-topic"
+            ssl_conf = {"security.protocol": "SSL", "ssl.ca.location": cert,
+                        "ssl.endpoint.identification.algorithm": "none"}
+            bootstrap = f"127.0.0.1:{proxy.port}"
+            # Metadata advertises the proxy, so even setup goes through TLS.
+            admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "setup-admin",
+                                 **ssl_conf})
+            for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                fut.result(15)
+            del admin
+            gc.collect()
+            with recording(rig, workdir, "tansu-tls-proxy",
+                           "TLS: tansu advertises the port of a TLS-terminating proxy "
+                           "(kwinspect.testing.tlsproxy, Python ssl, self-signed certificate); "
+                           "a confluent-kafka producer (security.protocol=SSL) writes 8 records "
+                           "and an SSL consumer (assign()) reads them back through the proxy. "
+                           "The capture holds both legs: TLS between client and proxy port, "
+                           "plaintext Kafka between proxy and tansu.",
+                           _ProxiedBroker(tb, proxy)) as m:
+                m.add_topic(topic, 1, "CreateTopics (before the capture)")
+                m.tls_ports = [proxy.port]
+                items = standard_items(topic, 8)
+                for it in items:
+                    it["partition"] = 0
+                ck_produce(m, bootstrap, "tls-producer", items, extra=ssl_conf)
+                ck_consume(m, bootstrap, "tls-consumer", expected=8, assign=[(topic, 0)],
+                           extra=ssl_conf)
+                m.expected_anomalies.append(
+                    {"kind": "tls_stream", "why": f"client <-> proxy port {proxy.port} is TLS"})
+                m.expect_apis("ApiVersions", "Metadata", "Produce", "Fetch")
+                m.notes.append("Records are decoded from the plaintext proxy -> tansu leg; the "
+                               "client -> proxy leg must be reported as TLS, not decoded.")
+        finally:
+            tb.stop()
+    shutil.rmtree(certdir, ignore_errors=True)
+    return m
+
+
 # ---------------------------------------------------------------------------
 # The 1500-MTU namespace variant
 # ---------------------------------------------------------------------------
@@ -1013,6 +1116,8 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "tansu-produce-consume": tansu_produce_consume,
     "tansu-errors": tansu_errors,
     "tansu-consumer-group": tansu_consumer_group,
+    "tansu-ipv6-produce-consume": tansu_ipv6,
+    "tansu-tls-proxy": tansu_tls_proxy,
     "netns-mtu1500-produce-consume": netns_mtu1500,
 }
 

@@ -48,7 +48,8 @@ def tansu_version() -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
@@ -67,7 +68,7 @@ def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen |
 
 
 class TansuBroker:
-    """A tansu broker with in-memory storage on 127.0.0.1:port.
+    """A tansu broker with in-memory storage on 127.0.0.1:port (or ::1 with host="::1").
 
     `prefix` runs it through another command (e.g. `ip netns exec NS`); the
     readiness probe is then skipped when it cannot reach that namespace.
@@ -82,6 +83,7 @@ class TansuBroker:
         host: str = "127.0.0.1",
         log_path: str | os.PathLike[str] | None = None,
         prefix: list[str] | None = None,
+        advertised_port: int | None = None,
     ) -> None:
         exe = tansu_path()
         if exe is None:
@@ -89,6 +91,8 @@ class TansuBroker:
         self.exe = exe
         self.host = host
         self.port = port or free_port(host)
+        # Advertise another port (a proxy in front of the broker) in metadata.
+        self.advertised_port = advertised_port or self.port
         self.prefix = prefix or []
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
@@ -99,15 +103,20 @@ class TansuBroker:
         return [self.port]
 
     @property
+    def _hostport(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
     def bootstrap_servers(self) -> str:
-        return f"{self.host}:{self.port}"
+        return self._hostport
 
     def command(self) -> list[str]:
-        url = f"tcp://{self.host}:{self.port}"
+        url = f"tcp://{self._hostport}"
+        adv = url.rsplit(":", 1)[0] + f":{self.advertised_port}"
         return [
             *self.prefix, self.exe, "broker",
             "--listener-url", url,
-            "--advertised-listener-url", url,
+            "--advertised-listener-url", adv,
             "--storage-engine", "memory://tansu/",
         ]
 

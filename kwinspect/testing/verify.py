@@ -177,6 +177,13 @@ def check_anomalies(m: Manifest, d: Decoded) -> list[str]:
             continue
         problems.append(f"{e.kind} in {e.api_name} corr={e.correlation_id} path={e.path}: "
                         f"{e.message} ({e.stream})")
+    expected = {a["kind"] for a in m.expected_anomalies}
+    problems = [p for p in problems if p.split(" ", 1)[0] not in expected]
+    seen = collections.Counter(e.kind for e in d.errors)
+    for a in m.expected_anomalies:
+        if not seen[a["kind"]]:
+            problems.append(f"expected a {a['kind']} report ({a.get('why', '')}); "
+                            f"anomalies reported: {dict(seen)}")
     for issue in d.record_issues:
         kind = getattr(issue, "kind", "")
         if kind in DECODER_ANOMALIES and not any(k == kind for k, _api in allowed):
@@ -388,7 +395,8 @@ def check_against_tshark(m: Manifest, d: Decoded, pcap: str) -> list[str]:
     from kwinspect.protocol.apis import API_KEYS
 
     problems: list[str] = []
-    theirs = tshark_requests(pcap, m.kafka_ports)
+    plain = [p for p in m.kafka_ports if p not in set(m.tls_ports)]
+    theirs = tshark_requests(pcap, plain)
     ours: collections.Counter[tuple[int, int]] = collections.Counter(
         (ex.api_key, ex.correlation_id) for ex in d.exchanges
         if ex.api_key is not None and ex.request is not None)
@@ -405,7 +413,7 @@ def check_against_tshark(m: Manifest, d: Decoded, pcap: str) -> list[str]:
     if extra:
         problems.append(f"requests kwinspect decodes that tshark does not: {sorted(extra)[:10]}")
     # A request kwinspect calls unanswered must really have no response on its connection.
-    responses = tshark_responses(pcap, m.kafka_ports)
+    responses = tshark_responses(pcap, plain)
     for ex in d.exchanges:
         if ex.status != "response_missing" or ex.correlation_id is None:
             continue
