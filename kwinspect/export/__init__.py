@@ -4,6 +4,7 @@ See :mod:`kwinspect.export.writers` for the value conventions and
 docs/cli.md ("Output formats") for the user-facing description.
 """
 
+from kwinspect.export.progress import Progress, interrupted_message
 from kwinspect.export.writers import (
     FORMATS,
     TABLES,
@@ -19,7 +20,6 @@ from kwinspect.export.writers import (
     open_writer,
     write_rows,
 )
-from kwinspect.export.progress import Progress, interrupted_message
 
 __all__ = [
     "FORMATS", "TABLES", "CsvWriter", "JsonlWriter", "ParquetWriter", "RowWriter",
