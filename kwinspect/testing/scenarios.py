@@ -1128,6 +1128,28 @@ SLOW = {"tansu-consumer-group"}  # ~20 s JoinGroup on tansu
 _INNER: dict[str, ScenarioFn] = {"_mtu_body": _mtu_body}
 
 
+def unavailable_reason(name: str) -> str | None:
+    """Why scenario `name` cannot run on this machine (beyond root + tcpdump), or None."""
+    if name in NEEDS_NETNS:
+        from kwinspect.testing.netns import unavailable_reason as netns_reason
+
+        return netns_reason()
+    if name == "tansu-tls-proxy":
+        from kwinspect.testing.tlsproxy import openssl_path
+
+        if openssl_path() is None:
+            return "openssl is not installed (needed for the proxy's certificate)"
+    if name == "tansu-ipv6-produce-consume":
+        import socket
+
+        try:
+            with socket.socket(socket.AF_INET6) as sock:
+                sock.bind(("::1", 0))
+        except OSError as exc:
+            return f"no IPv6 loopback: {exc}"
+    return None
+
+
 def run_scenario(name: str, rig: Rig, workdir: str) -> Manifest:
     return SCENARIOS[name](rig, workdir)
 
