@@ -236,15 +236,9 @@ def _events(args, run: FileRun) -> Iterator[Exchange | ErrorRow]:
 
 def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None) -> list[RecordRow]:
     """The records a Produce request or Fetch response carries, as table rows."""
-    from kwinspect.analyze.records import records_from_fetch, records_from_produce
+    from kwinspect.analyze.records import records_from_exchange
 
-    if ex.api_key == 0 and ex.request is not None and ex.request.body:
-        return records_from_produce(ex.request.body, ex.response.body if ex.response else None,
-                                    correlation_id=ex.correlation_id, stream=ex.stream, values=values)
-    if ex.api_key == 1 and ex.response is not None and ex.response.body:
-        return records_from_fetch(ex.response.body, correlation_id=ex.correlation_id, stream=ex.stream,
-                                  values=values, topic_names=topic_names)
-    return []
+    return records_from_exchange(ex, values=values, topic_names=topic_names)
 
 
 def _compile_filter(expr: str | None, columns) -> Callable[[dict], bool] | None:
