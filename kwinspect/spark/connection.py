@@ -1,0 +1,438 @@
+"""Stage 2 of the pipeline: one TCP 4-tuple at a time through the unchanged sans-IO core.
+
+No pyspark here.  A Spark task gets the segments of several connections,
+sorted by (connection, capture position); ``dissect_partition`` runs one
+``Dissector`` per connection (4-tuple) and emits Arrow batches of the
+exchanges, records and errors rows, plus bookkeeping rows.
+
+What the single-process path shares between connections, and how it is
+reproduced here (see docs/pipeline.md, "Exactly the single-process result"):
+
+* Topic ids -> names (Metadata responses) and the broker endpoints proven on
+  other connections (detection of Kafka on unusual ports) are looked up *as of
+  the current capture position*: ``AsOfNames`` / ``AsOfBrokers`` answer from
+  this connection's own learning plus a broadcast table of what every other
+  connection learned, and at which position.  Pass 1 runs with an empty table
+  and records what each connection learned and looked up; connections whose
+  lookups could have been answered differently are run again (pass 2) with the
+  full table.
+* Idle flushing: the single-process Dissector checks for idle connections at
+  the first segment (of any connection) at least 60 s after the previous check.
+  That schedule is computed once for the whole capture (``idle_checks``) and
+  replayed in each connection at the same capture positions.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from kwinspect.analyze.schemas import ARROW_TYPES
+from kwinspect.capture.packets import TcpSegment
+from kwinspect.dissect import DissectConfig, Dissector
+from kwinspect.model import (
+    ERROR_COLUMNS,
+    EXCHANGE_COLUMNS,
+    RECORD_COLUMNS,
+    Endpoint,
+    ErrorRow,
+    Exchange,
+    RecordRow,
+)
+from kwinspect.stream.conversation import SharedState
+from kwinspect.stream.findings import iter_record_sets
+
+Pos = tuple[float, int, int, int]  # (merge timestamp, file rank, range, packet number)
+END_POS: Pos = (math.inf, 1 << 31, 1 << 31, 1 << 62)
+IDLE_CHECK_EVERY = 60.0  # Dissector.feed_segment checks for idle connections this often (capture time)
+
+TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
+LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
+TABLE_COLUMNS = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}
+
+_ROW_COLUMNS: list[str] = []
+for _cols in TABLE_COLUMNS.values():
+    for _c in _cols:
+        if _c not in _ROW_COLUMNS:
+            _ROW_COLUMNS.append(_c)
+
+
+def _staging_type(c: str) -> pa.DataType:
+    return pa.int64() if c in TIMESTAMP_COLUMNS else ARROW_TYPES[c]
+
+
+# The one wide schema stage 2 emits: `table` says which of the tables a row belongs
+# to ("exchanges", "records", "errors", "volume", or pass-1 bookkeeping: "learn",
+# "lookup", "known", "known_lookup", "stats"); timestamps are int64 microseconds.
+EVENT_SCHEMA = pa.schema(
+    [("table", pa.string()), ("conn", pa.string())]
+    + [(c, _staging_type(c)) for c in _ROW_COLUMNS]
+    + [("cap_ts", pa.int64()),  # records: capture time of their exchange (for partitioning)
+       ("p_kts", pa.float64()), ("p_file", pa.int32()), ("p_rng", pa.int32()), ("p_idx", pa.int64()),
+       ("m_key", pa.string()), ("m_value", pa.string()), ("m_port", pa.int32()),
+       ("m_records", pa.int64()), ("m_bytes", pa.int64())]
+)
+
+# ---------------------------------------------------------------------------
+# Values exactly as the single-process Parquet exporter writes them
+# ---------------------------------------------------------------------------
+
+_MIN_US = -62135596800 * 1_000_000
+_MAX_US = 253402300799 * 1_000_000 + 999_999
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def ts_micros(ts: Any) -> int | None:
+    """Epoch seconds -> whole microseconds, null outside years 1..9999 (export.writers.ts_to_micros)."""
+    if ts is None:
+        return None
+    try:
+        if not math.isfinite(ts):
+            return None
+        us = round(ts * 1_000_000)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if us < _MIN_US or us > _MAX_US:
+        return None
+    return us
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v).hex()
+    if isinstance(v, str) and _SURROGATE.search(v):
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", v)
+    return v
+
+
+def _list(v: Any) -> list[Any] | None:
+    if v is None:
+        return None
+    out = []
+    for x in v:
+        if isinstance(x, Mapping):
+            out.append({"key": _scalar(x.get("key")), "value": _scalar(x.get("value")),
+                        "value_encoding": _scalar(x.get("value_encoding"))})
+        else:
+            out.append(_scalar(x))
+    return out
+
+
+def clean_value(column: str, v: Any) -> Any:
+    if column in TIMESTAMP_COLUMNS:
+        return ts_micros(v)
+    if column in LIST_COLUMNS:
+        return _list(v)
+    return _scalar(v)
+
+
+class EventBuffer:
+    """Rows of EVENT_SCHEMA collected column-wise, handed out as record batches."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cols: dict[str, list[Any]] = {f.name: [] for f in EVENT_SCHEMA}
+        self.n = 0
+
+    def add(self, table: str, conn: str, row: Mapping[str, Any] | None = None, **meta: Any) -> None:
+        cols = self.cols
+        cols["table"].append(table)
+        cols["conn"].append(conn)
+        row = row or {}
+        for c in _ROW_COLUMNS:
+            cols[c].append(clean_value(c, row[c]) if c in row else None)
+        for c in ("cap_ts", "p_kts", "p_file", "p_rng", "p_idx", "m_key", "m_value", "m_port",
+                  "m_records", "m_bytes"):
+            cols[c].append(meta.get(c))
+        self.n += 1
+
+    def batch(self) -> pa.RecordBatch:
+        out = pa.RecordBatch.from_arrays(
+            [pa.array(self.cols[f.name], type=f.type) for f in EVENT_SCHEMA], schema=EVENT_SCHEMA)
+        self._reset()
+        return out
+
+
+def _pos_meta(pos: Pos) -> dict[str, Any]:
+    kts = pos[0] if math.isfinite(pos[0]) else None
+    return {"p_kts": kts, "p_file": pos[1], "p_rng": pos[2], "p_idx": pos[3]}
+
+
+def pos_of(kts: float | None, file: int, rng: int, idx: int) -> Pos:
+    return (math.inf if kts is None else kts, file, rng, idx)
+
+
+# ---------------------------------------------------------------------------
+# Cross-connection state, as of the current capture position
+# ---------------------------------------------------------------------------
+
+# name table: topic id -> sorted [(pos, name, conn)]; brokers: (ip, port) -> sorted [(pos, conn)]
+GlobalNames = dict[str, list[tuple[Pos, str, str]]]
+GlobalBrokers = dict[tuple[str, int], list[tuple[Pos, str]]]
+
+
+class AsOfNames(dict):
+    """SharedState.topic_names for one connection: its own learning plus everyone else's up to now.
+
+    Stores (pos, name) internally; only get / [] / in / bool are used by the core.
+    """
+
+    def __init__(self, run: ConnRun, table: GlobalNames) -> None:
+        super().__init__()
+        self._run = run
+        self._table = table
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __setitem__(self, tid: str, name: str) -> None:
+        run = self._run
+        dict.__setitem__(self, tid, (run.pos, name))
+        run.learned.append((run.pos, tid, name))
+
+    def _resolve(self, tid: Any) -> str | None:
+        run = self._run
+        if isinstance(tid, str):
+            prev = run.lookups.get(tid)
+            if prev is None or prev < run.pos:
+                run.lookups[tid] = run.pos
+        best = dict.get(self, tid)
+        for pos, name, conn in reversed(self._table.get(tid, ())):
+            if conn == run.conn or pos > run.pos:
+                continue
+            if best is None or pos > best[0]:
+                best = (pos, name)
+            break
+        return None if best is None else best[1]
+
+    def get(self, tid: Any, default: Any = None) -> Any:
+        name = self._resolve(tid)
+        return default if name is None else name
+
+    def __getitem__(self, tid: Any) -> str:
+        name = self._resolve(tid)
+        if name is None:
+            raise KeyError(tid)
+        return name
+
+    def __contains__(self, tid: Any) -> bool:
+        return self._resolve(tid) is not None
+
+
+class AsOfBrokers(set):
+    """Dissector._known_brokers for one connection, as of the current capture position."""
+
+    def __init__(self, run: ConnRun, table: GlobalBrokers) -> None:
+        super().__init__()
+        self._run = run
+        self._table = table
+
+    def add(self, ep: Endpoint) -> None:
+        self._run.known_added.append((self._run.pos, ep))
+        set.add(self, ep)
+
+    def __contains__(self, ep: Any) -> bool:
+        run = self._run
+        key = (ep.ip, ep.port)
+        prev = run.known_lookups.get(key)
+        if prev is None or prev < run.pos:
+            run.known_lookups[key] = run.pos
+        if set.__contains__(self, ep):
+            return True
+        return any(conn != run.conn and pos <= run.pos for pos, conn in self._table.get(key, ()))
+
+
+# ---------------------------------------------------------------------------
+# The idle-check schedule of the whole capture
+# ---------------------------------------------------------------------------
+
+
+def idle_checks(ts: Any, positions: Callable[[int], Pos]) -> list[tuple[Pos, float]]:
+    """Where Dissector.feed_segment runs flush_idle: (position, segment ts) for every check.
+
+    `ts` holds every TCP segment's timestamp in capture order (a numpy array);
+    `positions(i)` gives the i-th segment's position.  Mirrors the Dissector:
+    a check at the first segment whose ts >= the previous check's ts + 60 s.
+    """
+    import numpy as np
+
+    ts = np.asarray(ts, dtype=np.float64)
+    n = len(ts)
+    out: list[tuple[Pos, float]] = []
+    if n == 0:
+        return out
+    pm = np.maximum.accumulate(ts)
+    nxt = 0.0
+    i = 0
+    if ts[0] < nxt:  # timestamps before 1970: walk to the first one >= 0
+        i = int(np.searchsorted(pm, nxt, "left"))
+    while i < n:
+        out.append((positions(i), float(ts[i])))
+        nxt = float(ts[i]) + IDLE_CHECK_EVERY
+        if nxt > pm[i]:
+            i = int(np.searchsorted(pm, nxt, "left"))
+        else:  # timestamps went backwards before i: scan
+            j = i + 1
+            while j < n and ts[j] < nxt:
+                j += 1
+            i = j
+    return out
+
+
+# ---------------------------------------------------------------------------
+# One connection (4-tuple)
+# ---------------------------------------------------------------------------
+
+
+def records_of(ex: Exchange, values: str, topic_names: Mapping[str, str] | None) -> list[RecordRow]:
+    """The records table rows of one exchange, as `kwinspect records` makes them (cli.records_of)."""
+    from kwinspect.analyze.records import records_from_fetch, records_from_produce
+
+    if ex.api_key == 0 and ex.request is not None and ex.request.body:
+        return records_from_produce(ex.request.body, ex.response.body if ex.response else None,
+                                    correlation_id=ex.correlation_id, stream=ex.stream, values=values)
+    if ex.api_key == 1 and ex.response is not None and ex.response.body:
+        return records_from_fetch(ex.response.body, correlation_id=ex.correlation_id, stream=ex.stream,
+                                  values=values, topic_names=topic_names)
+    return []
+
+
+class ConnRun:
+    """A Dissector for the segments of one 4-tuple, fed in capture order."""
+
+    def __init__(self, conn: str, config: DissectConfig, out: EventBuffer, *, values: str,
+                 want_records: bool, checks: list[tuple[Pos, float]] | None,
+                 names: GlobalNames, brokers: GlobalBrokers) -> None:
+        self.conn = conn
+        self.out = out
+        self.values = values
+        self.want_records = want_records
+        self.pos: Pos = (-math.inf, 0, 0, 0)
+        self.learned: list[tuple[Pos, str, str]] = []
+        self.lookups: dict[str, Pos] = {}
+        self.known_added: list[tuple[Pos, Endpoint]] = []
+        self.known_lookups: dict[tuple[str, int], Pos] = {}
+        d = self.d = Dissector(config)
+        self.names = AsOfNames(self, names)
+        d.shared = SharedState(topic_names=self.names)
+        d._known_brokers = AsOfBrokers(self, brokers)
+        self.checks = checks
+        self.ci = 0
+        if checks is not None:
+            d._next_idle_check = math.inf  # the capture-wide schedule replaces the local one
+        self.started = False
+
+    def _run_checks(self, upto: Pos, inclusive: bool) -> None:
+        checks = self.checks
+        if checks is None:
+            return
+        if not self.started:
+            self.ci = bisect.bisect_left(checks, (upto,))  # checks before the first segment: nothing open
+            self.started = True
+        n = len(checks)
+        d = self.d
+        while self.ci < n and (checks[self.ci][0] < upto or (inclusive and checks[self.ci][0] == upto)):
+            if d.tcp.open_connections() == 0:  # nothing to flush until the next own segment
+                self.ci = (bisect.bisect_right(checks, (upto, math.inf)) if inclusive
+                           else bisect.bisect_left(checks, (upto,)))
+                break
+            pos, ts = checks[self.ci]
+            self.ci += 1
+            self.pos = pos
+            for ev in d.tcp.flush_idle(ts - d.config.idle_timeout):
+                d._on_tcp(ev)
+            self._collect()
+
+    def feed(self, pos: Pos, seg: TcpSegment) -> None:
+        self._run_checks(pos, inclusive=False)
+        self.pos = pos
+        self.d.feed_segment(seg)
+        self._collect()
+        self._run_checks(pos, inclusive=True)
+
+    def finish(self, meta: bool) -> None:
+        if self.checks is not None and self.d.tcp.open_connections():
+            self._run_checks(END_POS, inclusive=False)
+        self.pos = END_POS
+        self.d.finish()
+        self._collect()
+        if meta:
+            self._emit_meta()
+
+    def _collect(self) -> None:
+        out, conn = self.out, self.conn
+        for ev in self.d.pop_events():
+            if isinstance(ev, Exchange):
+                out.add("exchanges", conn, ev.row())
+                self._volume(ev)
+                if self.want_records:
+                    cap = ts_micros(ev.request_ts if ev.api_key == 0 else ev.response_ts)
+                    for rec in records_of(ev, self.values, self.names):
+                        out.add("records", conn, rec.row(), cap_ts=cap)
+            elif isinstance(ev, ErrorRow):
+                out.add("errors", conn, ev.row())
+
+    def _volume(self, ex: Exchange) -> None:
+        if ex.api_key == 0:
+            msg, direction, ts = ex.request, "produce", ex.request_ts
+        elif ex.api_key == 1:
+            msg, direction, ts = ex.response, "fetch", ex.response_ts
+        else:
+            return
+        if msg is None or not msg.body:
+            return
+        for topic, _partition, rs in iter_record_sets(ex.api_key, msg.body, self.names):
+            self.out.add("volume", self.conn, {"topic": topic, "direction": direction, "ts": ts},
+                         m_records=rs.record_count, m_bytes=rs.size)
+
+    def _emit_meta(self) -> None:
+        out, conn = self.out, self.conn
+        for pos, tid, name in self.learned:
+            out.add("learn", conn, m_key=tid, m_value=name, **_pos_meta(pos))
+        for tid, pos in self.lookups.items():
+            out.add("lookup", conn, m_key=tid, **_pos_meta(pos))
+        for pos, ep in self.known_added:
+            out.add("known", conn, m_key=ep.ip, m_port=ep.port, **_pos_meta(pos))
+        for (ip, port), pos in self.known_lookups.items():
+            out.add("known_lookup", conn, m_key=ip, m_port=port, **_pos_meta(pos))
+        st = self.d.stats
+        out.add("stats", conn, m_records=st.connections, m_port=st.kafka_connections, m_bytes=st.kafka_bytes)
+
+
+def dissect_partition(batches: Iterable[pa.RecordBatch], *, config: DissectConfig, values: str,
+                      want_records: bool, checks: list[tuple[Pos, float]] | None, names: GlobalNames,
+                      brokers: GlobalBrokers, meta: bool, batch_rows: int = 4096
+                      ) -> Iterator[pa.RecordBatch]:
+    """Segments sorted by (conn, kts, file, rng, idx) in; EVENT_SCHEMA batches out."""
+    out = EventBuffer()
+    run: ConnRun | None = None
+    for b in batches:
+        c = b.to_pydict()
+        conns, kts, files, rngs, idxs = c["conn"], c["kts"], c["file"], c["rng"], c["idx"]
+        tss, sips, sports, dips, dports = c["ts"], c["src_ip"], c["src_port"], c["dst_ip"], c["dst_port"]
+        seqs, acks, flags, payloads, missing = c["seq"], c["ack"], c["flags"], c["payload"], c["missing"]
+        for i in range(b.num_rows):
+            conn = conns[i]
+            if run is None or conn != run.conn:
+                if run is not None:
+                    run.finish(meta)
+                run = ConnRun(conn, config, out, values=values, want_records=want_records,
+                              checks=checks, names=names, brokers=brokers)
+            seg = TcpSegment(tss[i], Endpoint(sips[i], sports[i]), Endpoint(dips[i], dports[i]),
+                             seqs[i], acks[i], flags[i], payloads[i], idxs[i], missing[i] or 0)
+            run.feed(pos_of(kts[i], files[i], rngs[i], idxs[i]), seg)
+            if out.n >= batch_rows:
+                yield out.batch()
+    if run is not None:
+        run.finish(meta)
+    if out.n:
+        yield out.batch()

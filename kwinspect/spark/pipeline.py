@@ -1,0 +1,525 @@
+"""The Spark pipeline: the single-process decoder over many (rotated, large) capture files.
+
+Shape (details and the reasons in docs/pipeline.md):
+
+1. stage 1 (one task per file, or per byte range of a big classic pcap):
+   read packets, parse them to TCP segments, emit them as Arrow batches keyed by
+   the connection's 4-tuple, with their capture position.  Written to a staging
+   Parquet directory.
+2. driver: fold each file's earlier ranges into the merge timestamps, collect
+   reader issues, compute the capture-wide idle-check schedule.
+3. stage 2, pass 1: shuffle by 4-tuple, sort by capture position within each
+   task, run one unchanged ``Dissector`` per connection (mapInArrow).
+4. driver: the topic-id -> name and broker-endpoint facts each connection
+   learned, and where; pass 2 re-runs only the connections whose lookups those
+   facts could have changed, with the facts broadcast.
+5. outputs: exchanges, errors, optionally records, plus per-minute aggregates,
+   written to a temporary directory next to DIR and renamed into place at the end.
+
+pyspark is imported only in this package; kwinspect.spark.fragments and
+kwinspect.spark.connection hold the Spark-free parts that run on executors.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kwinspect.dissect import DissectConfig
+from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS, ErrorRow
+from kwinspect.spark.connection import (
+    EVENT_SCHEMA,
+    TIMESTAMP_COLUMNS,
+    EventBuffer,
+    GlobalBrokers,
+    GlobalNames,
+    Pos,
+    dissect_partition,
+    idle_checks,
+    pos_of,
+)
+from kwinspect.spark.fragments import SEGMENT_SCHEMA, SNAPLEN_TRUNCATED_SUFFIX, read_range
+
+DEFAULT_SPLIT_BYTES = 128 << 20
+DEFAULT_EXACT_IDLE_LIMIT = 20_000_000  # segments; above it idle checks are per connection
+DATA_TABLES = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}
+AGGREGATE_TABLES = ("latency_by_minute", "error_counts", "topic_volume")
+MARKER = "_KWINSPECT_PIPELINE"
+
+
+class PipelineError(Exception):
+    """A problem the user can fix (missing Java, unreadable input, DIR exists): one line."""
+
+
+@dataclass
+class PipelineOptions:
+    inputs: Sequence[str]
+    output: str
+    master: str | None = None
+    partitions: int | None = None
+    records: bool = False
+    overwrite: bool = False
+    config: DissectConfig = field(default_factory=DissectConfig)
+    values: str = "auto"
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    exact_idle_limit: int = DEFAULT_EXACT_IDLE_LIMIT
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineResult:
+    output: str
+    files: int = 0
+    input_bytes: int = 0
+    tasks: int = 0
+    segments: int = 0
+    connections: int = 0
+    kafka_connections: int = 0
+    rerun_connections: int = 0
+    exact_idle: bool = True
+    counts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    top_apis: list[tuple[str, int]] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        rate = self.counts.get("exchanges", 0) / self.seconds if self.seconds else 0.0
+        out = [
+            f"kwinspect pipeline: {self.files} file(s), {self.input_bytes / 1e6:.1f} MB in {self.tasks} "
+            f"read task(s), {self.segments} TCP segments, {self.connections} connections "
+            f"({self.kafka_connections} Kafka)",
+            "tables: " + ", ".join(f"{t} {n}" for t, n in self.counts.items()),
+            f"time: {self.seconds:.1f} s ({rate:,.0f} exchanges/s); "
+            f"{self.rerun_connections} connection(s) re-run for cross-connection names"
+            + ("" if self.exact_idle else "; idle checks per connection (capture above the exact limit)"),
+        ]
+        if self.top_apis:
+            out.append("top APIs: " + ", ".join(f"{a} {n}" for a, n in self.top_apis))
+        out.append(f"written to {self.output}")
+        return out
+
+
+# ---------------------------------------------------------------------------
+# Session
+# ---------------------------------------------------------------------------
+
+
+def java_available() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return True
+    return shutil.which("java") is not None
+
+
+def get_session(master: str | None = None, partitions: int | None = None,
+                conf: dict[str, str] | None = None, app_name: str = "kwinspect pipeline"):
+    """A SparkSession (local[*] by default) configured for the pipeline."""
+    if not java_available():
+        raise PipelineError("Java not found: the Spark pipeline needs a JDK 17+ (install one or set JAVA_HOME)")
+    master = master or os.environ.get("KWINSPECT_SPARK_MASTER") or "local[*]"
+    if master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    b = SparkSession.builder.appName(app_name).master(master)
+    settings = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "4096",
+    }
+    if partitions:
+        settings["spark.sql.shuffle.partitions"] = str(partitions)
+    settings.update(conf or {})
+    for k, v in settings.items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    for k, v in settings.items():  # an existing session (tests, notebooks) gets the SQL settings too
+        if k.startswith("spark.sql."):
+            spark.conf.set(k, v)
+    return spark
+
+
+# ---------------------------------------------------------------------------
+# Files: local paths through the os module, URIs through Hadoop's FileSystem
+# ---------------------------------------------------------------------------
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path or path.startswith("file:")
+
+
+class _HadoopFS:
+    def __init__(self, spark, path: str) -> None:
+        jvm = spark.sparkContext._jvm
+        self.jvm = jvm
+        self.conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self.path = jvm.org.apache.hadoop.fs.Path(path)
+        self.fs = self.path.getFileSystem(self.conf)
+
+    def P(self, p: str):  # noqa: N802
+        return self.jvm.org.apache.hadoop.fs.Path(p)
+
+
+def expand_inputs(spark, inputs: Sequence[str]) -> list[tuple[str, int]]:
+    """Files, directories (all non-hidden files below) and globs -> sorted [(path, size)]."""
+    found: dict[str, int] = {}
+    for item in inputs:
+        if not _is_uri(item):
+            matches = sorted(glob.glob(item)) if glob.has_magic(item) else [item]
+            if not matches:
+                raise PipelineError(f"{item}: no such file")
+            for m in matches:
+                if os.path.isdir(m):
+                    for root, dirs, files in os.walk(m):
+                        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+                        for name in files:
+                            if not name.startswith((".", "_")):
+                                p = os.path.join(root, name)
+                                found[p] = os.path.getsize(p)
+                elif os.path.isfile(m):
+                    if not os.access(m, os.R_OK):
+                        raise PipelineError(f"{m}: permission denied")
+                    found[m] = os.path.getsize(m)
+                else:
+                    raise PipelineError(f"{m}: no such file")
+            continue
+        h = _HadoopFS(spark, item)
+        statuses = h.fs.globStatus(h.path)
+        if statuses is None or len(statuses) == 0:
+            raise PipelineError(f"{item}: no such file")
+        for st in statuses:
+            if st.isDirectory():
+                it = h.fs.listFiles(st.getPath(), True)
+                while it.hasNext():
+                    f = it.next()
+                    name = f.getPath().getName()
+                    if not name.startswith((".", "_")):
+                        found[f.getPath().toString()] = int(f.getLen())
+            else:
+                found[st.getPath().toString()] = int(st.getLen())
+    if not found:
+        raise PipelineError("no input files")
+    return sorted(found.items())
+
+
+class _Output:
+    """DIR, its temporary sibling, and the final rename; local or any Hadoop file system."""
+
+    def __init__(self, spark, out: str) -> None:
+        self.out = out.rstrip("/") or out
+        self.run_id = uuid.uuid4().hex[:12]
+        self.tmp = f"{self.out}.kwinspect-tmp-{self.run_id}"
+        self.h = _HadoopFS(spark, self.out)
+
+    def exists(self, p: str | None = None) -> bool:
+        return bool(self.h.fs.exists(self.h.P(p or self.out)))
+
+    def delete(self, p: str) -> None:
+        if self.exists(p):
+            self.h.fs.delete(self.h.P(p), True)
+
+    def check(self, overwrite: bool) -> None:
+        if self.exists() and not overwrite:
+            raise PipelineError(f"{self.out} exists; pass --overwrite to replace it")
+
+    def commit(self) -> None:
+        fs, P = self.h.fs, self.h.P
+        for stage in ("stage-segments", "stage-events1", "stage-events2"):
+            self.delete(f"{self.tmp}/{stage}")
+        out = fs.create(P(f"{self.tmp}/{MARKER}"), True)
+        out.close()
+        old = f"{self.out}.kwinspect-old-{self.run_id}"
+        if self.exists():
+            if not fs.rename(P(self.out), P(old)):
+                raise PipelineError(f"could not move the old {self.out} aside")
+        if not fs.rename(P(self.tmp), P(self.out)):
+            if self.exists(old):
+                fs.rename(P(old), P(self.out))
+            raise PipelineError(f"could not move the finished tables into {self.out}")
+        self.delete(old)
+
+    def abort(self) -> None:
+        try:
+            self.delete(self.tmp)
+        except Exception:  # noqa: BLE001 - best effort; the temporary name never looks complete
+            pass
+
+
+# ---------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------
+
+
+def _spark_schema(arrow_schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(arrow_schema)
+
+
+def _user_error(exc: BaseException) -> str | None:
+    text = str(exc)
+    for marker in ("CaptureFormatError: ", "PipelineError: "):
+        i = text.rfind(marker)
+        if i >= 0:
+            return text[i + len(marker):].splitlines()[0].strip()
+    return None
+
+
+def run_pipeline(opts: PipelineOptions, spark=None, log: Callable[[str], None] | None = None) -> PipelineResult:
+    """Run the whole pipeline; raises PipelineError for problems the user can fix."""
+    t0 = time.monotonic()
+    if spark is None:
+        spark = get_session(opts.master, opts.partitions, opts.spark_conf)
+    else:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    out = _Output(spark, opts.output)
+    out.check(opts.overwrite)
+    files = expand_inputs(spark, opts.inputs)
+    try:
+        result = _run(spark, opts, files, out, log or (lambda s: None))
+    except PipelineError:
+        out.abort()
+        raise
+    except Exception as exc:
+        out.abort()
+        msg = _user_error(exc)
+        if msg:
+            raise PipelineError(msg) from None
+        raise
+    out.commit()
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Output,
+         log: Callable[[str], None]) -> PipelineResult:
+    from pyspark.sql import functions as F
+
+    res = PipelineResult(output=out.out, files=len(files), input_bytes=sum(s for _p, s in files))
+    split = max(1 << 16, int(opts.split_bytes))
+    partitions = opts.partitions or max(2, spark.sparkContext.defaultParallelism * 2)
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+
+    # -- stage 1: read files / ranges -------------------------------------------------
+    tasks = []
+    for rank, (path, size) in enumerate(files):
+        lower = path.lower()
+        n = 1 if lower.endswith((".gz", ".gzip")) else max(1, math.ceil(size / split))
+        tasks.extend((path, rank, r, n) for r in range(n))
+    res.tasks = len(tasks)
+    log(f"stage 1: {len(files)} file(s) in {len(tasks)} task(s)")
+    seg_schema = _spark_schema(SEGMENT_SCHEMA)
+
+    def read_tasks(batches):
+        for b in batches:
+            for path, rank, rng, n in zip(*(b.column(i).to_pylist() for i in range(4)), strict=True):
+                yield from read_range(path, rank, rng, n, split)
+
+    task_df = spark.createDataFrame(spark.sparkContext.parallelize(tasks, len(tasks)),
+                                    "path string, file int, rng int, n int")
+    seg_dir = f"{out.tmp}/stage-segments"
+    task_df.mapInArrow(read_tasks, seg_schema).write.parquet(seg_dir)
+    raw = spark.read.parquet(seg_dir)
+
+    # -- driver: merge positions, reader issues, idle schedule --------------------------
+    side = raw.filter(F.col("kind") != "seg").select(
+        "kind", "file", "rng", "lpm", "ikind", "imsg", "npackets", F.col("idx").alias("npackets_tcp")).collect()
+    range_max: dict[int, dict[int, float]] = {}
+    for r in side:
+        if r.kind == "range" and r.lpm is not None:
+            range_max.setdefault(r.file, {})[r.rng] = r.lpm
+    carry_rows = []
+    for f, ranges in range_max.items():
+        running = -math.inf
+        for rng in sorted(ranges):
+            if running > -math.inf:
+                carry_rows.append((f, rng, running))
+            running = max(running, ranges[rng])
+    reader_errors = _reader_errors(side, files)
+
+    segs = raw.filter(F.col("kind") == "seg").drop("kind", "ikind", "imsg", "npackets")
+    if carry_rows:
+        carry = spark.createDataFrame(carry_rows, "file int, rng int, carry double")
+        segs = (segs.join(F.broadcast(carry), ["file", "rng"], "left")
+                .withColumn("kts", F.when(F.col("carry").isNull(), F.col("lpm"))
+                            .otherwise(F.greatest("lpm", "carry"))).drop("carry"))
+    else:
+        segs = segs.withColumn("kts", F.col("lpm"))
+    segs = segs.drop("lpm")
+    res.segments = sum(int(r.npackets_tcp or 0) for r in side if r.kind == "range")
+    checks = None
+    if res.segments <= opts.exact_idle_limit:
+        order = segs.select("kts", "file", "rng", "idx", "ts").orderBy("kts", "file", "rng", "idx")
+        tbl = order.toArrow()
+        kts, fl, rg, ix = (tbl.column(c).to_pylist() for c in ("kts", "file", "rng", "idx"))
+        checks = idle_checks(tbl.column("ts").to_numpy(), lambda i: pos_of(kts[i], fl[i], rg[i], ix[i]))
+    res.exact_idle = checks is not None
+
+    # -- stage 2 ----------------------------------------------------------------------
+    ev_schema = _spark_schema(EVENT_SCHEMA)
+    seg_cols = ["conn", "kts", "file", "rng", "idx", "ts", "src_ip", "src_port", "dst_ip", "dst_port",
+                "seq", "ack", "flags", "payload", "missing"]
+
+    def stage2(df, names: GlobalNames, brokers: GlobalBrokers, dest: str) -> None:
+        cfg, values, want = opts.config, opts.values, opts.records
+
+        def run(batches):
+            yield from dissect_partition(batches, config=cfg, values=values, want_records=want,
+                                         checks=checks, names=names, brokers=brokers, meta=True)
+
+        (df.select(*seg_cols).repartition(partitions, "conn")
+         .sortWithinPartitions("conn", "kts", "file", "rng", "idx")
+         .mapInArrow(run, ev_schema).write.parquet(dest))
+
+    log("stage 2: dissecting connections")
+    ev1_dir = f"{out.tmp}/stage-events1"
+    stage2(segs, {}, {}, ev1_dir)
+    ev1 = spark.read.parquet(ev1_dir)
+    names, brokers, rerun = _cross_connection(ev1)
+    res.rerun_connections = len(rerun)
+    events = ev1
+    if rerun:
+        log(f"stage 2, pass 2: {len(rerun)} connection(s) with names learned elsewhere")
+        rerun_df = F.broadcast(spark.createDataFrame([(c,) for c in sorted(rerun)], "conn string"))
+        ev2_dir = f"{out.tmp}/stage-events2"
+        stage2(segs.join(rerun_df, "conn", "left_semi"), names, brokers, ev2_dir)
+        ev2 = spark.read.parquet(ev2_dir)
+        events = ev1.join(rerun_df, "conn", "left_anti").unionByName(ev2)
+    if reader_errors:
+        buf = EventBuffer()
+        for e in reader_errors:
+            buf.add("errors", "", e.row())
+        import pyarrow as pa
+
+        extra = spark.createDataFrame(pa.Table.from_batches([buf.batch()]))
+        events = events.unionByName(extra.select(*events.columns))
+
+    counts = events.filter(F.col("table").isin("exchanges", "records", "errors", "stats")).groupBy(
+        "table", "api_name").agg(F.count("*").alias("n"), F.sum("m_records").alias("c"),
+                                 F.sum("m_port").alias("k")).collect()
+    for r in counts:
+        if r.table == "stats":
+            res.connections += int(r.c or 0)
+            res.kafka_connections += int(r.k or 0)
+        else:
+            res.counts[r.table] = res.counts.get(r.table, 0) + int(r.n)
+    res.top_apis = sorted(((r.api_name or "unknown", int(r.n)) for r in counts if r.table == "exchanges"),
+                          key=lambda x: (-x[1], x[0]))[:5]
+    for t in ("exchanges", "errors") + (("records",) if opts.records else ()):
+        res.counts.setdefault(t, 0)
+
+    # -- tables -------------------------------------------------------------------------
+    tables = ["exchanges", "errors"] + (["records"] if opts.records else [])
+    for t in tables:
+        df = _table(events, t)
+        if t == "exchanges":
+            df = df.withColumn("date", F.to_date(F.coalesce("request_ts", "response_ts"))) \
+                   .withColumn("api", F.coalesce("api_name", F.lit("unknown")))
+            parts = ["date", "api"]
+        elif t == "errors":
+            df = df.withColumn("date", F.to_date("ts"))
+            parts = ["date"]
+        else:
+            df = df.withColumn("date", F.to_date(F.expr("timestamp_micros(cap_ts)"))).drop("cap_ts")
+            parts = ["date"]
+        log(f"writing {t}")
+        df.repartition(*parts).write.partitionBy(*parts).parquet(f"{out.tmp}/{t}")
+    ex = spark.read.parquet(f"{out.tmp}/exchanges")
+    er = spark.read.parquet(f"{out.tmp}/errors")
+    vol = events.filter(F.col("table") == "volume")
+    for name, df in _aggregates(ex, er, vol).items():
+        df.coalesce(1).write.parquet(f"{out.tmp}/{name}")
+    return res
+
+
+def _table(events, table: str):
+    from pyspark.sql import functions as F
+
+    cols = []
+    for c in DATA_TABLES[table]:
+        cols.append(F.expr(f"timestamp_micros(`{c}`)").alias(c) if c in TIMESTAMP_COLUMNS else F.col(c))
+    if table == "records":
+        cols.append(F.col("cap_ts"))
+    return events.filter(F.col("table") == table).select(*cols)
+
+
+def _aggregates(ex, er, vol) -> dict[str, Any]:
+    """Per-minute views: latency percentiles (nearest rank), error counts, topic volume."""
+    from pyspark.sql import functions as F
+
+    minute = F.date_trunc("minute", F.coalesce("request_ts", "response_ts")).alias("minute")
+    paired = ex.filter((F.col("status") == "paired") & F.col("latency_ms").isNotNull())
+    pct = {f"p{int(q * 100)}_ms": F.expr(f"percentile_disc({q}) WITHIN GROUP (ORDER BY latency_ms)")
+           for q in (0.5, 0.95, 0.99)}
+    latency = (paired.groupBy(minute, "api_name", "broker", "client_id")
+               .agg(F.count("*").alias("count"), F.avg("latency_ms").alias("mean_ms"),
+                    *[v.alias(k) for k, v in pct.items()], F.max("latency_ms").alias("max_ms"))
+               .orderBy("minute", "api_name", "broker", "client_id"))
+    errors = (er.groupBy(F.date_trunc("minute", "ts").alias("minute"), "kind", "code", "name", "api_name")
+              .agg(F.count("*").alias("count")).orderBy("minute", "kind", "name", "api_name"))
+    volume = (vol.withColumn("minute", F.date_trunc("minute", F.expr("timestamp_micros(ts)")))
+              .groupBy("minute", "topic", "direction")
+              .agg(F.sum("m_records").alias("records"), F.sum("m_bytes").alias("bytes"),
+                   F.count("*").alias("record_sets"))
+              .orderBy("minute", "topic", "direction"))
+    return {"latency_by_minute": latency, "error_counts": errors, "topic_volume": volume}
+
+
+def _reader_errors(side, files: list[tuple[str, int]]) -> list[ErrorRow]:
+    """The rows dissect_files adds for reader issues: one per issue, snaplen counts summed per file."""
+    rows: list[ErrorRow] = []
+    snap: dict[int, tuple[str, int]] = {}
+    for r in sorted((r for r in side if r.kind == "issue"), key=lambda r: (r.file, r.rng)):
+        path = files[r.file][0]
+        if r.npackets is not None and r.imsg.endswith(SNAPLEN_TRUNCATED_SUFFIX):
+            kind, n = snap.get(r.file, (r.ikind, 0))
+            snap[r.file] = (kind, n + r.npackets)
+            continue
+        rows.append(ErrorRow(kind=r.ikind, message=f"{path}: {r.imsg}", path=None))
+    for f, (kind, n) in sorted(snap.items()):
+        rows.append(ErrorRow(kind=kind, message=f"{files[f][0]}: {n}{SNAPLEN_TRUNCATED_SUFFIX}", path=None))
+    return rows
+
+
+def _cross_connection(ev1) -> tuple[GlobalNames, GlobalBrokers, set[str]]:
+    """Pass-1 bookkeeping -> the broadcast tables and the connections to run again."""
+    from pyspark.sql import functions as F
+
+    meta = ev1.filter(F.col("table").isin("learn", "lookup", "known", "known_lookup")).select(
+        "table", "conn", "p_kts", "p_file", "p_rng", "p_idx", "m_key", "m_value", "m_port").collect()
+    names: GlobalNames = {}
+    brokers: GlobalBrokers = {}
+    lookups: list[tuple[str, str, Pos]] = []
+    known_lookups: list[tuple[str, tuple[str, int], Pos]] = []
+    for r in meta:
+        pos = pos_of(r.p_kts, r.p_file, r.p_rng, r.p_idx)
+        if r.table == "learn":
+            names.setdefault(r.m_key, []).append((pos, r.m_value, r.conn))
+        elif r.table == "lookup":
+            lookups.append((r.conn, r.m_key, pos))
+        elif r.table == "known":
+            brokers.setdefault((r.m_key, r.m_port), []).append((pos, r.conn))
+        else:
+            known_lookups.append((r.conn, (r.m_key, r.m_port), pos))
+    for v in names.values():
+        v.sort()
+    for v in brokers.values():
+        v.sort()
+    rerun: set[str] = set()
+    for conn, tid, pos in lookups:
+        if any(c != conn and p <= pos for p, _n, c in names.get(tid, ())):
+            rerun.add(conn)
+    for conn, ep, pos in known_lookups:
+        if any(c != conn and p <= pos for p, c in brokers.get(ep, ())):
+            rerun.add(conn)
+    return names, brokers, rerun
