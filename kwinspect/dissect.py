@@ -111,7 +111,7 @@ class Dissector:
     def __init__(self, config: DissectConfig | None = None) -> None:
         self.config = config or DissectConfig()
         self.parser = PacketParser()
-        self.tcp = TcpReassembler()
+        self.tcp = TcpReassembler(idle_timeout=self.config.idle_timeout)
         self.shared = SharedState()
         self.stats = DissectStats()
         self.connections: dict[Any, ConnectionInfo] = {}
@@ -136,7 +136,7 @@ class Dissector:
             self._on_tcp(ev)
         if seg.ts >= self._next_idle_check:
             self._next_idle_check = seg.ts + 60.0
-            for ev in self.tcp.flush_idle(seg.ts - self.config.idle_timeout):
+            for ev in self.tcp.flush_idle(seg.ts):
                 self._on_tcp(ev)
 
     def finish(self) -> None:
