@@ -159,9 +159,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --live PCAP: replay N exchanges per second (default: the capture's own pace)")
     p.add_argument("-f", "--filter", metavar="EXPR", help="start with this filter (the --filter language)")
 
+    p = add("pipeline", "Spark pipeline over many (rotated, large) captures, Parquet out",
+            "Runs the same decoder on Spark (embedded local[*] by default, or --master URL):\n"
+            "files are read in parallel, each TCP connection is dissected in capture order,\n"
+            "and exchanges, errors (and --records) are written to DIR as Parquet with the\n"
+            "exporters' schemas, plus per-minute latency, error and topic-volume tables.\n"
+            "See docs/pipeline.md.")
+    p.add_argument("pcap", nargs="+", metavar="INPUT",
+                   help="pcap/pcapng(.gz) files, directories or globs; local paths or URIs (hdfs://, s3a://, ...)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory (Parquet tables)")
+    p.add_argument("--master", metavar="URL", help="Spark master (default local[*]; spark://, yarn, k8s://...)")
+    p.add_argument("--partitions", type=int, metavar="N", help="shuffle partitions for the per-connection stage")
+    p.add_argument("--records", action="store_true", help="also write the records table (one row per record)")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
+    p.add_argument("--split-mb", type=int, default=128, metavar="MB",
+                   help="read uncompressed pcap files in byte ranges of this size (default 128)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
+    g = p.add_argument_group("reading")
+    g.add_argument("--kafka-ports", type=parse_ports, metavar="PORTS",
+                   help="broker ports, e.g. 9092,19092-19094 (default: 9092, plus detection on any port)")
+    g.add_argument("--no-detect", action="store_true", help="only treat --kafka-ports as Kafka")
+    g.add_argument("--values", choices=VALUE_MODES, default="auto", help="how to show keys and values (records)")
+    g.add_argument("--no-redact", action="store_true", help="show SASL secrets (redacted by default)")
+    g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
+                   help="largest Kafka frame accepted (default 100 MiB)")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
     for name, what in (("diagnose", "findings about interop problems (planned)"),
-                       ("live", "live capture on an interface (planned)"),
-                       ("pipeline", "Spark pipeline over many captures (planned)")):
+                       ("live", "live capture on an interface (planned)")):
         p = add(name, what, what)
         p.add_argument("args", nargs=argparse.REMAINDER)
     return parser
@@ -409,6 +434,34 @@ def cmd_tui(args) -> int:
                    replay=args.live, rate=args.rate)
 
 
+def cmd_pipeline(args) -> int:
+    """The Spark pipeline; pyspark is imported only inside kwinspect.spark.pipeline."""
+    from kwinspect.spark.pipeline import PipelineError, PipelineOptions, run_pipeline
+
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--conf wants KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value
+    if args.partitions is not None and args.partitions < 1:
+        raise UsageError("--partitions must be at least 1")
+    if args.split_mb < 1:
+        raise UsageError("--split-mb must be at least 1")
+    opts = PipelineOptions(inputs=args.pcap, output=args.output, master=args.master,
+                           partitions=args.partitions, records=args.records, overwrite=args.overwrite,
+                           config=_config(args), values=args.values, split_bytes=args.split_mb << 20,
+                           spark_conf=conf)
+    log = None if args.quiet else (lambda line: print(f"{PROG} pipeline: {line}", file=sys.stderr))
+    try:
+        result = run_pipeline(opts, log=log)
+    except PipelineError as exc:
+        print(f"{PROG} pipeline: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(result.lines()))
+    return 0
+
+
 def cmd_planned(args) -> int:
     print(f"{PROG} {args.command}: not available in this version yet", file=sys.stderr)
     return 2
@@ -427,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": cmd_summary, "latency": cmd_latency, "decode": cmd_decode,
         "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
         "errors": lambda a: cmd_table(a, "errors"),
-        "tui": cmd_tui,
+        "tui": cmd_tui, "pipeline": cmd_pipeline,
     }
     handler = handlers.get(args.command, cmd_planned)
     try:
