@@ -243,7 +243,12 @@ def encode_and_check(cls, version, values, want):
     else:
         msg = decode_response(frame, cls.API_KEY, version)
         assert msg.header == {"correlation_id": CORRELATION_ID}
-    assert msg.issues == [], [i.as_dict() for i in msg.issues]
+    issues = msg.issues
+    if cls.API_KEY == 18 and not cls.is_request() and version > 0 and values.get("error_code") == 35:
+        # UNSUPPORTED_VERSION in an ApiVersions answer is flagged (info) with the layout found.
+        assert [(i.kind, i.severity) for i in issues] == [("unsupported_version", "info")]
+        issues = []
+    assert issues == [], [i.as_dict() for i in msg.issues]
     assert msg.decoded_version == version
     assert_same(want, msg.body)
 

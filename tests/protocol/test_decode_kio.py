@@ -225,7 +225,12 @@ def check_roundtrip(entity, direction: str) -> None:
         frame = encode_response(entity)
         msg = decode_response(frame, key, version)
         assert msg.header == {"correlation_id": 7}
-    assert msg.issues == [], [i.as_dict() for i in msg.issues]
+    issues = msg.issues
+    if key == API_VERSIONS and direction == "response" and version > 0 and int(entity.error_code) == 35:
+        # UNSUPPORTED_VERSION in an ApiVersions answer is flagged (info) with the layout found.
+        assert [(i.kind, i.severity) for i in issues] == [(UNSUPPORTED_VERSION, "info")]
+        issues = []
+    assert issues == [], [i.as_dict() for i in msg.issues]
     assert (msg.api_key, msg.api_version, msg.decoded_version) == (key, version, version)
     assert msg.size == len(frame)
     assert_same(expected(entity), msg.body)
