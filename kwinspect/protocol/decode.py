@@ -12,6 +12,7 @@ turns it into an Issue with the byte offset and field path.
 from __future__ import annotations
 
 import importlib
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -125,6 +126,25 @@ def _array_reader(elem: Reader, compact: bool, nullable: bool, min_size: int) ->
     return read
 
 
+# Arrays of fixed-size numbers (replica lists, partition ids...) are read with one
+# struct.unpack_from: read_array_length has already checked that n elements fit.
+_FIXED_ARRAY_CODES = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
+                      "int64": "q", "float64": "d"}
+
+
+def _fixed_array_reader(code: str, size: int, compact: bool, nullable: bool) -> Reader:
+    read_len = p.read_array_length
+    unpack_from = struct.unpack_from
+
+    def read(buf, pos):
+        n, pos = read_len(buf, pos, compact, nullable, size)
+        if n is None:
+            return None, pos
+        return list(unpack_from(f">{n}{code}", buf, pos)), pos + n * size
+
+    return read
+
+
 def _min_size(fields, version: int, flexible: bool) -> int:
     """Fewest bytes one struct can take in this version (bounds array counts)."""
     size = 1 if flexible else 0
@@ -159,6 +179,8 @@ def _field_reader(ftype, nullable, compact, children, version, flexible) -> Read
         return _array_reader(elem, compact, nullable, _min_size(children, version, flexible))
     if ftype.startswith("[]"):
         inner = ftype[2:]
+        if inner in _FIXED_ARRAY_CODES:
+            return _fixed_array_reader(_FIXED_ARRAY_CODES[inner], p.FIXED_SIZES[inner], compact, nullable)
         elem = _field_reader(inner, False, compact, None, version, flexible)
         min_size = p.FIXED_SIZES.get(inner, 1 if compact else 2)
         return _array_reader(elem, compact, nullable, min_size)
