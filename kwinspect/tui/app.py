@@ -80,15 +80,7 @@ class KwinspectApp(App):
             target, args = self.indexer.index_files, (self.paths, self.config)
         self._thread = threading.Thread(target=target, args=args, name="kwinspect-index", daemon=True)
         self._thread.start()
-        main = MainScreen()
-        self.push_screen(main)
-        if self.initial_filter:
-            from kwinspect.analyze.filter import compile_filter
-            from kwinspect.model import EXCHANGE_COLUMNS
-
-            pred = compile_filter(self.initial_filter, EXCHANGE_COLUMNS)
-            main.query_one("FilterBar").set_expr(self.initial_filter)
-            main.apply_spec(main.spec.with_(expr=self.initial_filter), pred)
+        self.push_screen(MainScreen())
 
     def on_unmount(self) -> None:
         self.indexer.cancel()

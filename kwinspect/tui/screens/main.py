@@ -82,6 +82,13 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self.list.focus()
         self.set_interval(POLL, self.poll)
+        expr = self.app.initial_filter
+        if expr:
+            from kwinspect.analyze.filter import compile_filter
+            from kwinspect.model import EXCHANGE_COLUMNS
+
+            self.query_one(FilterBar).set_expr(expr)
+            self.apply_spec(self.spec.with_(expr=expr), compile_filter(expr, EXCHANGE_COLUMNS))
         self.poll()
 
     @property

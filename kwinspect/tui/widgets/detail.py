@@ -9,6 +9,7 @@ Selecting a text/bytes field highlights where those bytes sit in the hex view
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.text import Text
@@ -283,11 +284,12 @@ class DetailPane(Vertical):
         for col in cols:
             table.add_column(col, key=col)
         for rec in rows[:RECORD_LIMIT]:
-            headers = ", ".join(f"{h.get('key')}={h.get('value')}" for h in rec.headers or [])
+            headers = ", ".join(f"{h.get('key')}={'null' if h.get('value') is None else h.get('value')}"
+                                for h in rec.headers or [])
             ts = rec.timestamp
             table.add_row(
                 term_safe(rec.topic, 60), rec.partition, rec.offset if rec.offset is not None else "",
-                "" if ts is None else f"{ts:.3f}",
+                _record_time(ts),
                 term_safe(rec.key, 60) if rec.key is not None else Text("null", style="dim"),
                 term_safe(rec.value, 120) if rec.value is not None else Text("null", style="dim"),
                 term_safe(headers, 120), rec.compression,
@@ -333,6 +335,16 @@ class DetailPane(Vertical):
                 self.highlight = (pos, pos + len(event.needle))
                 self.hex_side = event.side
         self._render_hex()
+
+
+def _record_time(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    try:
+        d = datetime.fromtimestamp(ts, UTC)
+    except (OverflowError, OSError, ValueError):
+        return str(ts)
+    return d.strftime("%Y-%m-%d %H:%M:%S.") + f"{d.microsecond // 1000:03d}"
 
 
 def _first_issue_offset(msg: KafkaMessage | None) -> int | None:

@@ -16,9 +16,10 @@ class FilterBar(Horizontal):
     """``/`` focuses it; Enter applies, Escape leaves; errors show below without applying."""
 
     DEFAULT_CSS = """
-    FilterBar { height: auto; }
-    FilterBar Input { width: 1fr; }
-    FilterBar #filter-state { width: auto; max-width: 60%; padding: 1 1 0 1; color: $text-muted; }
+    FilterBar { height: 1; }
+    FilterBar Input { width: 1fr; height: 1; border: none; padding: 0 1; }
+    FilterBar Input:focus { border: none; background: $boost; }
+    FilterBar #filter-state { width: auto; max-width: 60%; padding: 0 1; color: $text-muted; }
     FilterBar.-invalid #filter-state { color: $error; }
     """
 
