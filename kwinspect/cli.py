@@ -185,10 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest Kafka frame accepted (default 100 MiB)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
-    for name, what in (("diagnose", "findings about interop problems (planned)"),
-                       ("live", "live capture on an interface (planned)")):
+    for name, what in (("diagnose", "findings about interop problems (planned)"),):
         p = add(name, what, what)
         p.add_argument("args", nargs=argparse.REMAINDER)
+    _add_live_parser(add)
     return parser
 
 
@@ -462,6 +462,116 @@ def cmd_pipeline(args) -> int:
     return 0
 
 
+LIVE_EXAMPLES = """\
+examples:
+  kwinspect live -i eth0                                   # exchanges as they complete
+  kwinspect live -i lo --kafka-ports 9092 -t records -F jsonl | jq .value
+  kwinspect live -i eth0 -w kafka.pcap -C 100 -W 10        # keep the packets: 10 x 100 MB ring
+  kwinspect live -i eth0 --duration 60 -t errors -F csv -o errors.csv
+  kwinspect exchanges kafka-*.pcap                         # the same session, offline
+
+Needs root or CAP_NET_RAW (Linux AF_PACKET, via scapy). Stops on Ctrl-C, SIGTERM,
+--duration or --count, then finishes every connection (requests still waiting for
+a response become response_missing exchanges), closes the files and prints a
+summary with the kernel's drop count on stderr. See docs/live.md.
+"""
+
+
+def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
+    p = add("live", "capture and decode Kafka traffic on an interface as it happens",
+            "Capture on IFACE and print exchanges, records or errors as they complete,\n"
+            "in the same formats and columns as the offline commands; optionally keep the\n"
+            "raw packets in pcap files (-w, with tcpdump-like -C/-G/-W rotation).")
+    p.epilog = LIVE_EXAMPLES
+    g = p.add_argument_group("capture")
+    g.add_argument("-i", "--interface", required=True, metavar="IFACE", help="interface to capture on (e.g. lo, eth0)")
+    g.add_argument("--bpf", metavar="EXPR",
+                   help="capture filter in tcpdump syntax (default: 'tcp and (port P or ...)' for --kafka-ports, "
+                        "else 'tcp' so that Kafka is detected on any port)")
+    g.add_argument("-c", "--count", type=int, metavar="N",
+                   help="stop after N packets (captured packets, as tcpdump -c / tshark -c)")
+    g.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    g.add_argument("-w", "--write", metavar="FILE", help="also write the raw packets to FILE (pcap, microseconds)")
+    g.add_argument("-C", "--file-size", type=float, metavar="MB",
+                   help="with -w: start a new file before one would exceed MB million bytes "
+                        "(files are FILE-00000.pcap, FILE-00001.pcap, ...)")
+    g.add_argument("-G", "--rotate-seconds", type=float, metavar="S",
+                   help="with -w: start a new file every S seconds (strftime patterns in FILE are expanded)")
+    g.add_argument("-W", "--file-count", type=int, metavar="N", help="with -C/-G: keep only the newest N files")
+    g.add_argument("-s", "--snaplen", type=int, default=262144, metavar="BYTES",
+                   help="bytes kept per packet (default 262144, as tcpdump)")
+    g.add_argument("-B", "--buffer-size", type=int, default=65536, metavar="KiB",
+                   help="kernel receive buffer in KiB (default 65536 = 64 MiB; bursts beyond it are dropped)")
+    g.add_argument("-p", "--no-promiscuous-mode", action="store_true", help="do not put the interface in promiscuous mode")
+    g = p.add_argument_group("reading")
+    g.add_argument("--kafka-ports", type=parse_ports, metavar="PORTS",
+                   help="broker ports, e.g. 9092,19092-19094; only these ports are captured "
+                        "(default: all TCP, Kafka found on 9092 and by detection on any port)")
+    g.add_argument("--no-detect", action="store_true", help="only treat --kafka-ports as Kafka")
+    g.add_argument("--values", choices=VALUE_MODES, default="auto",
+                   help="how to show keys, values and bytes: auto = UTF-8 text when it decodes, else base64")
+    g.add_argument("--no-redact", action="store_true",
+                   help="show SASL passwords, SCRAM proofs, OAuth tokens and token HMACs (redacted by default)")
+    g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
+                   help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
+    g = p.add_argument_group("output")
+    g.add_argument("-t", "--table", choices=("exchanges", "records", "errors", "none"), default="exchanges",
+                   help="which rows to print as they complete (default exchanges; none: only -w and the summary)")
+    g.add_argument("-F", "--format", choices=("table", "jsonl", "csv"), default=None,
+                   help="row format (default: table on a terminal, else jsonl, one line per row, flushed at once)")
+    g.add_argument("-o", "--output", metavar="OUT", help="write rows to OUT instead of stdout")
+    g.add_argument("-f", "--filter", metavar="EXPR", help="keep rows matching EXPR (see docs/filter.md)")
+    g.add_argument("-q", "--quiet", action="store_true", help="no status line and no summary on stderr")
+    g.add_argument("--status-interval", type=float, default=1.0, metavar="S",
+                   help="seconds between status-line updates on a terminal's stderr (default 1)")
+
+
+def cmd_live(args) -> int:
+    from kwinspect.capture.live import LiveCaptureError, LiveFilterError, capture_filter
+    from kwinspect.live_session import LiveOptions, run_live
+
+    columns = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS,
+               "none": EXCHANGE_COLUMNS}[args.table]
+    keep = _compile_filter(args.filter, columns)
+    for flag, value in (("--count", args.count), ("--duration", args.duration), ("-C", args.file_size),
+                        ("-G", args.rotate_seconds), ("-W", args.file_count), ("--snaplen", args.snaplen),
+                        ("--buffer-size", args.buffer_size)):
+        if value is not None and value <= 0:
+            raise UsageError(f"{flag} must be positive")
+    if (args.file_size or args.rotate_seconds or args.file_count) and not args.write:
+        raise UsageError("-C, -G and -W need -w FILE")
+    if args.file_count and not (args.file_size or args.rotate_seconds):
+        raise UsageError("-W needs -C or -G")
+    if args.format:
+        fmt = args.format
+    elif args.output and args.output != "-":
+        from kwinspect.export.writers import format_from_path
+
+        fmt = format_from_path(args.output) or "jsonl"
+        if fmt == "parquet":
+            raise UsageError("live output is jsonl, csv or table (write -w FILE.pcap and convert it later)")
+    else:
+        from kwinspect.export.writers import default_format
+
+        fmt = default_format(sys.stdout)
+    opts = LiveOptions(
+        interface=args.interface,
+        bpf=args.bpf if args.bpf is not None else capture_filter(args.kafka_ports),
+        config=_config(args), table=args.table, fmt=fmt, output=args.output, keep=keep,
+        values=args.values, write=args.write,
+        rotate_bytes=int(args.file_size * 1_000_000) if args.file_size else None,
+        rotate_seconds=args.rotate_seconds, max_files=args.file_count, duration=args.duration,
+        count=args.count, snaplen=args.snaplen, buffer_bytes=args.buffer_size * 1024,
+        promisc=not args.no_promiscuous_mode, quiet=args.quiet, status_interval=args.status_interval)
+    try:
+        return run_live(opts, records_of)
+    except LiveFilterError as exc:
+        raise UsageError(str(exc)) from None
+    except LiveCaptureError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+
+
 def cmd_planned(args) -> int:
     print(f"{PROG} {args.command}: not available in this version yet", file=sys.stderr)
     return 2
@@ -480,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": cmd_summary, "latency": cmd_latency, "decode": cmd_decode,
         "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
         "errors": lambda a: cmd_table(a, "errors"),
-        "tui": cmd_tui, "pipeline": cmd_pipeline,
+        "tui": cmd_tui, "pipeline": cmd_pipeline, "live": cmd_live,
     }
     handler = handlers.get(args.command, cmd_planned)
     try:

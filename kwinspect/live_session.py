@@ -1,0 +1,264 @@
+"""`kwinspect live`: capture on an interface, print rows as they complete.
+
+The front-end half of live capture (the capture half is capture/live.py):
+rows out through the same writers as the offline commands, ``-w`` pcap files,
+a one-line status on stderr when it is a terminal, stop on Ctrl-C / SIGTERM /
+``--duration`` / ``--count``, then a summary on stderr.
+
+Memory stays flat over hours: exchanges are written and dropped, closed
+connections are pruned from the dissector, and the counters kept for the
+summary are bounded (per API name, status and error kind).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+from kwinspect.capture.live import (
+    DEFAULT_BUFFER,
+    DEFAULT_SNAPLEN,
+    LiveCapture,
+    PcapRotator,
+    StopWhen,
+    live_events,
+)
+from kwinspect.dissect import DissectConfig, Dissector
+from kwinspect.model import ErrorRow, Exchange
+
+
+@dataclass
+class LiveOptions:
+    interface: str
+    bpf: str
+    config: DissectConfig
+    table: str = "exchanges"  # exchanges | records | errors | none
+    fmt: str = "jsonl"
+    output: str | None = None
+    keep: Callable[[dict], bool] | None = None  # the compiled --filter
+    values: str = "auto"
+    write: str | None = None
+    rotate_bytes: int | None = None
+    rotate_seconds: float | None = None
+    max_files: int | None = None
+    duration: float | None = None
+    count: int | None = None
+    snaplen: int = DEFAULT_SNAPLEN
+    buffer_bytes: int = DEFAULT_BUFFER
+    promisc: bool = True
+    quiet: bool = False
+    status_interval: float = 1.0
+
+
+class LiveTally:
+    """Bounded counters for the status line and the final summary."""
+
+    def __init__(self) -> None:
+        self.exchanges = 0
+        self.records = 0
+        self.rows = 0
+        self.apis: Counter[str] = Counter()
+        self.statuses: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+
+    def add(self, ev: Any) -> None:
+        if isinstance(ev, Exchange):
+            self.exchanges += 1
+            self.apis[ev.api_name or f"api_{ev.api_key}"] += 1
+            self.statuses[ev.status] += 1
+        elif isinstance(ev, ErrorRow):
+            self.errors[ev.kind] += 1
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+class _Status:
+    """The periodic one-line status on stderr (terminals only)."""
+
+    def __init__(self, stream: IO[str], interval: float, enabled: bool) -> None:
+        self.stream = stream
+        self.interval = interval
+        self.enabled = enabled and _isatty(stream)
+        self.t0 = time.monotonic()
+        self.last = self.t0
+        self.last_packets = 0
+        self.last_bytes = 0
+        self.shown = False
+
+    def maybe(self, cap: LiveCapture, tally: LiveTally, dissector: Dissector) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            return
+        c = cap.counters
+        dt = now - self.last
+        pps = (c.packets - self.last_packets) / dt
+        bps = (c.bytes - self.last_bytes) / dt
+        self.last, self.last_packets, self.last_bytes = now, c.packets, c.bytes
+        _rx, dropped = cap.kernel_stats()
+        line = (f"[{cap.interface} {now - self.t0:6.0f}s] {c.packets:,} pkts ({pps:,.0f}/s, "
+                f"{bps / 1e6:.1f} MB/s), {dropped:,} dropped, "
+                f"{dissector.stats.kafka_connections:,} kafka conns, {tally.exchanges:,} exchanges, "
+                f"{sum(tally.errors.values()):,} errors")
+        self.stream.write("\r\x1b[K" + line)
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[str] | None = None) -> int:
+    """Capture until stopped; returns the exit status (0 on a clean stop).
+
+    Raises ``LiveCaptureError`` (exit 1) before anything is written when the
+    interface does not exist or capture is not permitted.
+    """
+    from kwinspect.export.writers import open_writer
+
+    err = stderr if stderr is not None else sys.stderr
+    cap = LiveCapture(opts.interface, opts.bpf, snaplen=opts.snaplen, buffer_bytes=opts.buffer_bytes,
+                      promisc=opts.promisc).open()
+    pcap: PcapRotator | None = None
+    writer = None
+    stop_event = threading.Event()
+    stop = StopWhen(stop_event, duration=opts.duration, count=opts.count)
+    old_handlers: dict[int, Any] = {}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        if stop_event.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: give up on the clean stop
+        stop.reason = "interrupted" if signum == signal.SIGINT else "terminated"
+        stop_event.set()
+
+    dissector = Dissector(opts.config)
+    tally = LiveTally()
+    status = _Status(err, opts.status_interval, not opts.quiet)
+    try:
+        if opts.write:
+            pcap = PcapRotator(opts.write, cap.linktype, opts.snaplen, max_bytes=opts.rotate_bytes,
+                               every=opts.rotate_seconds, max_files=opts.max_files)
+        if opts.table != "none":
+            kw: dict[str, Any] = {}
+            if opts.fmt == "jsonl":
+                kw["line_buffered"] = True
+            elif opts.fmt == "table":
+                kw["chunk_size"] = 1
+            writer = open_writer(opts.fmt, opts.table, opts.output, **kw)
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                old_handlers[sig] = signal.signal(sig, on_signal)
+        link = {1: "EN10MB (Ethernet)", 101: "RAW (IP)"}.get(cap.linktype, str(cap.linktype))
+        print(f"kwinspect: listening on {cap.interface}, link-type {link}, snapshot length "
+              f"{opts.snaplen} bytes, filter {opts.bpf!r}", file=err, flush=True)
+
+        on_packets = None
+        if pcap is not None:
+            pwrite = pcap.write
+
+            def on_packets(batch: list) -> None:
+                for raw in batch:
+                    pwrite(raw)
+
+        table = opts.table
+        keep = opts.keep
+        write = writer.write if writer is not None else None
+        flush_out = _flusher(writer, opts)
+        for ev in live_events(cap, dissector, stop, on_packets=on_packets):
+            if ev is None:
+                if pcap is not None:
+                    pcap.tick()
+                flush_out()
+                status.maybe(cap, tally, dissector)
+                continue
+            tally.add(ev)
+            if write is None:
+                continue
+            if table == "exchanges":
+                if isinstance(ev, Exchange) and (keep is None or keep(ev.row())):
+                    write(ev)
+                    tally.rows += 1
+            elif table == "errors":
+                if isinstance(ev, ErrorRow) and (keep is None or keep(ev.row())):
+                    write(ev)
+                    tally.rows += 1
+            elif isinstance(ev, Exchange):
+                for rec in records_of(ev, opts.values, dissector.shared.topic_names):
+                    tally.records += 1
+                    if keep is None or keep(rec.row()):
+                        write(rec)
+                        tally.rows += 1
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+        cap.close()
+        if pcap is not None:
+            pcap.close()
+        status.clear()
+        try:
+            if writer is not None:
+                writer.close()
+        finally:
+            if not opts.quiet:
+                _summary(err, opts, cap, dissector, tally, pcap, stop, time.monotonic() - status.t0)
+    return 0
+
+
+def _flusher(writer: Any, opts: LiveOptions) -> Callable[[], None]:
+    """CSV rows on stdout are flushed on idle ticks (jsonl flushes per line)."""
+    if writer is None or opts.fmt != "csv":
+        return lambda: None
+    stream = sys.stdout if opts.output in (None, "-") else None
+
+    def flush() -> None:
+        if stream is not None:
+            stream.flush()
+    return flush
+
+
+def _summary(err: IO[str], opts: LiveOptions, cap: LiveCapture, d: Dissector, tally: LiveTally,
+             pcap: PcapRotator | None, stop: StopWhen, elapsed: float) -> None:
+    c = cap.counters
+    why = {"interrupted": "interrupted (Ctrl-C)", "terminated": "terminated (SIGTERM)",
+           "duration": f"--duration {opts.duration:g} s reached",
+           "count": f"--count {opts.count} packets reached"}.get(stop.reason or "", stop.reason or "stopped")
+    lines = [
+        f"kwinspect live: {why} after {elapsed:.1f} s",
+        f"  {c.packets:,} packets captured ({_mb(c.bytes)}), {c.kernel_received:,} received by filter, "
+        f"{c.kernel_dropped:,} dropped by kernel, {c.truncated:,} cut by the snapshot length",
+        f"  {d.stats.kafka_connections:,} Kafka connections, {tally.exchanges:,} exchanges"
+        + (f" ({', '.join(f'{n:,} {s}' for s, n in tally.statuses.most_common())})" if tally.statuses else ""),
+    ]
+    if tally.apis:
+        lines.append("  APIs: " + ", ".join(f"{a} {n:,}" for a, n in tally.apis.most_common(12)))
+    if opts.table == "records":
+        lines.append(f"  {tally.records:,} records")
+    if tally.errors:
+        lines.append("  errors: " + ", ".join(f"{k} {n:,}" for k, n in tally.errors.most_common(12)))
+    if opts.table != "none":
+        lines.append(f"  {tally.rows:,} {opts.table} rows written to {opts.output or 'stdout'}")
+    if pcap is not None:
+        kept = pcap.kept
+        where = kept[0] if len(kept) == 1 else f"{len(kept)} files, {kept[0]} .. {kept[-1]}"
+        lines.append(f"  {pcap.packets:,} packets written to {where}"
+                     + (f" ({len(pcap.removed)} older files removed by -W)" if pcap.removed else ""))
+    err.write("\n".join(lines) + "\n")
+    err.flush()
