@@ -81,6 +81,7 @@ class ConnectionInfo:
     closed: str | None = None
     conversation: Conversation | None = None
     accounting: dict[str, dict[str, int]] = field(default_factory=dict)
+    packets: int = 0  # captured packets (TCP segments, IP fragments included) of this connection
 
 
 class _Conn:
@@ -120,20 +121,37 @@ class Dissector:
         self._last_ts = 0.0
         self._next_idle_check = 0.0
         self._known_brokers: set[Endpoint] = set()  # broker endpoints proven on other connections
+        # No silent loss: every packet is counted once, see packet_counts().
+        self._conn_by_tuple: dict[tuple[Endpoint, Endpoint], ConnectionInfo] = {}
+        self._stray_packets = 0  # TCP segments the reassembler ignored (e.g. RST of an unknown connection)
+        self._direct_segments = 0  # segments fed with feed_segment() rather than feed_packet()
 
     # -- input ------------------------------------------------------------------------
 
     def feed_packet(self, raw) -> None:
         self.stats.packets += 1
+        tcp_before = self.parser.stats.tcp
         seg = self.parser.parse(raw)
         if seg is not None:
-            self.feed_segment(seg)
+            # a reassembled IP datagram stands for all of its fragment packets
+            self.feed_segment(seg, _packets=max(1, self.parser.stats.tcp - tcp_before))
 
-    def feed_segment(self, seg: TcpSegment) -> None:
+    def feed_segment(self, seg: TcpSegment, _packets: int = 0) -> None:
+        """Feed one TCP segment (``_packets``: how many captured packets it stands for;
+        0 = fed directly, not through feed_packet, counted as one)."""
         self.stats.tcp_packets += 1
         self._last_ts = seg.ts
+        if not _packets:
+            self._direct_segments += 1
+        stray_before = self.tcp.stats.stray_segments
         for ev in self.tcp.feed(seg):
             self._on_tcp(ev)
+        key = (seg.src, seg.dst) if seg.src <= seg.dst else (seg.dst, seg.src)
+        info = self._conn_by_tuple.get(key)
+        if info is None or self.tcp.stats.stray_segments != stray_before:
+            self._stray_packets += _packets or 1
+        else:
+            info.packets += _packets or 1
         if seg.ts >= self._next_idle_check:
             self._next_idle_check = seg.ts + 60.0
             for ev in self.tcp.flush_idle(seg.ts):
@@ -150,6 +168,40 @@ class Dissector:
     def pop_events(self) -> list[Event]:
         events, self._events = self._events, []
         return events
+
+    def packet_counts(self) -> dict[str, int]:
+        """Where every packet went (no silent loss); after finish() the parts sum to ``packets``.
+
+        ``kafka``: packets of connections decoded as Kafka; ``non_kafka``: packets of
+        other TCP connections (TLS, not Kafka, no payload to decide on) and TCP
+        segments that belong to no connection; ``not_tcp``: parsed fine but not TCP
+        (ARP, UDP, ICMP, ...); ``unparseable``: malformed or cut headers, unknown link
+        types, IP fragments that never completed; ``fragments_pending``: IP fragments
+        still waiting for their datagram (0 after finish()).
+        """
+        kafka = non_kafka = 0
+        for info in self.connections.values():
+            if info.kind == "kafka":
+                kafka += info.packets
+            else:
+                non_kafka += info.packets
+        ps = self.parser.stats
+        return {
+            "packets": ps.packets + self._direct_segments,
+            "kafka": kafka,
+            "non_kafka": non_kafka + self._stray_packets,
+            "not_tcp": ps.other,
+            "unparseable": ps.unparseable,
+            "fragments_pending": ps.fragments_pending,
+        }
+
+    def packet_accounting_error(self) -> str | None:
+        """None when every packet is counted exactly once, else what does not add up."""
+        c = self.packet_counts()
+        parts = c["kafka"] + c["non_kafka"] + c["not_tcp"] + c["unparseable"] + c["fragments_pending"]
+        if parts != c["packets"]:
+            return f"packet counts do not add up: {c}"
+        return None
 
     # -- TCP events -------------------------------------------------------------------
 
@@ -173,6 +225,7 @@ class Dissector:
         conn = _Conn(info)
         self._conns[ev.conn_id] = conn
         self.connections[ev.conn_id] = info
+        self._conn_by_tuple[(ev.conn_id.a, ev.conn_id.b)] = info
         self.stats.connections += 1
         ports = self.config.kafka_ports
         client, server = ev.client, ev.server
