@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kwinspect.export import write_rows
-from kwinspect.model import EXCHANGE_COLUMNS, Exchange
+from kwinspect.model import EXCHANGE_COLUMNS, RECORD_COLUMNS, Exchange, RecordRow
 from tests.export.rows import TEXT_COLUMNS, canonical_frame, canonical_model
 
 # Any text but lone surrogates (those get a documented replacement, tested elsewhere).
@@ -50,4 +50,40 @@ def test_three_formats_agree(rows):
     assert j == expected
     assert p == expected
     # CSV cannot tell "" from null (documented); compare with that one difference.
+    assert c == [{k: (None if v == "" else v) for k, v in r.items()} for r in expected]
+
+
+header = st.fixed_dictionaries({
+    "key": text, "value": maybe_text, "value_encoding": st.sampled_from(["utf8", "base64", None]),
+})
+record = st.builds(
+    RecordRow,
+    direction=st.sampled_from(["produce", "fetch"]), topic=maybe_text,
+    partition=st.none() | i32, offset=st.none() | st.integers(-1, 2**62),
+    timestamp=ts, timestamp_type=st.sampled_from(["create_time", "log_append_time", None]),
+    key=maybe_text, key_encoding=st.sampled_from(["utf8", "base64", "hex", None]),
+    value=maybe_text, value_encoding=st.sampled_from(["utf8", "base64", "hex", None]),
+    headers=st.lists(header, max_size=3), compression=st.sampled_from(["none", "gzip", "zstd"]),
+    magic=st.integers(0, 2), crc_ok=st.none() | st.booleans(),
+    producer_id=st.none() | st.integers(-1, 2**62), producer_epoch=st.none() | st.integers(-1, 32767),
+    sequence=st.none() | i32, is_transactional=st.booleans(), is_control=st.booleans(),
+    control_type=st.sampled_from([None, "commit", "abort"]), correlation_id=st.none() | i32,
+    stream=maybe_text,
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(record, min_size=1, max_size=5))
+def test_three_formats_agree_on_records(rows):
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(d)
+        for fmt in ("jsonl", "csv", "parquet"):
+            write_rows(rows, "records", fmt, d / f"r.{fmt}")
+        j = canonical_frame(pd.read_json(d / "r.jsonl", lines=True, dtype=False, precise_float=True))
+        c = canonical_frame(pd.read_csv(d / "r.csv", keep_default_na=False, na_values=[""],
+                                        dtype={k: str for k in RECORD_COLUMNS if k in TEXT_COLUMNS}))
+        p = canonical_frame(pd.read_parquet(d / "r.parquet"))
+    expected = canonical_model(rows)
+    assert j == expected
+    assert p == expected
     assert c == [{k: (None if v == "" else v) for k, v in r.items()} for r in expected]
