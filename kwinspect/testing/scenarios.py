@@ -9,8 +9,8 @@ Each scenario is a function `run(rig, workdir) -> Manifest` that
 - writes `workdir/NAME.pcap` and `workdir/NAME.manifest.json`.
 
 `SCENARIOS` maps names to functions; make_captures.py and tests/e2e use it.
-Run times are seconds each, except `tansu-consumer-group` (tansu's JoinGroup
-takes about 20 s).
+Run times are 1-3 s each; `tansu-consumer-group` takes about 5 s (tansu holds
+the JoinGroup; DESIGN.md reports ~20 s with other clients).
 """
 
 from __future__ import annotations
@@ -472,6 +472,7 @@ def confluent_mock_acks(rig: Rig, workdir: str) -> Manifest:
 
 
 def confluent_mock_idempotent(rig: Rig, workdir: str) -> Manifest:
+    """Idempotent producer: InitProducerId, producer id/epoch and sequences in batches."""
     mc = rig.mock()
     topic = rig.name("idempotent")
     mc.create_topic(topic, 2, 1)
@@ -792,6 +793,7 @@ def kafka_python_mock_group(rig: Rig, workdir: str) -> Manifest:
 
 
 def tansu_admin(rig: Rig, workdir: str) -> Manifest:
+    """kafka-python admin against tansu: CreateTopics (and TOPIC_ALREADY_EXISTS), DeleteTopics."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from kafka.errors import KafkaError
@@ -921,7 +923,7 @@ def tansu_errors(rig: Rig, workdir: str) -> Manifest:
 
 
 def tansu_consumer_group(rig: Rig, workdir: str) -> Manifest:
-    """A confluent-kafka consumer group on tansu (JoinGroup takes ~20 s there)."""
+    """A confluent-kafka consumer group on tansu (about 5 s here; JoinGroup waits on tansu)."""
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
@@ -936,8 +938,8 @@ def tansu_consumer_group(rig: Rig, workdir: str) -> Manifest:
     with recording(rig, workdir, "tansu-consumer-group",
                    "against tansu: a confluent-kafka producer (zstd, idempotent) writes 10 "
                    "records to a 2-partition topic; a confluent-kafka consumer joins a fresh "
-                   "group (tansu's JoinGroup takes about 20 s), syncs, fetches all 10, commits "
-                   "and leaves.", tb) as m:
+                   "group (tansu makes the join wait a few seconds), syncs, fetches all 10, "
+                   "commits and leaves.", tb) as m:
         m.add_topic(topic, 2, "CreateTopics (before the capture)")
         ck_produce(m, tb.bootstrap_servers, "tg-producer", standard_items(topic, 10, partitions=2),
                    codec="zstd", acks="all", extra={"enable.idempotence": True})
@@ -1082,7 +1084,7 @@ def _mtu_body(rig: Rig, workdir: str) -> Manifest:
 
 
 def netns_mtu1500(rig: Rig, workdir: str) -> Manifest:
-    """Run `_mtu_body` in a child process inside a namespace made just for it."""
+    """Large records on a 1500-MTU loopback in a fresh network namespace (child process)."""
     from kwinspect.testing.netns import NetNamespace
 
     name = "netns-mtu1500-produce-consume"
@@ -1123,7 +1125,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
 
 # Scenarios that need something beyond tcpdump (checked by callers).
 NEEDS_NETNS = {"netns-mtu1500-produce-consume"}
-SLOW = {"tansu-consumer-group"}  # ~20 s JoinGroup on tansu
+SLOW = {"tansu-consumer-group"}  # tansu holds JoinGroup for seconds
 
 _INNER: dict[str, ScenarioFn] = {"_mtu_body": _mtu_body}
 
