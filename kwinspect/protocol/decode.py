@@ -364,9 +364,15 @@ def _body_reader(api_key: int, version: int, is_request: bool):
         definition, use_version = body_schema(api_key, version, is_request)
         if definition is None:
             return None, None
-        with _lock:
-            reader = compile_struct(definition[3], use_version, _in(definition[2], use_version))
-            cached = _compiled[key] = (reader, use_version)
+        # Compile once per version actually decoded with, and remember only real
+        # versions: garbage input carries arbitrary version numbers, which must
+        # neither recompile readers nor grow the cache without bound.
+        real = (api_key, use_version, is_request)
+        cached = _compiled.get(real)
+        if cached is None:
+            with _lock:
+                reader = compile_struct(definition[3], use_version, _in(definition[2], use_version))
+                cached = _compiled[real] = (reader, use_version)
     return cached
 
 
@@ -378,8 +384,11 @@ def _struct_reader(name: str, version: int):
         if defs is None:
             return None, None
         definition, use_version = _find_definition(defs, version)
-        reader = compile_struct(definition[3], use_version, _in(definition[2], use_version))
-        cached = _compiled[key] = (reader, use_version)
+        real = ("struct", name, use_version)  # see _body_reader: real versions only
+        cached = _compiled.get(real)
+        if cached is None:
+            reader = compile_struct(definition[3], use_version, _in(definition[2], use_version))
+            cached = _compiled[real] = (reader, use_version)
     return cached
 
 

@@ -478,3 +478,20 @@ def test_tag_only_fields_are_absent_before_their_tagged_versions():
     assert body["previous_producer_id"] == -1 and body["next_producer_epoch"] == -1
     assert body["client_transaction_version"] == 0
     assert body["transaction_partitions"] == [{"topic": "orders", "partition_ids": [7]}]
+
+
+def test_garbage_versions_do_not_grow_the_reader_cache():
+    """Random version numbers (non-Kafka bytes, resync guesses) reuse the nearest
+    version's compiled readers instead of compiling and caching one per number."""
+    from kwinspect.protocol import decode as decode_module
+    from kwinspect.protocol import decode_struct
+
+    decode_request(req_header(1, 13) + b"\x00" * 40)
+    decode_struct("TransactionLogValue", 1, b"")
+    before = len(decode_module._compiled)
+    for version in range(200, 1200):
+        msg = decode_request(req_header(1, version, tagged=True) + b"\x00" * 40)
+        assert msg.decoded_version == APIS[1][2]
+        decode_response(i32(1) + b"\x00" * 20, 3, version)
+        decode_struct("TransactionLogValue", version, b"")
+    assert len(decode_module._compiled) <= before + 2
