@@ -306,7 +306,7 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
     from pyspark.sql import functions as F
 
     res = PipelineResult(output=out.out, files=len(files), input_bytes=sum(s for _p, s in files))
-    split = max(1 << 16, int(opts.split_bytes))
+    split = max(4096, int(opts.split_bytes))
     partitions = opts.partitions or max(2, spark.sparkContext.defaultParallelism * 2)
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
 
