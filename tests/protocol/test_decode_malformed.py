@@ -495,3 +495,53 @@ def test_garbage_versions_do_not_grow_the_reader_cache():
         decode_response(i32(1) + b"\x00" * 20, 3, version)
         decode_struct("TransactionLogValue", version, b"")
     assert len(decode_module._compiled) <= before + 2
+
+
+# ---------------------------------------------------------------------------
+# Primitives used outside the schema tables (record fields, tags)
+# ---------------------------------------------------------------------------
+
+# Zig-zag pairs from the protobuf encoding spec: (signed value, unsigned encoding).
+ZIGZAG = [(0, 0), (-1, 1), (1, 2), (-2, 3), (2147483647, 4294967294), (-2147483648, 4294967295)]
+
+
+@pytest.mark.parametrize(("value", "zigzag"), ZIGZAG)
+def test_varint_and_varlong_zigzag(value, zigzag):
+    from kwinspect.protocol import primitives as p
+
+    raw = b"pad" + uvarint(zigzag) + b"tail"
+    assert p.read_varint(raw, 3) == (value, 3 + len(uvarint(zigzag)))
+    assert p.read_varlong(raw, 3) == (value, 3 + len(uvarint(zigzag)))
+    big = -(2**63)
+    assert p.read_varlong(uvarint(2**64 - 1), 0) == (big, 10)
+
+
+def test_varint_length_limits_and_truncation():
+    from kwinspect.protocol import primitives as p
+    from kwinspect.protocol.primitives import DecodeStop
+
+    with pytest.raises(DecodeStop) as stop:
+        p.read_varint(b"\x80\x80\x80\x80\x80\x01", 0)  # 6 bytes for a 32-bit varint
+    assert stop.value.offset == 0
+    with pytest.raises(DecodeStop):
+        p.read_varlong(b"\x80" * 10 + b"\x01", 0)  # 11 bytes for a 64-bit varint
+    with pytest.raises(DecodeStop) as stop:
+        p.read_uvarint(b"xx\x80\x80", 2)  # runs past the end
+    assert stop.value.offset == 2
+
+
+def test_fixed_width_primitives():
+    from kwinspect.protocol import primitives as p
+
+    raw = (struct.pack(">bhHiIqd", -128, -32768, 65535, -(2**31), 2**32 - 1, -(2**63), -0.5)
+           + b"\x02" + bytes(range(16)))
+    pos = 0
+    got = []
+    for reader in (p.read_int8, p.read_int16, p.read_uint16, p.read_int32, p.read_uint32,
+                   p.read_int64, p.read_float64, p.read_bool, p.read_uuid):
+        value, pos = reader(raw, pos)
+        got.append(value)
+    assert got[:7] == [-128, -32768, 65535, -(2**31), 2**32 - 1, -(2**63), -0.5]
+    assert got[7] is True  # any non-zero byte is true
+    assert got[8] == "AAECAwQFBgcICQoLDA0ODw"  # URL-safe base64 of 00..0f, no padding
+    assert pos == len(raw)
