@@ -238,7 +238,7 @@ def _summary(err: IO[str], opts: LiveOptions, cap: LiveCapture, d: Dissector, ta
              pcap: PcapRotator | None, stop: StopWhen, elapsed: float) -> None:
     c = cap.counters
     why = {"interrupted": "interrupted (Ctrl-C)", "terminated": "terminated (SIGTERM)",
-           "duration": f"--duration {opts.duration:g} s reached",
+           "duration": f"--duration {opts.duration or 0:g} s reached",
            "count": f"--count {opts.count} packets reached"}.get(stop.reason or "", stop.reason or "stopped")
     lines = [
         f"kwinspect live: {why} after {elapsed:.1f} s",

@@ -125,6 +125,15 @@ def interface_names() -> list[str]:
         return []
 
 
+def _hatype(name: str) -> int | None:
+    """The interface's ARPHRD type from sysfs (no privileges needed), None if unknown."""
+    try:
+        with open(f"/sys/class/net/{name}/type", encoding="ascii") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def _scapy():
     """Import scapy's Linux layer quietly (it logs warnings about routes at import)."""
     logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
@@ -208,6 +217,13 @@ class LiveCapture:
         except OSError:
             known = ", ".join(interface_names()) or "none found"
             raise LiveCaptureError(f"{name}: no such interface (interfaces: {known})") from None
+        hatype = _hatype(name)
+        if hatype is not None and hatype not in ARPHRD_TO_LINKTYPE:
+            raise LiveCaptureError(f"{name}: link type ARPHRD {hatype} is not supported for live capture "
+                                   "(capture it with tcpdump -w and read the file)")
+        linktype = ARPHRD_TO_LINKTYPE.get(hatype, 1)
+        # Compiled first: a bad filter is a usage error, whoever runs it.
+        program = _compile(self.bpf, linktype, self.snaplen, hatype == ARPHRD_LOOPBACK)
         l2listen, _compile_filter, scapy_exc = _scapy()
         try:
             # The filter is attached by us below (patched); scapy would compile it with a
@@ -230,7 +246,9 @@ class LiveCapture:
                                        "(capture it with tcpdump -w and read the file)")
             self.linktype = ARPHRD_TO_LINKTYPE[hatype]
             self.loopback = hatype == ARPHRD_LOOPBACK
-            _attach(sock, _compile(self.bpf, self.linktype, self.snaplen, self.loopback))
+            if self.linktype != linktype or self.loopback != (_hatype(name) == ARPHRD_LOOPBACK):
+                program = _compile(self.bpf, self.linktype, self.snaplen, self.loopback)
+            _attach(sock, program)
             self._drain_queued()  # packets queued before our filter was attached
             try:
                 sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, self.buffer_bytes)
