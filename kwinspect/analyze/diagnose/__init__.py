@@ -1,0 +1,117 @@
+"""`kwinspect diagnose`: find interop problems in a capture and point at the exchanges that show them.
+
+A streaming analyzer: feed it every ``Exchange`` and ``ErrorRow`` in capture order,
+then ask for findings (any time; asking does not change the state)::
+
+    d = Diagnoser()
+    for ev in dissect_files(paths, config):
+        d.add(ev)
+    for f in d.findings():            # sorted: errors first, then warnings, then info
+        print(f.severity, f.title, [(e.stream, e.correlation_id) for e in f.evidence])
+    for g in d.group_timelines():     # consumer groups: events, generations, commits, lag
+        ...
+
+Every rule, threshold and kind is documented in docs/diagnose.md and in the module
+docstrings of negotiation, producers, groups, fetch and connections.  State is bounded
+per key (see the MAX_* constants in each module).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kwinspect.analyze.diagnose.connections import ConnectionAnalyzer
+from kwinspect.analyze.diagnose.core import (
+    ERROR,
+    INFO,
+    MAX_EVIDENCE,
+    SEVERITIES,
+    SEVERITY_RANK,
+    WARNING,
+    Evidence,
+    Finding,
+)
+from kwinspect.analyze.diagnose.fetch import FetchMetadataAnalyzer
+from kwinspect.analyze.diagnose.groups import Generation, GroupAnalyzer, GroupEvent, GroupTimeline
+from kwinspect.analyze.diagnose.negotiation import NegotiationAnalyzer
+from kwinspect.analyze.diagnose.producers import ProducerAnalyzer
+from kwinspect.model import ErrorRow, Exchange
+
+__all__ = [
+    "ERROR", "INFO", "MAX_EVIDENCE", "SEVERITIES", "WARNING", "Diagnoser", "Evidence", "Finding",
+    "GroupEvent", "GroupTimeline", "Generation", "diagnose",
+]
+
+METADATA = 3
+NIL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+class Diagnoser:
+    """Feed events with `add`; read `findings()` and `group_timelines()` whenever you like."""
+
+    def __init__(self) -> None:
+        self.topic_names: dict[str, str] = {}
+        self.negotiation = NegotiationAnalyzer()
+        self.producers = ProducerAnalyzer(self.topic_names)
+        self.groups = GroupAnalyzer(self.topic_names)
+        self.fetch = FetchMetadataAnalyzer(self.topic_names)
+        self.connections = ConnectionAnalyzer()
+        self.exchanges = 0
+        self.errors = 0
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+
+    def add(self, event: Exchange | ErrorRow | Any) -> None:
+        """An Exchange or ErrorRow (anything else is ignored, so a mixed stream can be fed as is)."""
+        if isinstance(event, Exchange):
+            self.exchanges += 1
+            self._seen(event.request_ts if event.request_ts is not None else event.response_ts)
+            if event.api_key == METADATA and event.response is not None:
+                self._learn_topics(event.response.body)
+            for a in (self.negotiation, self.producers, self.groups, self.fetch, self.connections):
+                a.on_exchange(event)
+        elif isinstance(event, ErrorRow):
+            self.errors += 1
+            self._seen(event.ts)
+            self.fetch.on_error(event)
+
+    def add_all(self, events) -> Diagnoser:
+        for ev in events:
+            self.add(ev)
+        return self
+
+    def _seen(self, ts: float | None) -> None:
+        if ts is None:
+            return
+        self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
+
+    def _learn_topics(self, body: dict | None) -> None:
+        for t in (body or {}).get("topics") or []:
+            if isinstance(t, dict):
+                tid, name = t.get("topic_id"), t.get("name")
+                if isinstance(tid, str) and isinstance(name, str) and tid != NIL_TOPIC_ID:
+                    self.topic_names[tid] = name
+
+    def findings(self, min_severity: str = INFO) -> list[Finding]:
+        """Every finding so far, most severe first, then by time."""
+        floor = SEVERITY_RANK[min_severity]
+        out: list[Finding] = []
+        out += self.negotiation.results()
+        out += self.producers.results()
+        out += self.groups.results()
+        out += self.fetch.results()
+        out += self.connections.results()
+        out = [f for f in out if SEVERITY_RANK[f.severity] >= floor]
+        out.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_ts if f.first_ts is not None else 0.0, f.kind))
+        return out
+
+    def group_timelines(self) -> list[GroupTimeline]:
+        """One timeline per consumer group: events, generations (members, subscriptions,
+        assignments), commits, and lag samples per partition from Fetch high watermarks."""
+        return self.groups.timelines()
+
+
+def diagnose(events, min_severity: str = INFO) -> list[Finding]:
+    """Convenience: findings for an iterable of events."""
+    return Diagnoser().add_all(events).findings(min_severity)

@@ -1,0 +1,255 @@
+"""Throttling, connection churn, requests lost with their connection, latency outliers.
+
+Kinds:
+- ``throttled`` (info; warning from ``THROTTLE_WARN_COUNT`` throttled responses or
+  ``THROTTLE_WARN_TOTAL_MS`` of throttle time): responses with throttle_time_ms > 0, per
+  client and api (quotas).
+- ``connection_churn`` (warning): ``CHURN_COUNT`` or more new connections from one client to
+  one broker within ``CHURN_WINDOW_S`` seconds.
+- ``request_lost`` (warning): a request was in flight when its connection ended, and the same
+  client sent the same api again to the same broker on another connection within
+  ``LOST_RETRY_WINDOW_S`` (the
+  connection broke under the request). Without such a retry the client was simply closing
+  (``unanswered_at_close``, info). Fetch long-polls are skipped: a consumer closing mid-poll
+  is routine.
+- ``latency_outlier`` (warning): exchanges far slower than their api's own distribution:
+  above median + ``OUTLIER_MAD_K`` x 1.4826 x MAD (a robust z-score; p99-based rules are not
+  used because the outliers inflate p99 themselves), and above ``OUTLIER_MIN_MS``; needs
+  ``OUTLIER_MIN_COUNT`` exchanges of the api. Fetch counts only the time beyond its max_wait_ms;
+  JoinGroup/SyncGroup (waits by design) are not judged.
+- ``slow_broker`` (warning): for one api, a broker's median latency is at least
+  ``SLOW_BROKER_FACTOR`` times the median of the other brokers and at least
+  ``SLOW_BROKER_MIN_MS``, with ``SLOW_BROKER_MIN_COUNT`` exchanges on each side.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import OrderedDict
+from statistics import median
+from typing import Any
+
+from kwinspect.analyze.diagnose.core import (
+    INFO,
+    WARNING,
+    Evidence,
+    Finding,
+    Window,
+    client_label,
+    evidence_of,
+    ts_of,
+)
+from kwinspect.model import STATUS_PAIRED, STATUS_RESPONSE_MISSING, Exchange
+
+FETCH, JOIN_GROUP, SYNC_GROUP = 1, 11, 14
+NOT_JUDGED_FOR_LATENCY = {JOIN_GROUP, SYNC_GROUP}
+
+THROTTLE_WARN_COUNT = 3
+THROTTLE_WARN_TOTAL_MS = 1000
+CHURN_COUNT = 10
+CHURN_WINDOW_S = 60.0
+LOST_RETRY_WINDOW_S = 30.0
+OUTLIER_MIN_COUNT = 20
+OUTLIER_MAD_K = 10.0
+OUTLIER_MIN_MS = 100.0
+OUTLIER_KEEP = 50  # slowest exchanges remembered per api
+SLOW_BROKER_FACTOR = 5.0
+SLOW_BROKER_MIN_MS = 50.0
+SLOW_BROKER_MIN_COUNT = 5
+SAMPLE_SIZE = 20_000  # latencies kept per api/broker (reservoir sample) for medians
+MAX_KEYS = 100_000
+
+
+class _Reservoir:
+    __slots__ = ("values", "seen", "rng")
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.seen = 0
+        self.rng = random.Random(0)  # deterministic: same capture, same findings
+
+    def add(self, v: float) -> None:
+        self.seen += 1
+        if len(self.values) < SAMPLE_SIZE:
+            self.values.append(v)
+        else:
+            j = self.rng.randrange(self.seen)
+            if j < SAMPLE_SIZE:
+                self.values[j] = v
+
+
+class ConnectionAnalyzer:
+    def __init__(self) -> None:
+        self.findings: dict[tuple, Finding] = {}
+        self.throttle: dict[tuple[str, str], list[Any]] = {}  # (client, api) -> [count, total, max, evidence]
+        self.streams: OrderedDict[str, tuple[str, str, float | None]] = OrderedDict()  # stream -> (client, broker, ts)
+        self.churn: dict[tuple[str, str], Window] = {}
+        self.unanswered: list[tuple[Exchange, Evidence]] = []
+        self.last_by_client_api: dict[tuple[str, str, int], list[tuple[float, str]]] = {}
+        self.lat: dict[str, _Reservoir] = {}
+        self.lat_broker: dict[tuple[str, str], _Reservoir] = {}
+        self.slowest: dict[str, list[tuple[float, int, Evidence, float]]] = {}
+        self._n = 0
+
+    def _add(self, key: tuple, severity: str, title: str, detail: str, ev: Evidence | None, **kw: Any) -> Finding:
+        f = self.findings.get(key)
+        if f is None:
+            f = self.findings[key] = Finding(key[0], severity, title, detail, key=kw)
+        f.add(ev)
+        return f
+
+    def on_exchange(self, ex: Exchange) -> None:
+        ev = evidence_of(ex)
+        ts = ts_of(ex)
+        client = client_label(ex)
+        self._n += 1
+        # connections
+        if ex.stream not in self.streams:
+            if len(self.streams) >= MAX_KEYS:
+                self.streams.popitem(last=False)
+            host = ex.client.rsplit(":", 1)[0] if ex.client else ""
+            self.streams[ex.stream] = (client, ex.broker, ts)
+            w = self.churn.setdefault((f"{client}@{host}", ex.broker), Window(CHURN_WINDOW_S))
+            if len(self.churn) < MAX_KEYS:
+                n = w.add(ts)
+                if n >= CHURN_COUNT:
+                    f = self._add(("connection_churn", client, host, ex.broker), WARNING, "",
+                                  "The client keeps opening new connections to this broker. Each costs a TCP "
+                                  "(and TLS/SASL) handshake and ApiVersions; causes: connections closed by the "
+                                  "broker (idle timeout, errors, max connections), client crash loops, or a "
+                                  "client created per message.", ev, client_id=ex.client_id, client_host=host,
+                                  broker=ex.broker)
+                    f.title = f"{client}: connection churn to {ex.broker} ({w.best} new connections within " \
+                              f"{CHURN_WINDOW_S:.0f} s)"
+        # retries on other connections (for request_lost)
+        if ex.api_key is not None and ts is not None:
+            lst = self.last_by_client_api.setdefault((client, ex.broker, ex.api_key), [])
+            lst.append((ts, ex.stream))
+            if len(lst) > 64:
+                del lst[:32]
+        # throttling
+        if ex.throttle_time_ms and ex.throttle_time_ms > 0:
+            t = self.throttle.setdefault((client, ex.api_name or "?"), [0, 0, 0, []])
+            t[0] += 1
+            t[1] += ex.throttle_time_ms
+            t[2] = max(t[2], ex.throttle_time_ms)
+            if len(t[3]) < 20:
+                t[3].append(ev)
+        # unanswered requests
+        if ex.status == STATUS_RESPONSE_MISSING and ex.api_key != FETCH and len(self.unanswered) < MAX_KEYS:
+            self.unanswered.append((ex, ev))
+        # latency
+        if ex.status == STATUS_PAIRED and ex.latency_ms is not None and ex.api_key not in NOT_JUDGED_FOR_LATENCY:
+            value = ex.latency_ms
+            if ex.api_key == FETCH:
+                req = ex.request.body if ex.request is not None else None
+                wait = (req or {}).get("max_wait_ms")
+                value = max(0.0, value - wait) if isinstance(wait, int) and wait > 0 else value
+            api = ex.api_name or "?"
+            self.lat.setdefault(api, _Reservoir()).add(value)
+            key = (api, ex.broker)
+            if key in self.lat_broker or len(self.lat_broker) < MAX_KEYS:
+                self.lat_broker.setdefault(key, _Reservoir()).add(value)
+            heap = self.slowest.setdefault(api, [])
+            item = (value, self._n, ev, ex.latency_ms)
+            if len(heap) < OUTLIER_KEEP:
+                heapq.heappush(heap, item)
+            elif value > heap[0][0]:
+                heapq.heapreplace(heap, item)
+
+    def results(self) -> list[Finding]:
+        out = list(self.findings.values())
+        for (client, api), (count, total, mx, evs) in self.throttle.items():
+            sev = WARNING if count >= THROTTLE_WARN_COUNT or total >= THROTTLE_WARN_TOTAL_MS else INFO
+            f = Finding("throttled", sev,
+                        f"{client}: {count} {api} response(s) throttled, {total} ms in total (max {mx} ms)",
+                        "The broker applied a quota (produce/fetch byte rate or request rate) and told the "
+                        "client to back off (throttle_time_ms). Raise the client's quota or spread the load.",
+                        key={"client_id": client, "api_name": api, "throttled": count, "total_ms": total,
+                             "max_ms": mx})
+            for ev in evs:
+                f.add(ev)
+            f.count = count
+            out.append(f)
+        lost: dict[tuple, Finding] = {}
+        for ex, ev in self.unanswered:
+            client = client_label(ex)
+            t0 = ev.ts or 0.0
+            retried = any(s != ex.stream and t0 < ts <= t0 + LOST_RETRY_WINDOW_S
+                          for ts, s in self.last_by_client_api.get((client, ex.broker, ex.api_key), []))
+            kind = "request_lost" if retried else "unanswered_at_close"
+            key = (kind, client, ex.api_name)
+            f = lost.get(key)
+            if f is None:
+                if retried:
+                    f = Finding(kind, WARNING,
+                                f"{client}: {ex.api_name} request(s) lost when the connection ended, then retried "
+                                "on a new connection",
+                                "The connection closed (broker restart, broker-side close on error, network "
+                                "reset, idle timeout) with these requests in flight; the client reconnected and "
+                                "sent them again. Requests that change state (Produce without idempotence, "
+                                "commits) may have been applied twice.",
+                                key={"client_id": ex.client_id, "api_name": ex.api_name})
+                else:
+                    f = Finding(kind, INFO, f"{client}: {ex.api_name} request(s) unanswered when the connection "
+                                "or capture ended",
+                                "In flight when the client closed the connection or the capture stopped; not "
+                                "retried elsewhere, so most likely an orderly shutdown.",
+                                key={"client_id": ex.client_id, "api_name": ex.api_name})
+                lost[key] = f
+            f.add(ev)
+        out.extend(lost.values())
+        out.extend(self._latency())
+        return out
+
+    def _latency(self) -> list[Finding]:
+        out = []
+        for api, res in self.lat.items():
+            vals = res.values
+            if res.seen < OUTLIER_MIN_COUNT:
+                continue
+            med = median(vals)
+            mad = median(abs(v - med) for v in vals)
+            limit = max(med + OUTLIER_MAD_K * 1.4826 * mad, OUTLIER_MIN_MS)
+            slow = sorted((x for x in self.slowest.get(api, []) if x[0] > limit), key=lambda x: x[1])
+            if not slow:
+                continue
+            f = Finding("latency_outlier", WARNING,
+                        f"{len(slow)} {api} exchange(s) far slower than usual "
+                        f"(>{limit:.1f} ms; median {med:.2f} ms)",
+                        f"Rule: latency > max(median + {OUTLIER_MAD_K:g} x 1.4826 x MAD, {OUTLIER_MIN_MS:g} ms) "
+                        f"over {res.seen} {api} exchanges. Slowest: {max(x[3] for x in slow):.1f} ms. Look at "
+                        "the broker (GC, disk, request queue), the network, or a quota; compare with other "
+                        "brokers (`kwinspect latency --by broker`).",
+                        key={"api_name": api, "median_ms": round(med, 3), "mad_ms": round(mad, 3),
+                             "limit_ms": round(limit, 3), "exchanges": res.seen})
+            for x in slow:
+                f.add(x[2])
+            out.append(f)
+        by_api: dict[str, dict[str, _Reservoir]] = {}
+        for (api, broker), res in self.lat_broker.items():
+            by_api.setdefault(api, {})[broker] = res
+        for api, brokers in by_api.items():
+            if len(brokers) < 2:
+                continue
+            for broker, res in brokers.items():
+                others = [v for b, r in brokers.items() if b != broker for v in r.values]
+                if res.seen < SLOW_BROKER_MIN_COUNT or len(others) < SLOW_BROKER_MIN_COUNT:
+                    continue
+                mine, theirs = median(res.values), median(others)
+                if mine >= SLOW_BROKER_MIN_MS and mine >= SLOW_BROKER_FACTOR * max(theirs, 0.001):
+                    f = Finding("slow_broker", WARNING,
+                                f"{broker} answers {api} slowly: median {mine:.1f} ms vs {theirs:.2f} ms on the "
+                                "other brokers",
+                                "One broker is consistently slower for the same api: overloaded, a slow disk, "
+                                "GC, or a longer network path to it.",
+                                key={"broker": broker, "api_name": api, "median_ms": round(mine, 3),
+                                     "others_median_ms": round(theirs, 3)})
+                    slow = sorted((x for x in self.slowest.get(api, [])), key=lambda x: -x[0])[:5]
+                    for x in slow:
+                        if x[2].stream and x[2].stream.endswith(broker):
+                            f.add(x[2])
+                    f.count = res.seen
+                    out.append(f)
+        return out

@@ -1,0 +1,188 @@
+"""Fetch sessions, metadata storms, error bursts and partition leader changes.
+
+Kinds:
+- ``fetch_session_reset`` (info) / ``fetch_session_churn`` (warning): Fetch answered
+  FETCH_SESSION_ID_NOT_FOUND (70) or INVALID_FETCH_SESSION_EPOCH (71); churn when
+  ``FETCH_SESSION_CHURN_COUNT`` or more within ``FETCH_SESSION_CHURN_WINDOW_S`` for one
+  client and broker (the broker's session cache is too small or sessions are evicted).
+- ``offset_out_of_range`` (warning): Fetch/ListOffsets partitions answered OFFSET_OUT_OF_RANGE.
+- ``metadata_storm`` (warning): ``METADATA_STORM_COUNT`` or more Metadata requests from one
+  client within ``METADATA_STORM_WINDOW_S`` seconds.
+- ``leadership_errors`` (info) / ``error_burst`` (warning): responses carrying
+  NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_COORDINATOR,
+  COORDINATOR_NOT_AVAILABLE, FENCED/UNKNOWN_LEADER_EPOCH, NOT_ENOUGH_REPLICAS(_AFTER_APPEND);
+  a burst is ``ERROR_BURST_COUNT`` or more of one error within ``ERROR_BURST_WINDOW_S``.
+- ``leader_change`` (info) / ``leader_flapping`` (warning): the leader of a partition in
+  Metadata responses changed; flapping when it changed ``LEADER_FLAP_COUNT`` or more times
+  within ``LEADER_FLAP_WINDOW_S``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from kwinspect.analyze.diagnose.core import (
+    INFO,
+    WARNING,
+    Evidence,
+    Finding,
+    Window,
+    client_label,
+    evidence_of,
+    name_of,
+    ts_of,
+)
+from kwinspect.model import ErrorRow, Exchange
+from kwinspect.protocol.errors import error_name
+
+FETCH, LIST_OFFSETS, METADATA = 1, 2, 3
+FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, OFFSET_OUT_OF_RANGE = 70, 71, 1
+LEADERSHIP_ERRORS = {6, 3, 5, 16, 15, 74, 76, 19, 20}  # see the module docstring; 76 = UNKNOWN_LEADER_EPOCH
+
+FETCH_SESSION_CHURN_COUNT = 3
+FETCH_SESSION_CHURN_WINDOW_S = 60.0
+METADATA_STORM_COUNT = 20
+METADATA_STORM_WINDOW_S = 10.0
+ERROR_BURST_COUNT = 5
+ERROR_BURST_WINDOW_S = 10.0
+LEADER_FLAP_COUNT = 3
+LEADER_FLAP_WINDOW_S = 60.0
+MAX_KEYS = 100_000
+
+
+class FetchMetadataAnalyzer:
+    def __init__(self, topic_names: dict[str, str]) -> None:
+        self.topic_names = topic_names
+        self.findings: dict[tuple, Finding] = {}
+        self.windows: OrderedDict[tuple, Window] = OrderedDict()
+        self.leaders: OrderedDict[tuple[str | None, int], tuple[int, int | None, Evidence]] = OrderedDict()
+        self.sessions: dict[str, int] = {}  # stream -> current fetch session id (for the timeline/detail)
+
+    def _window(self, key: tuple, seconds: float) -> Window:
+        w = self.windows.get(key)
+        if w is None:
+            if len(self.windows) >= MAX_KEYS:
+                self.windows.popitem(last=False)
+            w = self.windows[key] = Window(seconds)
+        return w
+
+    def _add(self, key: tuple, severity: str, title: str, detail: str, ev: Evidence | None, **kw: Any) -> Finding:
+        f = self.findings.get(key)
+        if f is None:
+            f = self.findings[key] = Finding(key[0], severity, title, detail, key=kw)
+        f.add(ev)
+        return f
+
+    def on_exchange(self, ex: Exchange) -> None:
+        ev = evidence_of(ex)
+        ts = ts_of(ex)
+        client = client_label(ex)
+        if ex.api_key == METADATA and ex.request is not None:
+            w = self._window(("metadata", client), METADATA_STORM_WINDOW_S)
+            n = w.add(ts)
+            if n >= METADATA_STORM_COUNT:
+                f = self._add(("metadata_storm", client), WARNING, "",
+                              "A client refreshing metadata this often is chasing something: leaders moving, "
+                              "a topic that does not exist, or errors that make it refresh on every retry. "
+                              "It also loads the brokers/controller.", ev, client_id=ex.client_id)
+                f.title = (f"{client}: metadata storm ({w.best} Metadata requests within "
+                           f"{METADATA_STORM_WINDOW_S:.0f} s)")
+            self._leaders(ex, ev, ts)
+        if ex.api_key == FETCH:
+            body = ex.response.body if ex.response is not None else None
+            if body and isinstance(body.get("session_id"), int) and body["session_id"]:
+                self.sessions[ex.stream] = body["session_id"]
+            code = (body or {}).get("error_code")
+            if code in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
+                w = self._window(("session", client, ex.broker), FETCH_SESSION_CHURN_WINDOW_S)
+                n = w.add(ts)
+                req = ex.request.body if ex.request is not None else {}
+                self._add(("fetch_session_reset", client, ex.broker), INFO,
+                          f"{client}: fetch session reset by {ex.broker} ({error_name(code)})",
+                          f"The broker no longer had the client's incremental fetch session (session id "
+                          f"{(req or {}).get('session_id')}, epoch {(req or {}).get('session_epoch')}); the client "
+                          "falls back to a full fetch request.", ev, client_id=ex.client_id, broker=ex.broker)
+                if n >= FETCH_SESSION_CHURN_COUNT:
+                    f = self._add(("fetch_session_churn", client, ex.broker), WARNING, "",
+                                  "Fetch sessions keep getting lost, so every fetch sends the full partition "
+                                  "list. Brokers evict sessions when max.incremental.fetch.session.cache.slots "
+                                  "is exhausted (too many consumers) or when the client sends a wrong epoch.",
+                                  ev, client_id=ex.client_id, broker=ex.broker)
+                    f.title = (f"{client}: fetch session churn ({w.best} session errors from {ex.broker} within "
+                               f"{FETCH_SESSION_CHURN_WINDOW_S:.0f} s)")
+
+    def on_error(self, err: ErrorRow) -> None:
+        if err.kind != "kafka_error" or err.code is None:
+            return
+        ev = Evidence(err.stream, err.correlation_id, err.api_name, err.ts)
+        if err.code == OFFSET_OUT_OF_RANGE and err.api_name in ("Fetch", "ListOffsets"):
+            self._add(("offset_out_of_range", err.topic, err.partition), WARNING,
+                      f"{err.api_name} of {err.topic}[{err.partition}] answered OFFSET_OUT_OF_RANGE",
+                      "The consumer asked for an offset outside the log (deleted by retention, or a commit "
+                      "beyond the end); it will reset according to auto.offset.reset, skipping or re-reading "
+                      "records.", ev, topic=err.topic, partition=err.partition)
+            return
+        if err.code not in LEADERSHIP_ERRORS:
+            return
+        name = err.name or error_name(err.code)
+        f = self._add(("leadership_errors", name, err.api_name), INFO, "",
+                      "Clients get these while leadership or coordinators move, or for topics that do not "
+                      "exist (yet); they refresh metadata and retry. A few are normal; many point at an "
+                      "unstable cluster or a misconfigured topic name.", ev, error=name, api_name=err.api_name)
+        topics = f.key.setdefault("topics", [])
+        if err.topic and err.topic not in topics and len(topics) < 20:
+            topics.append(err.topic)
+        f.title = f"{f.count} {name} error(s) in {err.api_name} responses" + (
+            f" (topics: {', '.join(topics[:5])})" if topics else "")
+        w = self._window(("burst", name), ERROR_BURST_WINDOW_S)
+        n = w.add(err.ts)
+        if n >= ERROR_BURST_COUNT:
+            bf = self._add(("error_burst", name), WARNING, "",
+                           "Many clients or requests hit the same leadership/metadata error at once: a broker "
+                           "going down, a leader election, a deleted topic, or a client producing to a topic "
+                           "that does not exist.", ev, error=name)
+            bf.title = f"burst of {name}: {w.best} within {ERROR_BURST_WINDOW_S:.0f} s"
+
+    def _leaders(self, ex: Exchange, ev: Evidence, ts: float | None) -> None:
+        body = ex.response.body if ex.response is not None else None
+        for t in (body or {}).get("topics") or []:
+            if not isinstance(t, dict) or t.get("error_code"):
+                continue
+            topic = name_of(t, self.topic_names)
+            for p in t.get("partitions") or []:
+                if not isinstance(p, dict) or p.get("error_code"):
+                    continue
+                part, leader, epoch = p.get("partition_index"), p.get("leader_id"), p.get("leader_epoch")
+                if not isinstance(leader, int) or leader < 0:
+                    continue
+                prev = self.leaders.get((topic, part))
+                if prev is None:
+                    if len(self.leaders) >= MAX_KEYS:
+                        self.leaders.popitem(last=False)
+                    self.leaders[(topic, part)] = (leader, epoch, ev)
+                    continue
+                if prev[0] == leader:
+                    continue
+                if isinstance(epoch, int) and isinstance(prev[1], int) and epoch >= 0 and epoch < prev[1]:
+                    continue  # a stale answer from a broker that has not caught up yet
+                self.leaders[(topic, part)] = (leader, epoch, ev)
+                f = self._add(("leader_change", topic, part), INFO, "",
+                              "The partition's leader moved (broker restart, controlled shutdown, preferred "
+                              "leader election, reassignment). Clients see NOT_LEADER_OR_FOLLOWER until they "
+                              "refresh metadata.", prev[2], topic=topic, partition=part)
+                f.add(ev)
+                f.count -= 1  # one change, two pieces of evidence
+                f.title = f"leader of {topic}[{part}] changed {f.count} time(s), now broker {leader}"
+                w = self._window(("leader", topic, part), LEADER_FLAP_WINDOW_S)
+                n = w.add(ts)
+                if n >= LEADER_FLAP_COUNT:
+                    ff = self._add(("leader_flapping", topic, part), WARNING, "",
+                                   "Leadership of this partition keeps moving: a broker flapping (crash loop, "
+                                   "ZooKeeper/KRaft session loss) or repeated reassignments.", ev, topic=topic,
+                                   partition=part)
+                    ff.title = f"leader of {topic}[{part}] flapping: {w.best} changes within " \
+                               f"{LEADER_FLAP_WINDOW_S:.0f} s"
+
+    def results(self) -> list[Finding]:
+        return list(self.findings.values())
