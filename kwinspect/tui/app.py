@@ -57,9 +57,10 @@ class KwinspectApp(App):
         self.config = config
         self.live = live
         live_mode = live is not None
+        # file mode: the indexing process writes the frame spill; live mode keeps an LRU of messages
         self.store = ExchangeStore(redact=config.redact if config else True, values=values,
                                    max_rows=max_rows if max_rows is not None else (LIVE_MAX_ROWS if live_mode else None),
-                                   spill=not live_mode)
+                                   spill=False)
         self.indexer = Indexer(self.store)
         self._live_dissector = live_dissector
         self.source_label = label or (", ".join(os.path.basename(p) for p in self.paths) if self.paths else "live")
@@ -77,13 +78,16 @@ class KwinspectApp(App):
         if self.live is not None:
             target, args = self.indexer.consume, (self.live, self._live_dissector)
         else:
-            target, args = self.indexer.index_files, (self.paths, self.config)
+            target, args = self.indexer.index_files_in_process, (self.paths, self.config)
         self._thread = threading.Thread(target=target, args=args, name="kwinspect-index", daemon=True)
         self._thread.start()
         self.push_screen(MainScreen())
 
     def on_unmount(self) -> None:
         self.indexer.cancel()
+        proc = getattr(self.indexer, "process", None)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()  # our own child; its reader thread then sees EOF
         if self._thread is not None:
             self._thread.join(timeout=2.0)
         self.store.close()

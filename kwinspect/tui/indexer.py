@@ -24,12 +24,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 from kwinspect.capture.readers import open_capture
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.model import ErrorRow, Exchange
-from kwinspect.tui.store import ExchangeStore
+from kwinspect.tui.store import ExchangeStore, FrameSpill, compact
 
 BATCH = 2_000  # events per commit to the store
 MAX_HELD_FRAMES = 20_000  # per connection, frames waiting for their exchange
@@ -114,6 +115,109 @@ class TappingDissector(Dissector):
         return out
 
 
+def _conn_snapshot(info: Any) -> dict[str, Any]:
+    conv = info.conversation
+    return {
+        "stream": info.stream, "kind": info.kind, "bytes": dict(info.bytes), "gap_bytes": info.gap_bytes,
+        "closed": info.closed, "first_ts": info.first_ts, "last_ts": info.last_ts,
+        "conversation": None if conv is None else {
+            "client_software": conv.client_software, "sasl_mechanism": conv.sasl_mechanism,
+            "advertised": dict(conv.advertised) if conv.advertised else None, "stream": conv.stream},
+    }
+
+
+def snapshot_namespace(conns: list[dict[str, Any]], brokers: dict, topic_names: dict) -> SimpleNamespace:
+    """What the connections screen reads from a Dissector, rebuilt from plain values."""
+    out = {}
+    for c in conns:
+        conv = c["conversation"]
+        ns = SimpleNamespace(**{**c, "conversation": SimpleNamespace(**conv) if conv else None})
+        out[c["stream"]] = ns
+    return SimpleNamespace(connections=out, shared=SimpleNamespace(brokers=brokers, topic_names=topic_names))
+
+
+def index_process_main(paths: list[str], config: DissectConfig | None, spill_path: str, conn: Any,
+                       cancel: Any) -> None:
+    """The indexing process: dissect, spill frames, send compact rows to the app.
+
+    Runs the CPU-heavy dissector outside the app's process so the UI keeps its
+    GIL (a thread would make every key press wait behind it).
+    """
+    try:
+        sources = [open_capture(p) for p in paths]
+    except Exception as exc:  # noqa: BLE001 - reported in the app
+        conn.send(("done", [], [], str(exc)))
+        return
+    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    d = TappingDissector(config)
+    spill = open(spill_path, "ab")  # noqa: SIM115 - closed in finally
+    conn.send(("ready",))
+    offset = 0
+    rows: list[tuple] = []
+    errors: list[ErrorRow] = []
+    merged = sources[0] if len(sources) == 1 else heapq.merge(*sources, key=lambda raw: raw.ts)
+    last_send = time.monotonic()
+    sent_once = False
+    error = None
+
+    def drain() -> None:
+        nonlocal offset
+        for ev in d.pop_events():
+            if isinstance(ev, Exchange):
+                refs = [-1, -1, -1, -1]
+                for n, frame in enumerate(d.frames_of(ev)):
+                    if frame is not None:
+                        spill.write(frame)
+                        refs[2 * n], refs[2 * n + 1] = offset, len(frame)
+                        offset += len(frame)
+                rows.append(compact(ev, refs))
+            elif isinstance(ev, ErrorRow):
+                errors.append(ev)
+
+    def send(final: bool = False) -> None:
+        nonlocal rows, errors, last_send
+        spill.flush()
+        done = sum(s.stats.file_bytes for s in sources) if not final else total
+        conn.send(("batch", rows, errors, done, total, dict(d.shared.topic_names), dict(d.shared.brokers),
+                   d.sasl_mechanisms()))
+        rows, errors = [], []
+        last_send = time.monotonic()
+
+    try:
+        count = 0
+        for raw in merged:
+            d.feed_packet(raw)
+            if d._events:  # noqa: SLF001 - cheap emptiness check before pop_events()
+                drain()
+            count += 1
+            if count & 0x3FF == 0:
+                if cancel.is_set():
+                    return
+                now = time.monotonic()
+                # small batches first (time to first rows), then big ones
+                if len(rows) >= BATCH or ((rows or errors) and now - last_send > (0.1 if not sent_once else 0.3)):
+                    send()
+                    sent_once = True
+        d.finish()
+        drain()
+        for path, src in zip(paths, sources, strict=True):
+            for issue in src.issues:
+                errors.append(ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}"))
+        send(final=True)
+    except Exception as exc:  # noqa: BLE001 - a bug in the core; keep what was indexed
+        error = f"indexing stopped: {type(exc).__name__}: {exc}"
+        try:
+            send()
+        except Exception:  # noqa: BLE001
+            pass
+    finally:
+        spill.close()
+        for src in sources:
+            src.close()
+    conns = [_conn_snapshot(i) for i in d.connections.values()]
+    conn.send(("done", conns, [], error))
+
+
 class Indexer:
     """Runs in a worker thread; the app polls ``progress``/``done`` and the store."""
 
@@ -124,8 +228,9 @@ class Indexer:
         self.bytes_read = 0
         self.total_bytes = 0
         self.error: str | None = None
-        self.dissector: Dissector | None = None
+        self.dissector: Any = None  # Dissector (thread mode) or a snapshot of its connections (process mode)
         self.reader_issues: list[str] = []
+        self.process: Any = None  # the indexing subprocess (file mode)
 
     @property
     def progress(self) -> float | None:
@@ -201,6 +306,82 @@ class Indexer:
         self.store.add_events(batch)
         if self.store.spill is not None:
             self.store.spill.flush()
+
+    def index_files_in_process(self, paths: Iterable[str | os.PathLike[str]],
+                               config: DissectConfig | None = None) -> None:
+        """Like index_files, with the dissector in a child process (this thread only appends rows).
+
+        The child is ``python -m kwinspect.tui.index_proc``; it writes the frame
+        spill itself and sends compact rows as length-prefixed pickles on its stdout.
+        """
+        import pickle
+        import struct
+        import subprocess
+        import sys
+
+        store = self.store
+        paths = [os.fspath(p) for p in paths]
+        spill = FrameSpill(external=True)
+        store.spill = spill
+        brokers: dict = {}
+        proc = None
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "kwinspect.tui.index_proc"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            self.process = proc
+            proc.stdin.write(pickle.dumps((paths, config, spill.path)))
+            proc.stdin.close()
+            out = proc.stdout
+            while not self.cancelled.is_set():
+                head = out.read(4)
+                if len(head) < 4:
+                    code = proc.wait()
+                    if code:
+                        self.error = self.error or f"indexing process ended with exit code {code}"
+                    break
+                (size,) = struct.unpack("!I", head)
+                msg = pickle.loads(out.read(size))  # noqa: S301 - our own child process
+                kind = msg[0]
+                if kind == "ready":
+                    spill.unlink()  # both sides have it open; nothing is left behind on exit
+                elif kind == "batch":
+                    _kind, rows, errors, done, total, topic_names, brokers, sasl = msg
+                    self.total_bytes = total
+                    self.bytes_read = done
+                    store.topic_names = topic_names
+                    store.sasl_mechanisms = sasl
+                    if self.dissector is None:
+                        self.dissector = snapshot_namespace([], brokers, topic_names)
+                    self.dissector.shared.brokers = brokers
+                    self.dissector.shared.topic_names = topic_names
+                    with store.lock:
+                        for t in rows:
+                            store.add_compact(t)
+                        for err in errors:
+                            store.add_error(err)
+                        store._trim()  # noqa: SLF001 - the store's own bounding, after a batch
+                        store.generation += 1
+                elif kind == "done":
+                    _kind, conns, _issues, error = msg
+                    if error:
+                        self.error = error
+                    self.dissector = snapshot_namespace(conns, brokers, store.topic_names)
+                    self.bytes_read = self.total_bytes
+                    break
+        except Exception as exc:  # noqa: BLE001 - shown in the status line
+            self.error = f"indexing failed: {type(exc).__name__}: {exc}"
+        finally:
+            spill.unlink()
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.terminate()
+                try:
+                    proc.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                if proc.stdout is not None:
+                    proc.stdout.close()
+            self.done.set()
 
     # -- live feeds ------------------------------------------------------------------
 

@@ -96,41 +96,69 @@ class FrameRef:
 
 
 class FrameSpill:
-    """Append-only temporary file of raw frames; deleted when closed."""
+    """Append-only temporary file of raw frames; deleted when closed.
 
-    def __init__(self, directory: str | None = None) -> None:
+    ``external=True``: another process (the indexing process) appends to
+    ``path``; this side only reads, and unlinks the file in ``unlink()``.
+    """
+
+    def __init__(self, directory: str | None = None, *, external: bool = False) -> None:
         fd, self.path = tempfile.mkstemp(prefix="kwinspect-frames-", suffix=".bin", dir=directory)
-        self._w = os.fdopen(fd, "wb")
+        self._w = None if external else os.fdopen(fd, "wb")
+        if external:
+            os.close(fd)
         self._r = open(self.path, "rb")  # noqa: SIM115 - kept open for the app's lifetime
+        if not external:
+            self.unlink()
+        self.size = 0
+        self._lock = threading.Lock()
+
+    def unlink(self) -> None:
         try:
             os.unlink(self.path)  # POSIX: the file lives while it is open
         except OSError:
             pass
-        self.size = 0
-        self._lock = threading.Lock()
 
     def append(self, data: bytes) -> int:
+        assert self._w is not None, "external spill: the indexing process writes it"
         off = self.size
         self._w.write(data)
         self.size += len(data)
         return off
 
     def flush(self) -> None:
-        with self._lock:
-            self._w.flush()
+        if self._w is not None:
+            with self._lock:
+                self._w.flush()
 
     def read(self, offset: int, length: int) -> bytes:
         with self._lock:
-            self._w.flush()
+            if self._w is not None:
+                self._w.flush()
             self._r.seek(offset)
             return self._r.read(length)
 
     def close(self) -> None:
         for f in (self._w, self._r):
             try:
-                f.close()
+                if f is not None:
+                    f.close()
             except OSError:
                 pass
+        self.unlink()
+
+
+def compact(ex: Exchange, refs: list[int] | tuple[int, ...] = (-1, -1, -1, -1)) -> tuple:
+    """The part of an Exchange the store keeps, as a plain picklable tuple.
+
+    ``refs`` = (request offset, request length, response offset, response length)
+    of its frames in the spill file, -1 when not kept.
+    """
+    ts = ex.request_ts if ex.request_ts is not None else ex.response_ts
+    return (ex.stream, ex.client, ex.broker, ts, ex.response_ts, ex.latency_ms, ex.client_id, ex.api_name,
+            ex.api_key, ex.api_version, ex.correlation_id, ex.request_size, ex.response_size, ex.status,
+            tuple(ex.error_codes), tuple(ex.error_names), tuple(ex.topics), ex.throttle_time_ms, ex.index,
+            *refs)
 
 
 class ExchangeStore:
@@ -166,7 +194,7 @@ class ExchangeStore:
         self.errors: list[ErrorRow] = []
         self.error_count = 0
         self.errors_dropped = 0
-        self.spill = FrameSpill() if spill else None
+        self.spill: FrameSpill | None = FrameSpill() if spill else None
         self._messages: OrderedDict[int, tuple[Message | None, Message | None]] = OrderedDict()
         self._lru_cap = lru_messages
         self.topic_names: dict[str, str] = {}
@@ -179,44 +207,53 @@ class ExchangeStore:
         return self.total - self.first
 
     def add_exchange(self, ex: Exchange, frames: tuple[bytes | None, bytes | None] | None = None) -> int:
-        """Append one exchange; returns its absolute row id."""
-        c = self._c
-        ts = ex.request_ts if ex.request_ts is not None else ex.response_ts
-        stream = self.strings(ex.stream)
-        if stream not in self.stream_ends:
-            self.stream_ends[stream] = (ex.client, ex.broker)
-        c["ts"].append(_opt_float(ts))
-        c["resp_ts"].append(_opt_float(ex.response_ts))
-        c["lat"].append(_opt_float(ex.latency_ms))
-        c["stream"].append(stream)
-        c["client_id"].append(self.strings(ex.client_id))
-        c["api_name"].append(self.strings(ex.api_name))
-        c["api_key"].append(-1 if ex.api_key is None else ex.api_key)
-        c["api_version"].append(-1 if ex.api_version is None else ex.api_version)
-        c["cid"].append(_opt_int(ex.correlation_id))
-        c["req_size"].append(_opt_int(ex.request_size))
-        c["resp_size"].append(_opt_int(ex.response_size))
-        c["status"].append(_STATUS_INDEX.get(ex.status, len(STATUSES) - 1))
-        c["err_codes"].append(self.tuples(tuple(ex.error_codes)) if ex.error_codes else 0)
-        c["err_names"].append(self.tuples(tuple(ex.error_names)) if ex.error_names else 0)
-        c["topics"].append(self.tuples(tuple(ex.topics)) if ex.topics else 0)
-        c["throttle"].append(_opt_int(ex.throttle_time_ms))
-        c["index"].append(ex.index)
-        req_f, resp_f = frames if frames is not None else (None, None)
+        """Append one exchange (spilling its frames when given); returns its absolute row id."""
+        refs = [-1, -1, -1, -1]
         spill = self.spill
-        for key, frame in (("req", req_f), ("resp", resp_f)):
-            if frame is not None and spill is not None:
-                c[key + "_off"].append(spill.append(frame))
-                c[key + "_len"].append(len(frame))
-            else:
-                c[key + "_off"].append(-1)
-                c[key + "_len"].append(-1)
-        row = self.total
-        self.total += 1
+        if frames is not None and spill is not None:
+            for n, frame in enumerate(frames):
+                if frame is not None:
+                    refs[2 * n] = spill.append(frame)
+                    refs[2 * n + 1] = len(frame)
+        row = self.add_compact(compact(ex, refs))
         if frames is None and (ex.request is not None or ex.response is not None):
             self._messages[row] = (ex.request, ex.response)
             if len(self._messages) > self._lru_cap:
                 self._messages.popitem(last=False)
+        return row
+
+    def add_compact(self, t: tuple) -> int:
+        """Append one row made by :func:`compact` (possibly in another process)."""
+        (stream_name, client, broker, ts, resp_ts, lat, client_id, api_name, api_key, api_version, cid,
+         req_size, resp_size, status, err_codes, err_names, topics, throttle, index,
+         req_off, req_len, resp_off, resp_len) = t
+        c = self._c
+        stream = self.strings(stream_name)
+        if stream not in self.stream_ends:
+            self.stream_ends[stream] = (client, broker)
+        c["ts"].append(_opt_float(ts))
+        c["resp_ts"].append(_opt_float(resp_ts))
+        c["lat"].append(_opt_float(lat))
+        c["stream"].append(stream)
+        c["client_id"].append(self.strings(client_id))
+        c["api_name"].append(self.strings(api_name))
+        c["api_key"].append(-1 if api_key is None else api_key)
+        c["api_version"].append(-1 if api_version is None else api_version)
+        c["cid"].append(_opt_int(cid))
+        c["req_size"].append(_opt_int(req_size))
+        c["resp_size"].append(_opt_int(resp_size))
+        c["status"].append(_STATUS_INDEX.get(status, len(STATUSES) - 1))
+        c["err_codes"].append(self.tuples(err_codes) if err_codes else 0)
+        c["err_names"].append(self.tuples(err_names) if err_names else 0)
+        c["topics"].append(self.tuples(topics) if topics else 0)
+        c["throttle"].append(_opt_int(throttle))
+        c["index"].append(index)
+        c["req_off"].append(req_off)
+        c["req_len"].append(req_len)
+        c["resp_off"].append(resp_off)
+        c["resp_len"].append(resp_len)
+        row = self.total
+        self.total += 1
         return row
 
     def add_error(self, err: ErrorRow) -> None:

@@ -259,7 +259,9 @@ class MainScreen(Screen):
         if self._detail_timer is not None:
             self._detail_timer.stop()
         row = event.row
-        self._detail_timer = self.set_timer(0.05, lambda: self._show_detail(row))
+        # while following a growing tail the cursor moves on every poll: redraw the detail less often
+        delay = 0.6 if self.list.follow and not self.app.indexer.done.is_set() else 0.05
+        self._detail_timer = self.set_timer(delay, lambda: self._show_detail(row))
 
     def _show_detail(self, row: int | None) -> None:
         if self.has_class("-no-detail"):
