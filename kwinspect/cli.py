@@ -185,9 +185,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest Kafka frame accepted (default 100 MiB)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
-    for name, what in (("diagnose", "findings about interop problems (planned)"),):
-        p = add(name, what, what)
-        p.add_argument("args", nargs=argparse.REMAINDER)
+    p = add("diagnose", "findings about interop problems, with the exchanges as evidence",
+            "Version negotiation, producer sequences/retries/transactions, consumer-group rebalances,\n"
+            "fetch sessions, metadata storms, leader changes, throttling, connection churn, lost requests\n"
+            "and latency outliers; each finding has a severity and the exchanges (stream + correlation\n"
+            "id) that show it. Rules and thresholds: docs/diagnose.md.")
+    _input_options(p)
+    g = p.add_argument_group("output")
+    g.add_argument("-F", "--format", choices=("text", "jsonl"), default=None,
+                   help="text (default on a terminal) or jsonl (one finding per line; default otherwise)")
+    g.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
+    g.add_argument("--min-severity", choices=("info", "warning", "error"), default="info",
+                   help="leave out findings below this severity (default info: everything)")
     _add_live_parser(add)
     return parser
 
@@ -452,6 +461,8 @@ def cmd_pipeline(args) -> int:
                            partitions=args.partitions, records=args.records, overwrite=args.overwrite,
                            config=_config(args), values=args.values, split_bytes=args.split_mb << 20,
                            spark_conf=conf)
+    if args.quiet:
+        conf.setdefault("spark.ui.showConsoleProgress", "false")
     log = None if args.quiet else (lambda line: print(f"{PROG} pipeline: {line}", file=sys.stderr))
     try:
         result = run_pipeline(opts, log=log)
@@ -572,6 +583,34 @@ def cmd_live(args) -> int:
         return 1
 
 
+def cmd_diagnose(args) -> int:
+    from kwinspect.analyze.diagnose import Diagnoser
+    from kwinspect.analyze.diagnose.render import render_text, write_jsonl
+
+    diagnoser = Diagnoser()
+    interrupted = False
+    try:
+        for ev in _events(args, FileRun()):
+            diagnoser.add(ev)
+    except KeyboardInterrupt:
+        interrupted = True
+    findings = diagnoser.findings(args.min_severity)
+    fmt = args.format or ("text" if (args.output in (None, "-") and sys.stdout.isatty()) else "jsonl")
+    out = open(args.output, "w", encoding="utf-8") if args.output and args.output != "-" else sys.stdout  # noqa: SIM115
+    try:
+        if fmt == "jsonl":
+            write_jsonl(findings, out)
+        else:
+            from rich.console import Console
+
+            console = Console(file=out) if out is not sys.stdout else None
+            render_text(findings, console, exchanges=diagnoser.exchanges)
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 130 if interrupted else 0
+
+
 def cmd_planned(args) -> int:
     print(f"{PROG} {args.command}: not available in this version yet", file=sys.stderr)
     return 2
@@ -591,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
         "errors": lambda a: cmd_table(a, "errors"),
         "tui": cmd_tui, "pipeline": cmd_pipeline, "live": cmd_live,
+        "diagnose": cmd_diagnose,
     }
     handler = handlers.get(args.command, cmd_planned)
     try:
