@@ -221,8 +221,11 @@ class Conversation:
         if not body:
             return
         if req.api_key == API_VERSIONS and body.get("error_code") == 0:
+            # a body cut short by a decode error holds partial entries: keep the complete ones
             self.advertised = {
                 k["api_key"]: (k["min_version"], k["max_version"]) for k in body.get("api_keys") or []
+                if isinstance(k, dict)
+                and all(isinstance(k.get(f), int) for f in ("api_key", "min_version", "max_version"))
             }
         elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
             self._sasl_raw = True

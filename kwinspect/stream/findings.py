@@ -79,6 +79,8 @@ def iter_errors(body: dict | None, topic_names: dict[str, str] | None = None) ->
                     local["group"] = node[k]
                     break
             for key, value in node.items():
+                if not isinstance(key, str):  # _unknown_tags maps int tags to bytes
+                    continue
                 if key.endswith("error_code") and isinstance(value, int) and value != 0:
                     msg_key = key.replace("error_code", "error_message")
                     message = node.get(msg_key) if isinstance(node.get(msg_key), str) else node.get("error_message")
@@ -94,6 +96,7 @@ def iter_errors(body: dict | None, topic_names: dict[str, str] | None = None) ->
                     }
             for key, value in node.items():
                 if isinstance(value, list | dict):
+                    key = key if isinstance(key, str) else str(key)
                     child_ctx = dict(local)
                     child_ctx["_in_topics"] = _is_topic_array(key)
                     child_ctx["_in_partitions"] = "partition" in key or ctx.get("_in_partitions", False)
