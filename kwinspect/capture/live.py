@@ -573,7 +573,7 @@ def _prune_closed(dissector: Any) -> None:
 class LiveEventSource:
     """Live capture in a background thread, events into a queue (for the TUI).
 
-        src = LiveEventSource("eth0", config, bpf=capture_filter(ports))
+        src = LiveEventSource("eth0", config, bpf=capture_filter(ports), write="s.pcap")
         q = src.start(end=END)       # opens the socket now: LiveCaptureError here
         ...                          # the consumer reads Exchange/ErrorRow values from q
         src.stop()                   # finishes the dissector, then puts `end` on the queue
@@ -584,15 +584,18 @@ class LiveEventSource:
 
     def __init__(self, interface: str, config: Any = None, *, bpf: str | None = None,
                  dissector: Any = None, snaplen: int = DEFAULT_SNAPLEN, promisc: bool = True,
-                 writer: PcapRotator | None = None, maxsize: int = 10_000) -> None:
+                 write: str | None = None, rotate_bytes: int | None = None,
+                 rotate_seconds: float | None = None, max_files: int | None = None,
+                 maxsize: int = 10_000) -> None:
         from kwinspect.dissect import Dissector
 
         self.config = config
         self.dissector = dissector if dissector is not None else Dissector(config)
         if bpf is None:
-            bpf = "tcp"
+            bpf = capture_filter(None)
         self.capture = LiveCapture(interface, bpf, snaplen=snaplen, promisc=promisc)
-        self.writer = writer
+        self._write = (write, dict(max_bytes=rotate_bytes, every=rotate_seconds, max_files=max_files))
+        self.writer: PcapRotator | None = None
         self.queue: queue.Queue = queue.Queue(maxsize=maxsize)
         self.stopped = threading.Event()
         self.error: str | None = None
@@ -600,6 +603,9 @@ class LiveEventSource:
 
     def start(self, end: Any = None) -> queue.Queue:
         self.capture.open()
+        path, rotation = self._write
+        if path:
+            self.writer = PcapRotator(path, self.capture.linktype, self.capture.snaplen, **rotation)
         self._end = end
         self._thread = threading.Thread(target=self._run, name="kwinspect-live", daemon=True)
         self._thread.start()

@@ -131,7 +131,7 @@ def test_live_matches_offline_and_client_truth(tmp_path):
                      "-o", os.path.join(work, "b.jsonl"), "-w", os.path.join(work, "b.pcap"))
         # C: the TUI's event source, in this process
         src = LiveEventSource("lo", DissectConfig(kafka_ports=frozenset(mc.ports) | {9092}),
-                              bpf=capture_filter(mc.ports))
+                              bpf=capture_filter(mc.ports), write=os.path.join(work, "c.pcap"))
         end = object()
         q = src.start(end=end)
         got_c: list = []
@@ -182,6 +182,7 @@ def test_live_matches_offline_and_client_truth(tmp_path):
               for ev in got_c if isinstance(ev, Exchange)]
     assert [(r["stream"], r["correlation_id"], r["api_name"], r["status"]) for r in c_rows] == \
         [(r["stream"], r["correlation_id"], r["api_name"], r["status"]) for r in live_ex]
+    assert c_rows == _offline("exchanges", [os.path.join(work, "c.pcap")], ports)
 
     # -- ground truth: what the clients know ---------------------------------------------
     assert len(m.produced) == 40 and len(m.consumed) == 40
