@@ -889,7 +889,10 @@ def tansu_errors(rig: Rig, workdir: str) -> Manifest:
                    "kafka-python's KafkaAdminClient against tansu: describe_topics of a topic "
                    "that does not exist (Metadata answers UNKNOWN_TOPIC_OR_PARTITION), "
                    "delete_topics of the same topic (DeleteTopics answers "
-                   "UNKNOWN_TOPIC_OR_PARTITION), and list_groups (ListGroups, empty).", tb) as m:
+                   "UNKNOWN_TOPIC_OR_PARTITION), and list_groups (ListGroups, empty); then a "
+                   "confluent-kafka AdminClient configured for SASL/PLAIN gets "
+                   "UNSUPPORTED_SASL_MECHANISM in its SaslHandshake responses (this tansu "
+                   "has no authentication) and gives up after about a second.", tb) as m:
         client_id = "kp-errors-admin"
         m.clients.append(ClientInfo("admin", "kafka-python", _kp_version(), client_id, {}))
         admin = KafkaAdminClient(bootstrap_servers=tb.bootstrap_servers, client_id=client_id)
@@ -918,7 +921,29 @@ def tansu_errors(rig: Rig, workdir: str) -> Manifest:
                             "result": repr(groups)[:200]})
         finally:
             admin.close()
-        m.expect_apis("ApiVersions", "Metadata", "DeleteTopics", "ListGroups")
+        from confluent_kafka.admin import AdminClient
+
+        ver, lib = _ck_version()
+        conf = {"bootstrap.servers": tb.bootstrap_servers, "client.id": "sasl-plain",
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                "sasl.username": "alice", "sasl.password": "not-a-real-secret",
+                "reconnect.backoff.ms": 200, "reconnect.backoff.max.ms": 400, "log_level": 0}
+        m.clients.append(ClientInfo("admin", "confluent-kafka", ver, "sasl-plain",
+                                    {k: v for k, v in conf.items() if k != "bootstrap.servers"},
+                                    lib))
+        ck_admin = AdminClient(conf)
+        try:
+            ck_admin.list_topics(timeout=1.0)
+            outcome = "ok (unexpected)"
+        except Exception as exc:  # noqa: BLE001 - failing is the point
+            outcome = f"{type(exc).__name__}: {exc}"
+        m.admin.append({"call": "list_topics(timeout=1) with SASL/PLAIN",
+                        "client_id": "sasl-plain", "result": outcome})
+        del ck_admin
+        gc.collect()
+        m.expect_error("SaslHandshake", "UNSUPPORTED_SASL_MECHANISM", 33,
+                       why="the shared tansu runs without --authentication")
+        m.expect_apis("ApiVersions", "Metadata", "DeleteTopics", "ListGroups", "SaslHandshake")
     return m
 
 
@@ -981,6 +1006,56 @@ def tansu_ipv6(rig: Rig, workdir: str) -> Manifest:
             m.expect_apis("ApiVersions", "Metadata", "CreateTopics", "Produce", "Fetch")
             m.notes.append("kafka-python 3.0 cannot bootstrap from [::1] (it fails to resolve "
                            "the bracketed host), so this scenario uses confluent-kafka only.")
+    return m
+
+
+def tansu_sasl_rejected(rig: Rig, workdir: str) -> Manifest:
+    """SASL against tansu --authentication: an unsupported mechanism, then an unknown user."""
+    from confluent_kafka.admin import AdminClient
+
+    from kwinspect.testing.tansu import TansuBroker
+
+    tb = TansuBroker(log_path=os.path.join(rig.log_dir, "tansu-sasl.log"),
+                     extra_args=["--authentication"])
+    tb.start()
+    try:
+        with recording(rig, workdir, "tansu-sasl-rejected",
+                       "tansu with --authentication (SCRAM only, no users): a confluent-kafka "
+                       "AdminClient with SASL/PLAIN sends SaslHandshake(PLAIN) and tansu closes "
+                       "the connection without answering (each attempt: ApiVersions, then an "
+                       "unanswered SaslHandshake, then the broker's FIN); a second "
+                       "one with SCRAM-SHA-512 completes SaslHandshake and two SaslAuthenticate "
+                       "round trips, and the server's final SCRAM message says "
+                       "e=unknown-user (inside auth_bytes, Kafka error code 0). Each client "
+                       "retries its connection for about a second, then gives up.", tb) as m:
+            ver, lib = _ck_version()
+            for mech, client_id in (("PLAIN", "sasl-plain"), ("SCRAM-SHA-512", "sasl-scram")):
+                conf = {"bootstrap.servers": tb.bootstrap_servers, "client.id": client_id,
+                        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mech,
+                        "sasl.username": "alice", "sasl.password": "not-a-real-secret",
+                        "reconnect.backoff.ms": 200, "reconnect.backoff.max.ms": 400,
+                        "log_level": 0}
+                m.clients.append(ClientInfo("admin", "confluent-kafka", ver, client_id,
+                                            {k: v for k, v in conf.items()
+                                             if k not in ("bootstrap.servers",)}, lib))
+                admin = AdminClient(conf)
+                try:
+                    admin.list_topics(timeout=1.0)
+                    outcome = "ok (unexpected)"
+                except Exception as exc:  # noqa: BLE001 - failing is the point
+                    outcome = f"{type(exc).__name__}: {exc}"
+                m.admin.append({"call": "list_topics(timeout=1)", "client_id": client_id,
+                                "result": outcome})
+                del admin
+                gc.collect()
+            m.allow_status("SaslHandshake", "response_missing")
+            m.expect_apis("ApiVersions", "SaslHandshake", "SaslAuthenticate")
+            m.notes.append("The SCRAM failure is in-band (server-final-message e=unknown-user "
+                           "with error_code 0), so it is not a Kafka error code. The password "
+                           "configured in the clients never appears on the wire (PLAIN stops at "
+                           "the handshake; SCRAM sends only a proof).")
+    finally:
+        tb.stop()
     return m
 
 
@@ -1120,6 +1195,7 @@ SCENARIOS: dict[str, ScenarioFn] = {
     "tansu-consumer-group": tansu_consumer_group,
     "tansu-ipv6-produce-consume": tansu_ipv6,
     "tansu-tls-proxy": tansu_tls_proxy,
+    "tansu-sasl-rejected": tansu_sasl_rejected,
     "netns-mtu1500-produce-consume": netns_mtu1500,
 }
 

@@ -84,6 +84,7 @@ class TansuBroker:
         log_path: str | os.PathLike[str] | None = None,
         prefix: list[str] | None = None,
         advertised_port: int | None = None,
+        extra_args: list[str] | None = None,
     ) -> None:
         exe = tansu_path()
         if exe is None:
@@ -93,6 +94,7 @@ class TansuBroker:
         self.port = port or free_port(host)
         # Advertise another port (a proxy in front of the broker) in metadata.
         self.advertised_port = advertised_port or self.port
+        self.extra_args = list(extra_args or [])  # e.g. ["--authentication"]
         self.prefix = prefix or []
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
@@ -118,6 +120,7 @@ class TansuBroker:
             "--listener-url", url,
             "--advertised-listener-url", adv,
             "--storage-engine", "memory://tansu/",
+            *self.extra_args,
         ]
 
     def start(self, timeout: float = 20.0) -> TansuBroker:

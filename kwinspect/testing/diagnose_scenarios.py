@@ -1,0 +1,485 @@
+"""Scenarios that make real interop problems for `kwinspect diagnose` to find.
+
+Each is a function `run(rig, workdir) -> Manifest` like those in scenarios.py (and
+built from its public helpers): a private librdkafka mock cluster, real
+confluent-kafka / kafka-python clients, tcpdump around the traffic. The mock makes
+the faults: `push_request_errors` (errors for the next requests of an api),
+`set_rtt` (added round-trip time), `set_apiversion` (narrower version ranges),
+`set_partition_leader` (leader moves); a consumer killed with SIGKILL forces a
+rebalance. `DIAG_SCENARIOS` maps each name to (function, finding kinds the capture
+must yield); tests/e2e/test_diagnose_live.py runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kwinspect.testing.manifest import ClientInfo, Manifest
+from kwinspect.testing.rig import Rig
+from kwinspect.testing.scenarios import (
+    _ck_close_producer,
+    _ck_version,
+    _expect_mock_apiversions,
+    _kp_version,
+    ck_consume,
+    ck_produce,
+    recording,
+    standard_items,
+)
+
+PRODUCE, FETCH, METADATA = 0, 1, 3
+NOT_LEADER_OR_FOLLOWER = 6
+FETCH_SESSION_ID_NOT_FOUND = 70
+TRANSPORT = -195  # the mock drops the connection instead of answering
+
+
+def _client(m: Manifest, role: str, client_id: str, conf: dict[str, Any]) -> None:
+    ver, lib = _ck_version()
+    m.clients.append(ClientInfo(role, "confluent-kafka", ver, client_id,
+                                {k: v for k, v in conf.items() if k != "bootstrap.servers"}, lib))
+
+
+# ---------------------------------------------------------------------------
+# Version negotiation
+# ---------------------------------------------------------------------------
+
+
+def diag_version_not_advertised(rig: Rig, workdir: str) -> Manifest:
+    """Produce narrowed to v0-v2 on the brokers; one client negotiates, one is pinned to 2.3.0."""
+    from confluent_kafka import Producer
+
+    with rig.private_mock(1) as mc:
+        topic = "pinned"
+        mc.create_topic(topic, 1, 1)
+        mc.set_apiversion(PRODUCE, 0, 2)
+        with recording(rig, workdir, "diag-version-not-advertised",
+                       "the mock advertises Produce v0-v2 only (rd_kafka_mock_set_apiversion). A "
+                       "negotiating producer writes 3 records with Produce v2; then a producer pinned to "
+                       "Kafka 2.3 (kafka-python with api_version=(2, 3)) sends Produce v7, which the broker never advertised.", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            ck_produce(m, mc.bootstrap_servers, "negotiating-producer", standard_items(topic, 3),
+                       extra={"linger.ms": 0})
+            from kafka import KafkaProducer
+
+            conf = {"client_id": "pinned-producer", "api_version": (2, 3), "acks": 1, "retries": 0,
+                    "request_timeout_ms": 1500, "max_block_ms": 3000}
+            m.clients.append(ClientInfo("producer", "kafka-python", _kp_version(), "pinned-producer",
+                                        {k: (list(v) if isinstance(v, tuple) else v) for k, v in conf.items()}))
+            kp = KafkaProducer(bootstrap_servers=mc.bootstrap_servers, **conf)
+            try:
+                futures = [kp.send(topic, key=b"k", value=f"pinned-{i}".encode()) for i in range(2)]
+                kp.flush(timeout=4)
+                for fut in futures:
+                    with contextlib.suppress(Exception):
+                        fut.get(timeout=0.1)
+            finally:
+                kp.close(timeout=2)
+            _expect_mock_apiversions(m)
+            m.notes.append("Expected diagnosis: version_not_advertised (Produce v7 vs advertised v0-v2).")
+    return m
+
+
+def diag_unsupported_version(rig: Rig, workdir: str) -> Manifest:
+    """The broker answers Metadata with UNSUPPORTED_VERSION (injected) before it works again."""
+    from kwinspect.testing.mock_cluster import MockCluster
+
+    del MockCluster
+    with rig.private_mock(1) as mc:
+        topic = "unsupported"
+        mc.create_topic(topic, 1, 1)
+        with recording(rig, workdir, "diag-unsupported-version",
+                       "the next two Produce requests are answered with UNSUPPORTED_VERSION (35) "
+                       "(rd_kafka_mock_push_request_errors); the producer's delivery fails.", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            mc.push_request_errors(PRODUCE, [35, 35])
+            with contextlib.suppress(RuntimeError):
+                ck_produce(m, mc.bootstrap_servers, "unsupported-producer", standard_items(topic, 2),
+                           extra={"linger.ms": 0, "retries": 0, "message.timeout.ms": 2000},
+                           flush_timeout=4)
+            mc.clear_request_errors(PRODUCE)
+            _expect_mock_apiversions(m)
+            m.notes.append("Expected diagnosis: unsupported_version on Produce.")
+    return m
+
+
+# ---------------------------------------------------------------------------
+# Producers
+# ---------------------------------------------------------------------------
+
+
+def diag_producer_retries(rig: Rig, workdir: str) -> Manifest:
+    """Idempotent producer: retriable errors, then the broker dropping the connection mid-request."""
+    with rig.private_mock(1) as mc:
+        topic = "retries"
+        mc.create_topic(topic, 1, 1)
+        with recording(rig, workdir, "diag-producer-retries",
+                       "an idempotent confluent-kafka producer writes 6 records one by one; the first two "
+                       "Produce requests are answered NOT_LEADER_OR_FOLLOWER (injected), then the mock "
+                       "drops the connection on a Produce request (RD_KAFKA_RESP_ERR__TRANSPORT): the "
+                       "producer reconnects and resends the same batch (same producer id, epoch and "
+                       "sequence).", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            from confluent_kafka import Producer
+
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "retry-producer",
+                    "enable.idempotence": True, "linger.ms": 0, "retry.backoff.ms": 20,
+                    "reconnect.backoff.ms": 20, "log_level": 0}
+            _client(m, "producer", "retry-producer", conf)
+            p = Producer(conf)
+            try:
+                p.produce(topic, key=b"k", value=b"warm-up")
+                if p.flush(10):
+                    raise RuntimeError("warm-up record not delivered")
+                mc.push_request_errors(PRODUCE, [NOT_LEADER_OR_FOLLOWER, NOT_LEADER_OR_FOLLOWER])
+                p.produce(topic, key=b"k", value=b"after-errors")
+                if p.flush(10):
+                    raise RuntimeError("record not delivered after NOT_LEADER_OR_FOLLOWER")
+                mc.push_request_errors(PRODUCE, [TRANSPORT])
+                p.produce(topic, key=b"k", value=b"after-disconnect")
+                if p.flush(10):
+                    raise RuntimeError("record not delivered after the dropped connection")
+            finally:
+                _ck_close_producer(p)
+            _expect_mock_apiversions(m)
+            m.allow_status("Produce", "response_missing")
+            m.notes.append("Expected diagnosis: produce_retry, request_lost, leadership_errors.")
+    return m
+
+
+def diag_transactions(rig: Rig, workdir: str) -> Manifest:
+    """One transaction aborted, one begun and left open when the producer goes away."""
+    from confluent_kafka import Producer
+
+    with rig.private_mock(1) as mc:
+        topic = "txn-diag"
+        mc.create_topic(topic, 1, 1)
+        with recording(rig, workdir, "diag-transactions",
+                       "a transactional producer aborts one transaction; a second producer "
+                       "(another transactional.id) begins a transaction, produces and is destroyed "
+                       "without committing or aborting.", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            for tid, finish in (("diag-txn-aborted", "abort"), ("diag-txn-open", None)):
+                conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": tid,
+                        "transactional.id": tid, "linger.ms": 0, "log_level": 0}
+                _client(m, "producer", tid, conf)
+                p = Producer(conf)
+                try:
+                    p.init_transactions(10)
+                    p.begin_transaction()
+                    p.produce(topic, key=b"k", value=tid.encode())
+                    if p.flush(10):
+                        raise RuntimeError(f"{tid}: record not delivered")
+                    if finish == "abort":
+                        p.abort_transaction(10)
+                finally:
+                    _ck_close_producer(p)
+            _expect_mock_apiversions(m)
+            m.notes.append("Expected diagnosis: transaction_aborted (diag-txn-aborted), "
+                           "transaction_open (diag-txn-open).")
+    return m
+
+
+# ---------------------------------------------------------------------------
+# Consumer groups
+# ---------------------------------------------------------------------------
+
+_VICTIM = r"""
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "client.id": "victim-consumer",
+              "session.timeout.ms": 1500, "heartbeat.interval.ms": 100, "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "log_level": 0})
+c.subscribe([sys.argv[3]])
+t0 = time.monotonic()
+while time.monotonic() - t0 < 60:
+    c.poll(0.1)
+    if c.assignment():
+        print("assigned", flush=True)
+        break
+while True:
+    c.poll(0.1)
+"""
+
+
+def _poll(c: Any, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        c.poll(0.05)
+
+
+def diag_group_churn(rig: Rig, workdir: str) -> Manifest:
+    """A group rebalances over and over; one member is killed (SIGKILL) and times out."""
+    from confluent_kafka import Consumer
+
+    with rig.private_mock(1) as mc:
+        topic = "churn"
+        group = "diag-churn-group"
+        mc.create_topic(topic, 4, 1)
+        with recording(rig, workdir, "diag-group-churn",
+                       "a long-lived consumer stays in a group while three short-lived consumers join "
+                       "and leave in turn (LeaveGroup), making a rebalance each time; then a consumer in a "
+                       "child process joins and is killed with SIGKILL: it never sends LeaveGroup, the "
+                       "mock removes it after its 1.5 s session timeout, and the survivor's heartbeats "
+                       "get REBALANCE_IN_PROGRESS.", mc) as m:
+            m.add_topic(topic, 4, "rd_kafka_mock_topic_create (before the capture)")
+            m.group_ids.append(group)
+            base = {"bootstrap.servers": mc.bootstrap_servers, "group.id": group,
+                    "session.timeout.ms": 1500, "heartbeat.interval.ms": 100,
+                    "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0}
+            survivor_conf = dict(base, **{"client.id": "survivor-consumer"})
+            _client(m, "consumer", "survivor-consumer", survivor_conf)
+            survivor = Consumer(survivor_conf)
+            try:
+                survivor.subscribe([topic])
+                _wait_assigned(survivor, [], 15)
+                for i in range(3):
+                    conf = dict(base, **{"client.id": f"transient-consumer-{i}"})
+                    _client(m, "consumer", conf["client.id"], conf)
+                    c = Consumer(conf)
+                    c.subscribe([topic])
+                    _wait_assigned(c, [survivor], 15)
+                    c.close()  # LeaveGroup
+                    del c
+                    _poll(survivor, 0.5)
+                victim = subprocess.Popen([sys.executable, "-c", _VICTIM, mc.bootstrap_servers, group, topic],
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                m.clients.append(ClientInfo("consumer", "confluent-kafka", _ck_version()[0], "victim-consumer",
+                                            {"session.timeout.ms": 1500, "killed": "SIGKILL"},
+                                            _ck_version()[1]))
+                try:
+                    deadline = time.monotonic() + 20
+                    while time.monotonic() < deadline:
+                        survivor.poll(0.05)
+                        if victim.poll() is not None:
+                            raise RuntimeError("victim consumer exited early")
+                        import select
+                        ready, _, _ = select.select([victim.stdout], [], [], 0)
+                        if ready and "assigned" in (victim.stdout.readline() or ""):
+                            break
+                    else:
+                        raise RuntimeError("victim consumer never got an assignment")
+                    _poll(survivor, 0.5)
+                    victim.send_signal(signal.SIGKILL)
+                finally:
+                    with contextlib.suppress(Exception):
+                        victim.kill()
+                    victim.wait(10)
+                # session timeout (1.5 s) + the rebalance
+                _poll(survivor, 4.0)
+            finally:
+                survivor.close()
+                del survivor
+                gc.collect()
+            _expect_mock_apiversions(m)
+            for api in ("Heartbeat", "JoinGroup", "SyncGroup", "Fetch", "Metadata", "OffsetFetch",
+                        "FindCoordinator", "ApiVersions", "ListOffsets", "GetTelemetrySubscriptions"):
+                m.allow_status(api, "response_missing")  # the killed consumer's last requests
+            m.notes.append("Expected diagnosis: member_lost (victim-consumer), rebalance_storm, "
+                           "heartbeat_error REBALANCE_IN_PROGRESS, group_rebalance.")
+    return m
+
+
+def _wait_assigned(c: Any, others: list[Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c.poll(0.05)
+        for o in others:
+            o.poll(0)
+        if c.assignment():
+            return
+    raise RuntimeError("consumer never got an assignment")
+
+
+# ---------------------------------------------------------------------------
+# Fetch sessions, metadata, leaders
+# ---------------------------------------------------------------------------
+
+
+def diag_fetch_sessions(rig: Rig, workdir: str) -> Manifest:
+    """Fetch answered FETCH_SESSION_ID_NOT_FOUND several times in a row (injected)."""
+    with rig.private_mock(1) as mc:
+        topic = "sessions"
+        mc.create_topic(topic, 1, 1)
+        with recording(rig, workdir, "diag-fetch-sessions",
+                       "4 records are produced, then the next 4 Fetch requests are answered "
+                       "FETCH_SESSION_ID_NOT_FOUND (rd_kafka_mock_push_request_errors) before an "
+                       "assign()-based consumer gets its records.", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            ck_produce(m, mc.bootstrap_servers, "sessions-producer", standard_items(topic, 4))
+            mc.push_request_errors(FETCH, [FETCH_SESSION_ID_NOT_FOUND] * 4)
+            ck_consume(m, mc.bootstrap_servers, "sessions-consumer", expected=4, assign=[(topic, 0)],
+                       extra={"fetch.error.backoff.ms": 10, "log_level": 0}, timeout=15)
+            mc.clear_request_errors(FETCH)
+            _expect_mock_apiversions(m)
+            m.allow_status("Fetch", "response_missing")
+            m.notes.append("Expected diagnosis: fetch_session_reset, fetch_session_churn.")
+    return m
+
+
+def diag_metadata_storm(rig: Rig, workdir: str) -> Manifest:
+    """An application that creates a client per request: connection churn and a metadata storm."""
+    from confluent_kafka.admin import AdminClient
+
+    with rig.private_mock(1) as mc:
+        topic = "storm"
+        mc.create_topic(topic, 1, 1)
+        with recording(rig, workdir, "diag-metadata-storm",
+                       "an application creates a new AdminClient (same client.id) for each of 24 "
+                       "list_topics calls: 24 connections and 24+ Metadata requests in a few seconds.",
+                       mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "storm-admin", "log_level": 0}
+            _client(m, "admin", "storm-admin", conf)
+            for _ in range(24):
+                a = AdminClient(conf)
+                a.list_topics(topic=topic, timeout=5)
+                del a
+                gc.collect()
+            _expect_mock_apiversions(m)
+            m.notes.append("Expected diagnosis: metadata_storm, connection_churn.")
+    return m
+
+
+def diag_leader_moves(rig: Rig, workdir: str) -> Manifest:
+    """The partition leader moves between brokers while a producer writes; NOT_LEADER bursts."""
+    from confluent_kafka import Producer
+
+    with rig.private_mock(3) as mc:
+        topic = "moves"
+        mc.create_topic(topic, 1, 1)
+        mc.set_partition_leader(topic, 0, 1)
+        with recording(rig, workdir, "diag-leader-moves",
+                       "a producer writes one record at a time to a partition whose leader the mock moves "
+                       "1 -> 2 -> 3 -> 1 (rd_kafka_mock_partition_set_leader); six Produce requests are "
+                       "also answered NOT_LEADER_OR_FOLLOWER (injected) so the producer refreshes "
+                       "metadata and retries.", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "moves-producer", "linger.ms": 0,
+                    "retry.backoff.ms": 20, "topic.metadata.refresh.interval.ms": 100, "log_level": 0}
+            _client(m, "producer", "moves-producer", conf)
+            p = Producer(conf)
+            try:
+                for i, leader in enumerate((1, 2, 3, 1)):
+                    mc.set_partition_leader(topic, 0, leader)
+                    if i == 1:
+                        mc.push_request_errors(PRODUCE, [NOT_LEADER_OR_FOLLOWER] * 6)
+                    for _ in range(2):
+                        p.produce(topic, key=b"k", value=f"leader-{leader}".encode())
+                        if p.flush(10):
+                            raise RuntimeError("record not delivered while the leader moved")
+                    _wait_metadata(p, topic, leader, 5)
+            finally:
+                _ck_close_producer(p)
+            _expect_mock_apiversions(m)
+            m.allow_status("Produce", "response_missing")
+            m.notes.append("Expected diagnosis: leader_change, leader_flapping, error_burst "
+                           "NOT_LEADER_OR_FOLLOWER.")
+    return m
+
+
+def _wait_metadata(p: Any, topic: str, leader: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        md = p.list_topics(topic=topic, timeout=2)
+        t = md.topics.get(topic)
+        if t is not None and t.partitions.get(0) is not None and t.partitions[0].leader == leader:
+            return
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------
+# Latency
+# ---------------------------------------------------------------------------
+
+
+def diag_latency(rig: Rig, workdir: str) -> Manifest:
+    """Fast produce round trips, a short 400 ms spike on every broker, and one slow broker."""
+    from confluent_kafka import Producer
+
+    with rig.private_mock(3) as mc:
+        topic = "latency"
+        mc.create_topic(topic, 3, 1)
+        for part in range(3):
+            mc.set_partition_leader(topic, part, part + 1)
+        with recording(rig, workdir, "diag-latency",
+                       "a producer writes one record at a time to 3 partitions led by brokers 1-3. "
+                       "Broker 3 adds 120 ms to every response (rd_kafka_mock_broker_set_rtt) for the "
+                       "whole capture; after 10 rounds every broker adds 400 ms for 2 records, then "
+                       "the extra round-trip time is removed again on brokers 1 and 2.", mc) as m:
+            m.add_topic(topic, 3, "rd_kafka_mock_topic_create (before the capture)")
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "latency-producer",
+                    "linger.ms": 0, "log_level": 0}
+            _client(m, "producer", "latency-producer", conf)
+            p = Producer(conf)
+            try:
+                mc.set_rtt(3, 120)
+                for i in range(14):
+                    if i == 10:
+                        mc.set_rtt(1, 400)
+                        mc.set_rtt(2, 400)
+                    if i == 11:
+                        mc.set_rtt(1, 0)
+                        mc.set_rtt(2, 0)
+                    for part in range(2):  # brokers 1 and 2: fast, except the spike
+                        p.produce(topic, value=f"r{i}p{part}".encode(), partition=part)
+                        if p.flush(10):
+                            raise RuntimeError("record not delivered")
+                    if i % 2 == 0:
+                        p.produce(topic, value=f"r{i}p2".encode(), partition=2)
+                        if p.flush(10):
+                            raise RuntimeError("record not delivered")
+            finally:
+                mc.set_rtt(-1, 0)
+                _ck_close_producer(p)
+            _expect_mock_apiversions(m)
+            m.notes.append("Expected diagnosis: latency_outlier (Produce), slow_broker (broker 3).")
+    return m
+
+
+ScenarioFn = Callable[[Rig, str], Manifest]
+
+# name -> (scenario, finding kinds its capture must yield)
+DIAG_SCENARIOS: dict[str, tuple[ScenarioFn, frozenset[str]]] = {
+    "diag-version-not-advertised": (diag_version_not_advertised, frozenset({"version_not_advertised"})),
+    "diag-unsupported-version": (diag_unsupported_version, frozenset({"unsupported_version"})),
+    "diag-producer-retries": (diag_producer_retries, frozenset({"produce_retry", "request_lost",
+                                                               "leadership_errors"})),
+    "diag-transactions": (diag_transactions, frozenset({"transaction_aborted", "transaction_open"})),
+    "diag-group-churn": (diag_group_churn, frozenset({"member_lost", "rebalance_storm", "heartbeat_error",
+                                                      "group_rebalance"})),
+    "diag-fetch-sessions": (diag_fetch_sessions, frozenset({"fetch_session_reset", "fetch_session_churn"})),
+    "diag-metadata-storm": (diag_metadata_storm, frozenset({"metadata_storm", "connection_churn"})),
+    "diag-leader-moves": (diag_leader_moves, frozenset({"leader_change", "error_burst"})),
+    "diag-latency": (diag_latency, frozenset({"latency_outlier", "slow_broker"})),
+}
+
+
+def run_diag_scenario(name: str, rig: Rig, workdir: str) -> Manifest:
+    return DIAG_SCENARIOS[name][0](rig, workdir)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="run diagnose scenarios into a directory")
+    ap.add_argument("--out", default="diag-captures")
+    ap.add_argument("--only", action="append")
+    args = ap.parse_args(argv)
+    with Rig() as rig:
+        for name in args.only or list(DIAG_SCENARIOS):
+            t0 = time.monotonic()
+            m = run_diag_scenario(name, rig, args.out)
+            print(f"{name}: {os.path.join(args.out, m.pcap)} ({time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
