@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     _input_options(p)
     p.add_argument("--by", choices=("api", "broker", "client", "topic"), default="api", help="grouping (default api)")
     p.add_argument("--plot", metavar="FILE", help="also write a histogram and time series: .png, .svg or .html")
-    _output_options(p, formats=("table", "jsonl", "csv"))
+    _output_options(p)
 
     p = add("decode", "every message fully decoded, as JSON lines (for jq)",
             "One JSON object per exchange: its columns plus request and response with header, body, issues.")
@@ -225,47 +225,14 @@ def _check_inputs(paths: list[str]) -> None:
             raise PermissionError(f"{path}: permission denied")
 
 
-class _Progress:
-    """A progress bar on stderr, only when stderr is a terminal."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TimeRemainingColumn,
-                TransferSpeedColumn,
-            )
-            self.bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                                TransferSpeedColumn(), TimeRemainingColumn(),
-                                console=Console(stderr=True), transient=True)
-            self.task = None
-
-    def __enter__(self):
-        if self.bar:
-            self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self.bar:
-            self.bar.__exit__(*exc)
-
-    def update(self, done: int, total: int) -> None:
-        if self.bar is None:
-            return
-        if self.task is None:
-            self.task = self.bar.add_task("reading", total=total)
-        self.bar.update(self.task, completed=done)
-
-
 def _events(args, run: FileRun) -> Iterator[Exchange | ErrorRow]:
+    from kwinspect.export.progress import Progress
+
     _check_inputs(args.pcap)
-    progress = _Progress(not args.quiet)
-    with progress:
-        yield from dissect_files(args.pcap, _config(args), run=run, progress=progress.update)
+    total = sum(os.path.getsize(p) for p in args.pcap)
+    with Progress(total, "reading", enabled=False if args.quiet else None) as progress:
+        yield from dissect_files(args.pcap, _config(args), run=run,
+                                 progress=lambda done, _total: progress.update(done))
 
 
 def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None) -> list[RecordRow]:
@@ -370,29 +337,13 @@ def cmd_latency(args) -> int:
     if fmt == "table":
         render_latency(stats)
     else:
-        _write_plain_rows(stats.rows(), fmt, args.output)
+        from kwinspect.export.writers import write_rows
+
+        write_rows(stats.rows(), "latency", fmt, args.output)
     if args.plot:
         path = plot_latency(stats, args.plot)
         print(f"plot written to {path}", file=sys.stderr)
     return 130 if interrupted else 0
-
-
-def _write_plain_rows(rows: list[dict], fmt: str, output: str | None) -> None:
-    """Small derived tables (latency percentiles) as JSON lines or CSV."""
-    import csv
-
-    out = open(output, "w", encoding="utf-8", newline="") if output and output != "-" else sys.stdout  # noqa: SIM115
-    try:
-        if fmt == "csv":
-            writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else [])
-            writer.writeheader()
-            writer.writerows(rows)
-        else:
-            for row in rows:
-                out.write(json.dumps(row) + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
 
 
 def cmd_decode(args) -> int:

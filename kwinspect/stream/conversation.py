@@ -304,7 +304,9 @@ class Conversation:
         if not topics and body and api_key is not None:
             topics = topics_of(body, self.shared.topic_names)
         throttle = body.get("throttle_time_ms") if body else None
-        latency = (resp_first - req_last) * 1000.0 if req_last is not None and resp_first is not None else None
+        # rounded to the microsecond: pcap timestamps resolve no finer (epoch floats carry noise below it)
+        latency = (round((resp_first - req_last) * 1000.0, 3)
+                   if req_last is not None and resp_first is not None else None)
         self.shared.exchange_counter += 1
         ex = Exchange(
             stream=self.stream, client=str(self.client), broker=str(self.broker),
