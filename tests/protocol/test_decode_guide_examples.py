@@ -341,7 +341,7 @@ def test_guide_grammar(key, name, is_request, version, fields):
     for mode in ("low", "high"):
         check_grammar(key, is_request, version, fields, mode, None)
 
-    @settings(max_examples=4, deadline=None, database=None,
+    @settings(max_examples=3, deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(st.data())
     def random_values(data):

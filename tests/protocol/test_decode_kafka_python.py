@@ -48,7 +48,7 @@ with warnings.catch_warnings():
 
 CORRELATION_ID = 0x0A0B0C0D
 CLIENT_ID = "kafka-python-oracle"
-SETTINGS = settings(max_examples=6, deadline=None, database=None,
+SETTINGS = settings(max_examples=5, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

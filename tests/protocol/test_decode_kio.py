@@ -367,7 +367,7 @@ def _entity_class(name: str, version: int, direction: str):
 # The tests
 # ---------------------------------------------------------------------------
 
-SETTINGS = settings(max_examples=6, deadline=None, database=None,
+SETTINGS = settings(max_examples=5, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
 
