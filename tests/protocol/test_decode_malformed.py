@@ -545,3 +545,17 @@ def test_fixed_width_primitives():
     assert got[7] is True  # any non-zero byte is true
     assert got[8] == "AAECAwQFBgcICQoLDA0ODw"  # URL-safe base64 of 00..0f, no padding
     assert pos == len(raw)
+
+
+@pytest.mark.parametrize("size", [4, 9])
+def test_known_tag_with_a_wrong_size_is_kept_raw_with_a_warning(size):
+    # ApiVersions v3 response; tag 1 is FinalizedFeaturesEpoch (int64, 8 bytes).
+    payload = bytes(range(size))
+    frame = (i32(5) + i16(0) + uvarint(1) + i32(0)
+             + uvarint(1) + uvarint(1) + uvarint(size) + payload)
+    msg = decode_response(frame, 18, 3)
+    assert_never_raises(msg)
+    assert msg.body["_unknown_tags"] == {1: payload}
+    assert msg.body["finalized_features_epoch"] == -1  # the declared default
+    assert [(i.kind, i.severity, i.path) for i in msg.issues] == [(DECODE_ERROR, "warning", "finalized_features_epoch")]
+    assert not [i for i in msg.issues if i.severity == SEVERITY_ERROR]
