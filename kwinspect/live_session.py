@@ -104,9 +104,10 @@ class _Status:
         pps = (c.packets - self.last_packets) / dt
         bps = (c.bytes - self.last_bytes) / dt
         self.last, self.last_packets, self.last_bytes = now, c.packets, c.bytes
-        _rx, dropped = cap.kernel_stats()
+        received, dropped = cap.kernel_stats()
+        backlog = max(0, received - dropped - c.packets)
         line = (f"[{cap.interface} {now - self.t0:6.0f}s] {c.packets:,} pkts ({pps:,.0f}/s, "
-                f"{bps / 1e6:.1f} MB/s), {dropped:,} dropped, "
+                f"{bps / 1e6:.1f} MB/s), {dropped:,} dropped, {backlog:,} queued, "
                 f"{dissector.stats.kafka_connections:,} kafka conns, {tally.exchanges:,} exchanges, "
                 f"{sum(tally.errors.values()):,} errors")
         self.stream.write("\r\x1b[K" + line)
@@ -240,13 +241,17 @@ def _summary(err: IO[str], opts: LiveOptions, cap: LiveCapture, d: Dissector, ta
     why = {"interrupted": "interrupted (Ctrl-C)", "terminated": "terminated (SIGTERM)",
            "duration": f"--duration {opts.duration or 0:g} s reached",
            "count": f"--count {opts.count} packets reached"}.get(stop.reason or "", stop.reason or "stopped")
+    unread = max(0, c.kernel_received - c.kernel_dropped - c.packets)
     lines = [
         f"kwinspect live: {why} after {elapsed:.1f} s",
         f"  {c.packets:,} packets captured ({_mb(c.bytes)}), {c.kernel_received:,} received by filter, "
-        f"{c.kernel_dropped:,} dropped by kernel, {c.truncated:,} cut by the snapshot length",
+        f"{c.kernel_dropped:,} dropped by kernel, {unread:,} left unread at the stop, "
+        f"{c.truncated:,} cut by the snapshot length",
         f"  {d.stats.kafka_connections:,} Kafka connections, {tally.exchanges:,} exchanges"
         + (f" ({', '.join(f'{n:,} {s}' for s, n in tally.statuses.most_common())})" if tally.statuses else ""),
     ]
+    if stop.drained:
+        lines.append(f"  {stop.drained:,} of them were read after the stop (decoding was behind the traffic)")
     if tally.apis:
         lines.append("  APIs: " + ", ".join(f"{a} {n:,}" for a, n in tally.apis.most_common(12)))
     if opts.table == "records":

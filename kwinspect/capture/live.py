@@ -154,7 +154,10 @@ def _compile(expr: str, linktype: int, snaplen: int, loopback: bool) -> bytes:
         _L2, compile_filter, scapy_exc = _scapy()
         try:
             bp = compile_filter(expr, linktype=linktype)
-        except (scapy_exc, OSError, ImportError) as exc:
+        except ImportError as exc:
+            raise LiveCaptureError(f"compiling the capture filter needs libpcap (Debian: apt install "
+                                   f"libpcap0.8): {exc}") from None
+        except (scapy_exc, OSError) as exc:
             raise LiveFilterError(f"bad capture filter {expr!r}: {str(exc).strip() or type(exc).__name__}") \
                 from None
         for i in range(bp.bf_len):
@@ -499,6 +502,7 @@ class StopWhen:
     def __post_init__(self) -> None:
         self.started = time.monotonic()
         self.reason: str | None = None
+        self.drained = 0  # packets read after the stop (the socket's backlog)
 
     def remaining(self) -> float | None:
         if self.duration is None:
@@ -508,15 +512,18 @@ class StopWhen:
 
 def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
                 on_packets: Callable[[list[RawPacket]], None] | None = None,
-                tick: float = 0.2, prune_every: float = 5.0) -> Iterator[Any]:
+                tick: float = 0.2, prune_every: float = 5.0, drain: float = 2.0) -> Iterator[Any]:
     """Exchange/ErrorRow values from a live capture, as they complete.
 
     Yields ``None`` as an idle tick about every ``tick`` seconds (callers flush
     outputs and print progress then).  On stop (``stop.event``, ``duration``,
-    ``count``) the dissector is finished: requests still waiting for their
-    response come out as ``response_missing`` exchanges.  ``on_packets`` sees
-    every batch before the dissector (the -w writer).  Closed connections are
-    pruned from ``dissector.connections`` so hours of traffic keep memory flat.
+    ``count``) the packets already queued in the socket are still read, for up
+    to ``drain`` seconds (not for ``count``), then the dissector is finished:
+    requests still waiting for their response come out as ``response_missing``
+    exchanges.  ``on_packets`` sees every batch before the dissector (the -w
+    writer).  Closed connections are pruned from ``dissector.connections`` so
+    hours of traffic keep memory flat.  ``stop.drained`` counts the packets
+    read after the stop (a backlog: decoding was behind the traffic).
     """
     feed = dissector.feed_packet
     pop = dissector.pop_events
@@ -556,6 +563,20 @@ def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
                 next_prune = time.monotonic() + prune_every
                 _prune_closed(dissector)
                 yield None
+        if stop.reason != "count" and drain > 0:
+            deadline = time.monotonic() + drain
+            while time.monotonic() < deadline:
+                batch = capture.read(0, 4096)
+                if not batch:
+                    break
+                stop.drained += len(batch)
+                if on_packets is not None:
+                    on_packets(batch)
+                for raw in batch:
+                    feed(raw)
+                events = pop()
+                if events:
+                    yield from events
     finally:
         capture.kernel_stats()
     dissector.finish()
