@@ -34,12 +34,15 @@ from typing import Any
 
 from kwinspect.model import (
     EXCHANGE_COLUMNS,
+    REQUEST_MISSING,
+    SEVERITY_INFO,
     STATUS_NO_RESPONSE_EXPECTED,
     STATUS_PAIRED,
     STATUS_REQUEST_MISSING,
     STATUS_RESPONSE_MISSING,
     ErrorRow,
     Exchange,
+    Issue,
     Message,
 )
 
@@ -349,6 +352,9 @@ class ExchangeStore:
         key, ver = self._c["api_key"][p], self._c["api_version"][p]
         req = decode_request(req_f) if req_f is not None else None
         resp = decode_response(resp_f, key, ver) if resp_f is not None and key >= 0 else None
+        if resp is not None and req is None and self.status(row) == STATUS_REQUEST_MISSING:
+            resp.issues.append(Issue(REQUEST_MISSING, "request not captured; response decoded with the api "
+                                     "and version the dissector chose for it", severity=SEVERITY_INFO))
         if self.redact:
             mech = self.sasl_mechanisms.get(self.stream(row))
             if req is not None:

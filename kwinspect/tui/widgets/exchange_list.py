@@ -144,12 +144,13 @@ class ExchangeList(ScrollView, can_focus=True):
         self.follow = True  # keep the cursor on the last row as rows arrive
         self._width = sum(w for _t, w in COLUMNS) + len(COLUMNS) + 40
         self._last_highlight: int | None = None
+        self._n = 0  # store rows shown (identity view), updated in data_changed()
 
     # -- data ------------------------------------------------------------------------
 
     @property
     def count(self) -> int:
-        return len(self.store) if self.rows is None else len(self.rows)
+        return self._n if self.rows is None else len(self.rows)
 
     def row_at(self, i: int) -> int | None:
         if i < 0 or i >= self.count:
@@ -163,6 +164,8 @@ class ExchangeList(ScrollView, can_focus=True):
     def set_rows(self, rows: np.ndarray | None, keep_row: int | None = None) -> None:
         """Show another view; keep the cursor on ``keep_row`` when it is still there."""
         self.rows = rows
+        if rows is None:
+            self._n = len(self.store)
         if keep_row is not None:
             idx = self.index_of(keep_row)
             self.cursor = idx if idx is not None else 0
@@ -172,12 +175,18 @@ class ExchangeList(ScrollView, can_focus=True):
     def index_of(self, row: int) -> int | None:
         if self.rows is None:
             i = row - self.store.first
-            return i if 0 <= i < len(self.store) else None
+            return i if 0 <= i < self._n else None
         hits = np.nonzero(self.rows == row)[0]
         return int(hits[0]) if len(hits) else None
 
     def data_changed(self) -> None:
         """Rows were added or the view changed: resize, follow the tail, redraw."""
+        if self.rows is None:
+            old_first = getattr(self, "_first", self.store.first)
+            self._n = len(self.store)
+            self._first = self.store.first
+            if not self.follow and self._first != old_first:  # live trimming shifted the rows
+                self.cursor -= self._first - old_first
         self.virtual_size = Size(self._width, self.count)
         if self.follow and self.count:
             self.cursor = self.count - 1
