@@ -53,8 +53,7 @@ def _client(m: Manifest, role: str, client_id: str, conf: dict[str, Any]) -> Non
 
 
 def diag_version_not_advertised(rig: Rig, workdir: str) -> Manifest:
-    """Produce narrowed to v0-v2 on the brokers; one client negotiates, one is pinned to 2.3.0."""
-    from confluent_kafka import Producer
+    """Produce narrowed to v0-v2 on the broker; one client negotiates, one is pinned to Kafka 2.3."""
 
     with rig.private_mock(1) as mc:
         topic = "pinned"
@@ -88,10 +87,7 @@ def diag_version_not_advertised(rig: Rig, workdir: str) -> Manifest:
 
 
 def diag_unsupported_version(rig: Rig, workdir: str) -> Manifest:
-    """The broker answers Metadata with UNSUPPORTED_VERSION (injected) before it works again."""
-    from kwinspect.testing.mock_cluster import MockCluster
-
-    del MockCluster
+    """The broker answers two Produce requests with UNSUPPORTED_VERSION (injected)."""
     with rig.private_mock(1) as mc:
         topic = "unsupported"
         mc.create_topic(topic, 1, 1)
@@ -154,33 +150,60 @@ def diag_producer_retries(rig: Rig, workdir: str) -> Manifest:
     return m
 
 
+_TXN_VICTIM = r"""
+import sys, time
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "client.id": sys.argv[2], "transactional.id": sys.argv[2],
+              "linger.ms": 0, "log_level": 0})
+p.init_transactions(10)
+p.begin_transaction()
+p.produce(sys.argv[3], key=b"k", value=b"never committed")
+if p.flush(10):
+    sys.exit(1)
+print("produced", flush=True)
+time.sleep(60)
+"""
+
+
 def diag_transactions(rig: Rig, workdir: str) -> Manifest:
-    """One transaction aborted, one begun and left open when the producer goes away."""
+    """One transaction aborted; one begun by a producer that is killed before EndTxn."""
     from confluent_kafka import Producer
 
     with rig.private_mock(1) as mc:
         topic = "txn-diag"
         mc.create_topic(topic, 1, 1)
         with recording(rig, workdir, "diag-transactions",
-                       "a transactional producer aborts one transaction; a second producer "
-                       "(another transactional.id) begins a transaction, produces and is destroyed "
-                       "without committing or aborting.", mc) as m:
+                       "a transactional producer (diag-txn-aborted) aborts its transaction; a second one "
+                       "(diag-txn-open, in a child process) begins a transaction, produces a record and is "
+                       "killed with SIGKILL before it can commit or abort.", mc) as m:
             m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
-            for tid, finish in (("diag-txn-aborted", "abort"), ("diag-txn-open", None)):
-                conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": tid,
-                        "transactional.id": tid, "linger.ms": 0, "log_level": 0}
-                _client(m, "producer", tid, conf)
-                p = Producer(conf)
-                try:
-                    p.init_transactions(10)
-                    p.begin_transaction()
-                    p.produce(topic, key=b"k", value=tid.encode())
-                    if p.flush(10):
-                        raise RuntimeError(f"{tid}: record not delivered")
-                    if finish == "abort":
-                        p.abort_transaction(10)
-                finally:
-                    _ck_close_producer(p)
+            tid = "diag-txn-aborted"
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": tid, "transactional.id": tid,
+                    "linger.ms": 0, "log_level": 0}
+            _client(m, "producer", tid, conf)
+            p = Producer(conf)
+            try:
+                p.init_transactions(10)
+                p.begin_transaction()
+                p.produce(topic, key=b"k", value=b"aborted")
+                if p.flush(10):
+                    raise RuntimeError(f"{tid}: record not delivered")
+                p.abort_transaction(10)
+            finally:
+                _ck_close_producer(p)
+            m.clients.append(ClientInfo("producer", "confluent-kafka", _ck_version()[0], "diag-txn-open",
+                                        {"transactional.id": "diag-txn-open", "killed": "SIGKILL"},
+                                        _ck_version()[1]))
+            child = subprocess.Popen([sys.executable, "-c", _TXN_VICTIM, mc.bootstrap_servers, "diag-txn-open",
+                                      topic], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            try:
+                line = child.stdout.readline() if child.stdout else ""
+                if "produced" not in line:
+                    raise RuntimeError("transactional child did not produce")
+                time.sleep(0.2)
+            finally:
+                child.kill()
+                child.wait(10)
             _expect_mock_apiversions(m)
             m.notes.append("Expected diagnosis: transaction_aborted (diag-txn-aborted), "
                            "transaction_open (diag-txn-open).")

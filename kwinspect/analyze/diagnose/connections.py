@@ -1,6 +1,8 @@
 """Throttling, connection churn, requests lost with their connection, latency outliers.
 
 Kinds:
+- ``authentication_failed`` (error): SaslHandshake or SaslAuthenticate answered with an error
+  (UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED, ...).
 - ``throttled`` (info; warning from ``THROTTLE_WARN_COUNT`` throttled responses or
   ``THROTTLE_WARN_TOTAL_MS`` of throttle time): responses with throttle_time_ms > 0, per
   client and api (quotas).
@@ -31,6 +33,7 @@ from statistics import median
 from typing import Any
 
 from kwinspect.analyze.diagnose.core import (
+    ERROR,
     INFO,
     WARNING,
     Evidence,
@@ -42,7 +45,7 @@ from kwinspect.analyze.diagnose.core import (
 )
 from kwinspect.model import STATUS_PAIRED, STATUS_RESPONSE_MISSING, Exchange
 
-FETCH, JOIN_GROUP, SYNC_GROUP = 1, 11, 14
+FETCH, JOIN_GROUP, SYNC_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE = 1, 11, 14, 17, 36
 NOT_JUDGED_FOR_LATENCY = {JOIN_GROUP, SYNC_GROUP}
 
 THROTTLE_WARN_COUNT = 3
@@ -128,6 +131,15 @@ class ConnectionAnalyzer:
             lst.append((ts, ex.stream))
             if len(lst) > 64:
                 del lst[:32]
+        # authentication
+        if ex.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and ex.error_names:
+            err = ex.error_names[0]
+            self._add(("authentication_failed", client, ex.broker, err), ERROR,
+                      f"{client}: {ex.api_name} to {ex.broker} failed with {err}",
+                      "The client cannot authenticate, so it gets no further than the handshake and keeps "
+                      "reconnecting. UNSUPPORTED_SASL_MECHANISM: the broker does not enable the client's "
+                      "sasl.mechanism (the response lists the ones it does); SASL_AUTHENTICATION_FAILED: wrong "
+                      "credentials or unknown user.", ev, client_id=ex.client_id, broker=ex.broker, error=err)
         # throttling
         if ex.throttle_time_ms and ex.throttle_time_ms > 0:
             t = self.throttle.setdefault((client, ex.api_name or "?"), [0, 0, 0, []])

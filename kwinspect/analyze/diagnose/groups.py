@@ -91,6 +91,7 @@ class GroupTimeline:
     events: deque = field(default_factory=lambda: deque(maxlen=MAX_TIMELINE_EVENTS))
     generations: OrderedDict = field(default_factory=OrderedDict)  # generation id -> Generation
     left: set = field(default_factory=set)  # member ids that sent LeaveGroup
+    member_clients: dict = field(default_factory=dict)  # member id -> client id
     clients: set = field(default_factory=set)
     commits: dict = field(default_factory=dict)  # (topic, partition) -> (offset, ts)
     lag: dict = field(default_factory=dict)  # (topic, partition) -> deque[(ts, fetch_offset, high_watermark)]
@@ -99,7 +100,7 @@ class GroupTimeline:
         return {"group_id": self.group_id, "clients": sorted(self.clients),
                 "events": [e.as_dict() for e in self.events],
                 "generations": [g.as_dict() for g in self.generations.values()],
-                "left": sorted(self.left),
+                "left": sorted(self.left), "member_clients": dict(self.member_clients),
                 "commits": [{"topic": t, "partition": p, "offset": o, "ts": ts}
                             for (t, p), (o, ts) in sorted(self.commits.items(), key=str)],
                 "lag": [{"topic": t, "partition": p,
@@ -168,6 +169,8 @@ class GroupAnalyzer:
         err = error_name(code) if code else None
         member = req.get("member_id")
         gen = req.get("generation_id", req.get("generation_id_or_member_epoch"))
+        if member and ex.client_id and len(g.member_clients) < MAX_TIMELINE_EVENTS:
+            g.member_clients[member] = ex.client_id
         details: dict[str, Any] = {}
         if k == JOIN_GROUP:
             kind = "join"
@@ -178,6 +181,8 @@ class GroupAnalyzer:
             if resp and code == 0:
                 gen = resp.get("generation_id")
                 member = resp.get("member_id") or member
+                if member and ex.client_id:
+                    g.member_clients[member] = ex.client_id
                 details["leader"] = resp.get("leader")
                 details["protocol"] = resp.get("protocol_name")
                 gobj = g.generations.get(gen)
@@ -188,8 +193,9 @@ class GroupAnalyzer:
                     self._new_generation(g, gen, ev, ts)
                 if gobj is not None:
                     gobj.evidence.append(ev) if len(gobj.evidence) < 20 else None
-                    gobj.members.setdefault(member, {"client_id": ex.client_id,
-                                                     "subscription": details.get("subscription")})
+                    mine = gobj.members.setdefault(member, {"client_id": ex.client_id,
+                                                            "subscription": details.get("subscription")})
+                    mine["client_id"] = mine.get("client_id") or ex.client_id
                     for m in resp.get("members") or []:
                         if isinstance(m, dict) and m.get("member_id"):
                             info = gobj.members.setdefault(m["member_id"], {"client_id": None})
@@ -351,6 +357,7 @@ class GroupAnalyzer:
                 for mid, info in a.members.items():
                     if mid in b.members or mid in g.left:
                         continue
+                    info = dict(info, client_id=info.get("client_id") or g.member_clients.get(mid))
                     f = Finding("member_lost", WARNING,
                                 f"group {g.group_id}: member {mid} ({info.get('client_id') or 'client unknown'}) "
                                 f"dropped out between generation {a.generation} and {b.generation} "
