@@ -191,16 +191,17 @@ class Conversation:
             self._on_sasl_response(frame, ts_first, ts_last)
             return
         cid = int.from_bytes(frame[:4], "big", signed=True) if len(frame) >= 4 else None
-        pending = self._pending.pop(cid, None) if cid is not None else None
-        if pending is None:
+        if cid is None or cid not in self._pending:
             self._on_orphan_response(frame, cid, ts_first, ts_last)
             return
-        # Everything still queued before this request was skipped by the broker.
+        # Everything queued before this request (arrival order: requests sharing a
+        # segment share a timestamp) was skipped by the broker.
         skipped = []
-        for other_cid, other in list(self._pending.items()):
-            if other.ts_last > pending.ts_last:
+        for other_cid in self._pending:
+            if other_cid == cid:
                 break
             skipped.append(other_cid)
+        pending = self._pending.pop(cid)
         for other_cid in skipped:
             other = self._pending.pop(other_cid)
             if not other.no_response_expected:

@@ -227,3 +227,17 @@ def test_sasl_authenticate_scram_proof_is_redacted():
     exchanges, _ = split(c.pop_events())
     rendered = exchanges[0].request.body["auth_bytes"]
     assert "p=<redacted>" in rendered["message"] and "dHpb" not in repr(rendered)
+
+
+def test_requests_sharing_a_segment_timestamp_pair_in_arrival_order():
+    # Two requests in one TCP segment carry the same capture timestamp; the
+    # broker answers in request order, so neither is out of order.
+    c = conv()
+    c.on_request(request_frame(produce_request(acks=1), 2), 5.0, 5.0)
+    c.on_request(request_frame(metadata_request(), 3), 5.0, 5.0)
+    c.on_response(response_frame(produce_response(), 2), 5.1, 5.1)
+    c.on_response(response_frame(metadata_response(), 3), 5.2, 5.2)
+    exchanges, errors = split(c.pop_events())
+    assert [(e.api_name, e.correlation_id, e.status) for e in exchanges] == [
+        ("Produce", 2, "paired"), ("Metadata", 3, "paired")]
+    assert errors == []
