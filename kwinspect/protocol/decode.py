@@ -515,7 +515,8 @@ def decode_response_header(frame: bytes, flexible: bool = False) -> tuple[dict, 
 
 def _decode_response(frame, api_key, api_version, issues) -> Message:
     known = api_key in APIS
-    hv = response_header_version(api_key, api_version) if known else 0
+    # A key newer than our tables is flexible (see _decode_request): header v1.
+    hv = response_header_version(api_key, api_version) if known else (1 if api_key > _MAX_API_KEY else 0)
     header_reader, _ = _struct_reader("ResponseHeader", hv)
     header, pos = _run(header_reader, frame, 0, "header", issues)
     header = header or {}
