@@ -163,6 +163,7 @@ class FetchMetadataAnalyzer:
                     self.leaders[(topic, part)] = (leader, epoch, ev)
                     continue
                 if prev[0] == leader:
+                    self.leaders[(topic, part)] = (leader, epoch, ev)  # the latest answer with the old leader
                     continue
                 if isinstance(epoch, int) and isinstance(prev[1], int) and epoch >= 0 and epoch < prev[1]:
                     continue  # a stale answer from a broker that has not caught up yet

@@ -1,0 +1,511 @@
+"""Diagnoser rules, fed Exchanges made by the real Conversation from frames encoded by kio.
+
+Record batches come from kafka-python's DefaultRecordBatchBuilder and consumer-protocol
+metadata from kafka-python's ConsumerProtocolMemberMetadata: encoders we did not write.
+Every rule is tested on both sides of its threshold, so a broken rule fails a test.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from kafka.protocol.old.consumer_protocol import (
+    ConsumerProtocolMemberAssignment_v0,
+    ConsumerProtocolMemberMetadata_v0,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kio.schema.add_partitions_to_txn.v3 import request as apt_req
+from kio.schema.add_partitions_to_txn.v3 import response as apt_resp
+from kio.schema.api_versions.v3 import request as av_req
+from kio.schema.api_versions.v3 import response as av_resp
+from kio.schema.end_txn.v3 import request as et_req
+from kio.schema.end_txn.v3 import response as et_resp
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as f_req
+from kio.schema.fetch.v12 import response as f_resp
+from kio.schema.heartbeat.v3 import request as hb_req
+from kio.schema.heartbeat.v3 import response as hb_resp
+from kio.schema.join_group.v5 import request as jg_req
+from kio.schema.join_group.v5 import response as jg_resp
+from kio.schema.leave_group.v3 import request as lg_req
+from kio.schema.leave_group.v3 import response as lg_resp
+from kio.schema.metadata.v1 import request as md_req
+from kio.schema.metadata.v1 import response as md_resp
+from kio.schema.produce.v9 import request as p_req
+from kio.schema.produce.v9 import response as p_resp
+from kio.schema.sync_group.v3 import request as sg_req
+from kio.schema.sync_group.v3 import response as sg_resp
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from kwinspect.analyze.diagnose import MAX_EVIDENCE, Diagnoser
+from kwinspect.analyze.diagnose import connections as conn_rules
+from kwinspect.analyze.diagnose import fetch as fetch_rules
+from kwinspect.analyze.diagnose import groups as group_rules
+from kwinspect.model import Endpoint
+from kwinspect.stream.conversation import Conversation, SharedState
+from tests.stream.kio_frames import request_frame, response_frame
+
+BROKER = Endpoint("127.0.0.1", 9092)
+NO_THROTTLE = i32Timedelta.parse(dt.timedelta(0))
+
+
+class Wire:
+    """Connections sharing broker state, each a real Conversation; events go to one Diagnoser."""
+
+    def __init__(self) -> None:
+        self.shared = SharedState()
+        self.d = Diagnoser()
+        self.convs: dict[int, Conversation] = {}
+        self.cids: dict[int, int] = {}
+
+    def conv(self, port: int = 50000, broker: Endpoint = BROKER) -> Conversation:
+        key = port * 100000 + broker.port
+        if key not in self.convs:
+            self.convs[key] = Conversation(Endpoint("127.0.0.1", port), broker, shared=self.shared)
+        return self.convs[key]
+
+    def x(self, req, resp, t: float, *, port: int = 50000, latency: float = 0.001, client: str = "app",
+          broker: Endpoint = BROKER) -> None:
+        """One request (and its response unless resp is None) at capture time t."""
+        c = self.conv(port, broker)
+        cid = self.cids.get(id(c), 0) + 1
+        self.cids[id(c)] = cid
+        c.on_request(request_frame(req, cid, client), t, t)
+        if resp is not None:
+            c.on_response(response_frame(resp, cid), t + latency, t + latency)
+        self.flush(c)
+
+    def close(self, port: int = 50000, t: float | None = None, broker: Endpoint = BROKER) -> None:
+        c = self.conv(port, broker)
+        c.close(t)
+        self.flush(c)
+
+    def flush(self, c: Conversation) -> None:
+        for ev in c.pop_events():
+            self.d.add(ev)
+
+    def kinds(self, min_severity: str = "info") -> dict[str, str]:
+        return {f.kind: f.severity for f in self.d.findings(min_severity)}
+
+    def only(self, kind: str):
+        found = [f for f in self.d.findings() if f.kind == kind]
+        assert len(found) == 1, [(f.kind, f.title) for f in self.d.findings()]
+        return found[0]
+
+
+# -- frames ------------------------------------------------------------------------------
+
+
+def api_versions(ranges: dict[int, tuple[int, int]], error: int = 0):
+    return av_resp.ApiVersionsResponse(
+        error_code=ErrorCode(error), throttle_time=NO_THROTTLE, supported_features=(),
+        finalized_features_epoch=i64(-1), finalized_features=(), zk_migration_ready=False,
+        api_keys=tuple(av_resp.ApiVersion(api_key=i16(k), min_version=i16(lo), max_version=i16(hi))
+                       for k, (lo, hi) in ranges.items()))
+
+
+AV_REQ = av_req.ApiVersionsRequest(client_software_name="test", client_software_version="1")
+
+
+def batch(base_seq: int, count: int, *, pid: int = 1000, epoch: int = 0, transactional: bool = False,
+          ts: int = 1_700_000_000_000) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
+                                  producer_id=pid, producer_epoch=epoch, base_sequence=base_seq,
+                                  batch_size=1 << 20)
+    for i in range(count):
+        b.append(i, timestamp=ts + i, key=b"k", value=f"v{base_seq + i}".encode(), headers=[])
+    return bytes(b.build())
+
+
+def produce(records: bytes, topic: str = "orders", partition: int = 0, tid: str | None = None):
+    return p_req.ProduceRequest(
+        transactional_id=tid, acks=i16(-1), timeout=i32Timedelta.parse(dt.timedelta(seconds=1)),
+        topic_data=(p_req.TopicProduceData(name=topic, partition_data=(
+            p_req.PartitionProduceData(index=i32(partition), records=records),)),))
+
+
+def produce_resp(error: int = 0, topic: str = "orders", partition: int = 0, throttle_ms: int = 0):
+    return p_resp.ProduceResponse(
+        responses=(p_resp.TopicProduceResponse(name=topic, partition_responses=(
+            p_resp.PartitionProduceResponse(index=i32(partition), error_code=ErrorCode(error),
+                                            base_offset=i64(0 if error == 0 else -1), log_append_time=None,
+                                            log_start_offset=i64(0), record_errors=(), error_message=None),)),),
+        throttle_time=i32Timedelta.parse(dt.timedelta(milliseconds=throttle_ms)))
+
+
+def metadata_req():
+    return md_req.MetadataRequest(topics=(md_req.MetadataRequestTopic(name="orders"),))
+
+
+def metadata_resp(leader: int = 1, error: int = 0):
+    return md_resp.MetadataResponse(
+        brokers=(md_resp.MetadataResponseBroker(node_id=i32(1), host="127.0.0.1", port=i32(9092), rack=None),),
+        controller_id=i32(1),
+        topics=(md_resp.MetadataResponseTopic(
+            error_code=ErrorCode(error), name="orders", is_internal=False,
+            partitions=(md_resp.MetadataResponsePartition(
+                error_code=ErrorCode(0), partition_index=i32(0), leader_id=i32(leader),
+                replica_nodes=(i32(leader),), isr_nodes=(i32(leader),)),) if not error else ()),))
+
+
+def subscription(*topics: str) -> bytes:
+    return ConsumerProtocolMemberMetadata_v0(0, list(topics), b"").encode()
+
+
+def assignment(topic: str, partitions: list[int]) -> bytes:
+    return ConsumerProtocolMemberAssignment_v0(0, [(topic, partitions)], b"").encode()
+
+
+def join(w: Wire, t: float, member: str, gen: int, members: list[str] | None, *, port: int, client: str,
+         group: str = "g1", leader: str | None = None) -> None:
+    req = jg_req.JoinGroupRequest(
+        group_id=group, session_timeout=i32Timedelta.parse(dt.timedelta(seconds=10)),
+        rebalance_timeout=i32Timedelta.parse(dt.timedelta(seconds=30)), member_id=member,
+        group_instance_id=None, protocol_type="consumer",
+        protocols=(jg_req.JoinGroupRequestProtocol(name="range", metadata=subscription("orders")),))
+    resp = jg_resp.JoinGroupResponse(
+        throttle_time=NO_THROTTLE, error_code=ErrorCode(0), generation_id=i32(gen), protocol_name="range",
+        leader=leader or member, member_id=member,
+        members=tuple(jg_resp.JoinGroupResponseMember(member_id=m, group_instance_id=None,
+                                                      metadata=subscription("orders"))
+                      for m in (members or ())))
+    w.x(req, resp, t, port=port, client=client)
+
+
+def heartbeat(w: Wire, t: float, member: str, gen: int, error: int, *, port: int, client: str) -> None:
+    w.x(hb_req.HeartbeatRequest(group_id="g1", generation_id=i32(gen), member_id=member, group_instance_id=None),
+        hb_resp.HeartbeatResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(error)), t, port=port,
+        client=client)
+
+
+def leave(w: Wire, t: float, member: str, *, port: int, client: str) -> None:
+    w.x(lg_req.LeaveGroupRequest(group_id="g1", members=(lg_req.MemberIdentity(member_id=member,
+                                                                                group_instance_id=None),)),
+        lg_resp.LeaveGroupResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(0), members=()), t,
+        port=port, client=client)
+
+
+def fetch(w: Wire, t: float, *, error: int = 0, latency: float = 0.001, max_wait_ms: int = 500,
+          high_watermark: int = 10, fetch_offset: int = 0, client: str = "consumer", port: int = 50000) -> None:
+    req = f_req.FetchRequest(
+        cluster_id=None, replica_id=i32(-1), max_wait=i32Timedelta.parse(dt.timedelta(milliseconds=max_wait_ms)),
+        min_bytes=i32(1), max_bytes=i32(1 << 20), isolation_level=i8(0), session_id=i32(7), session_epoch=i32(3),
+        topics=(f_req.FetchTopic(topic="orders", partitions=(f_req.FetchPartition(
+            partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(fetch_offset),
+            last_fetched_epoch=i32(-1), log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),)),),
+        forgotten_topics_data=(), rack_id="")
+    resp = f_resp.FetchResponse(
+        throttle_time=NO_THROTTLE, error_code=ErrorCode(error), session_id=i32(0 if error else 7),
+        responses=() if error else (f_resp.FetchableTopicResponse(topic="orders", partitions=(
+            f_resp.PartitionData(partition_index=i32(0), error_code=ErrorCode(0), high_watermark=i64(high_watermark),
+                                 last_stable_offset=i64(high_watermark), log_start_offset=i64(0),
+                                 diverging_epoch=f_resp.EpochEndOffset(epoch=i32(-1), end_offset=i64(-1)),
+                                 current_leader=f_resp.LeaderIdAndEpoch(leader_id=i32(-1), leader_epoch=i32(-1)),
+                                 snapshot_id=f_resp.SnapshotId(end_offset=i64(-1), epoch=i32(-1)),
+                                 aborted_transactions=(), preferred_read_replica=i32(-1), records=None),)),))
+    w.x(req, resp, t, latency=latency, client=client, port=port)
+
+
+# -- version negotiation -------------------------------------------------------------------
+
+
+def test_request_outside_the_advertised_range_is_an_error_with_both_ranges():
+    w = Wire()
+    w.x(AV_REQ, api_versions({0: (0, 2), 3: (0, 12)}), 1.0)
+    w.x(produce(batch(0, 1)), produce_resp(), 1.1)  # Produce v9 vs advertised v0-v2
+    f = w.only("version_not_advertised")
+    assert f.severity == "error"
+    assert (f.key["api_name"], f.key["api_version"], f.key["advertised"]) == ("Produce", 9, [0, 2])
+    assert [(e.correlation_id, e.api_name) for e in f.evidence] == [(2, "Produce")]
+
+
+def test_advertised_ranges_of_a_broker_apply_to_connections_without_api_versions():
+    w = Wire()
+    w.x(AV_REQ, api_versions({0: (0, 2)}), 1.0, port=50001)
+    w.x(produce(batch(0, 1)), None, 2.0, port=50002, client="pinned")  # no ApiVersions here
+    w.close(50002, 2.1)
+    assert w.only("version_not_advertised").key["client_id"] == "pinned"
+
+
+def test_requests_inside_the_range_raise_nothing_but_old_versions_are_noted():
+    w = Wire()
+    w.x(AV_REQ, api_versions({0: (0, 9), 3: (0, 4)}), 1.0)
+    w.x(produce(batch(0, 1)), produce_resp(), 1.1)
+    w.x(metadata_req(), metadata_resp(), 1.2)  # Metadata v1, broker up to v4: 3 behind
+    assert w.kinds() == {"old_version": "info"}
+    assert w.only("old_version").key["api_name"] == "Metadata"
+
+
+def test_unsupported_version_answer_is_an_error():
+    w = Wire()
+    w.x(AV_REQ, api_versions({0: (0, 9)}), 1.0)
+    w.x(produce(batch(0, 1)), produce_resp(error=35), 1.1)
+    f = w.only("unsupported_version")
+    assert f.severity == "error" and "inside the advertised range" in f.detail
+
+
+def test_api_versions_fallback_is_info_and_failure_without_success_is_a_warning():
+    w = Wire()
+    w.x(AV_REQ, api_versions({18: (0, 2)}, error=35), 1.0)
+    w.x(AV_REQ, api_versions({18: (0, 2), 0: (0, 9)}), 1.01)
+    assert w.kinds() == {"apiversions_fallback": "info"}
+
+    w = Wire()
+    w.x(AV_REQ, api_versions({18: (0, 2)}, error=35), 1.0)
+    w.close(50000, 1.1)
+    assert w.kinds() == {"apiversions_failed": "warning"}
+
+
+# -- producers ------------------------------------------------------------------------------
+
+
+def test_contiguous_sequences_are_clean_and_a_hole_is_a_gap():
+    w = Wire()
+    for i, seq in enumerate((0, 3, 6)):
+        w.x(produce(batch(seq, 3)), produce_resp(), 1.0 + i)
+    assert w.kinds("warning") == {}
+    w.x(produce(batch(12, 2)), produce_resp(), 5.0)  # 9..11 never sent
+    f = w.only("sequence_gap")
+    assert (f.key["missing_from"], f.key["missing_to"], f.key["partition"]) == (9, 11, 0)
+    assert f.severity == "warning" and len(f.evidence) == 2
+
+
+def test_a_batch_resent_after_an_error_is_a_retry_not_a_gap():
+    w = Wire()
+    w.x(produce(batch(0, 2)), produce_resp(), 1.0)
+    w.x(produce(batch(2, 2)), produce_resp(error=6), 2.0)  # NOT_LEADER_OR_FOLLOWER
+    w.x(produce(batch(2, 2)), produce_resp(), 3.0)
+    assert w.kinds() == {"produce_retry": "info", "leadership_errors": "info"}
+    assert [e.correlation_id for e in w.only("produce_retry").evidence] == [2, 3]
+
+
+def test_non_idempotent_batch_resent_after_success_is_a_duplicate():
+    w = Wire()
+    records = batch(-1, 2, pid=-1, epoch=-1)
+    w.x(produce(records), produce_resp(), 1.0)
+    w.x(produce(records), produce_resp(), 2.0)
+    f = w.only("duplicate_batch")
+    assert f.severity == "warning" and f.key["topic"] == "orders"
+
+
+def test_broker_sequence_errors():
+    w = Wire()
+    w.x(produce(batch(5, 1)), produce_resp(error=45), 1.0)
+    w.x(produce(batch(6, 1)), produce_resp(error=46), 2.0)
+    kinds = w.kinds()
+    assert kinds["out_of_order_sequence"] == "error" and kinds["duplicate_sequence"] == "warning"
+
+
+def _add_partitions(w: Wire, t: float, tid: str) -> None:
+    w.x(apt_req.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=i64(1000),
+            v3_and_below_producer_epoch=i16(0),
+            v3_and_below_topics=(apt_req.AddPartitionsToTxnTopic(name="orders", partitions=(i32(0),)),)),
+        apt_resp.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=(
+            apt_resp.AddPartitionsToTxnTopicResult(name="orders", results_by_partition=(
+                apt_resp.AddPartitionsToTxnPartitionResult(partition_index=i32(0),
+                                                           partition_error_code=ErrorCode(0)),)),)), t)
+
+
+def _end_txn(w: Wire, t: float, tid: str, committed: bool, error: int = 0) -> None:
+    w.x(et_req.EndTxnRequest(transactional_id=tid, producer_id=i64(1000), producer_epoch=i16(0),
+                             committed=committed),
+        et_resp.EndTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(error)), t)
+
+
+def test_transactions_open_aborted_and_committed():
+    w = Wire()
+    _add_partitions(w, 1.0, "t-commit")
+    w.x(produce(batch(0, 1, transactional=True), tid="t-commit"), produce_resp(), 1.1)
+    _end_txn(w, 1.2, "t-commit", True)
+    assert w.kinds() == {}
+    _add_partitions(w, 2.0, "t-abort")
+    _end_txn(w, 2.1, "t-abort", False)
+    assert w.kinds() == {"transaction_aborted": "info"}
+    _add_partitions(w, 3.0, "t-open")
+    f = w.only("transaction_open")
+    assert f.key["transactional_id"] == "t-open" and f.severity == "warning"
+    _end_txn(w, 4.0, "t-open", True, error=48)  # INVALID_TXN_STATE: still not ended
+    assert {"transaction_open", "end_txn_failed", "producer_fenced"} <= set(w.kinds())
+
+
+# -- consumer groups --------------------------------------------------------------------------
+
+
+def test_group_timeline_decodes_subscription_and_assignment():
+    w = Wire()
+    join(w, 1.0, "m1", 1, ["m1"], port=50001, client="c1")
+    w.x(sg_req.SyncGroupRequest(group_id="g1", generation_id=i32(1), member_id="m1", group_instance_id=None,
+                                assignments=(sg_req.SyncGroupRequestAssignment(
+                                    member_id="m1", assignment=assignment("orders", [0, 1])),)),
+        sg_resp.SyncGroupResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(0),
+                                  assignment=assignment("orders", [0, 1])), 1.1, port=50001, client="c1")
+    fetch(w, 1.2, client="c1", port=50001, high_watermark=10, fetch_offset=4)
+    (g,) = w.d.group_timelines()
+    gen = g.generations[1]
+    assert gen.members["m1"]["subscription"]["topics"] == ["orders"]
+    assert gen.assignment["m1"]["assigned_partitions"] == [{"topic": "orders", "partitions": [0, 1]}]
+    assert [e.kind for e in g.events] == ["join", "sync"]
+    (lag,) = g.as_dict()["lag"]
+    assert lag["samples"][0]["lag"] == 6
+    assert w.kinds() == {"group_rebalance": "info"}
+
+
+def test_member_that_vanishes_without_leave_group_is_lost_and_one_that_leaves_is_not():
+    w = Wire()
+    join(w, 1.0, "m1", 1, ["m1", "m2", "m3"], port=50001, client="c1")
+    join(w, 1.0, "m2", 1, [], port=50002, client="c2", leader="m1")
+    join(w, 1.0, "m3", 1, [], port=50003, client="c3", leader="m1")
+    leave(w, 5.0, "m3", port=50003, client="c3")
+    heartbeat(w, 9.0, "m1", 1, 27, port=50001, client="c1")  # REBALANCE_IN_PROGRESS
+    join(w, 10.0, "m1", 2, ["m1"], port=50001, client="c1")
+    f = w.only("member_lost")
+    assert (f.key["member_id"], f.key["client_id"], f.key["from_generation"], f.key["to_generation"]) == \
+        ("m2", "c2", 1, 2)
+    assert w.kinds()["heartbeat_error"] == "info"
+
+
+def test_rebalance_storm_needs_enough_generations_inside_the_window():
+    n, window = group_rules.REBALANCE_STORM_COUNT, group_rules.REBALANCE_STORM_WINDOW_S
+    w = Wire()
+    for gen in range(1, n):
+        join(w, gen * 1.0, "m1", gen, ["m1"], port=50001, client="c1")
+    assert "rebalance_storm" not in w.kinds()
+    join(w, n * 1.0, "m1", n, ["m1"], port=50001, client="c1")
+    assert w.kinds()["rebalance_storm"] == "warning"
+
+    w = Wire()  # the same number spread wider than the window
+    for gen in range(1, n + 1):
+        join(w, gen * (window / (n - 1) + 1), "m1", gen, ["m1"], port=50001, client="c1")
+    assert "rebalance_storm" not in w.kinds()
+
+
+def test_heartbeat_unknown_member_is_a_warning():
+    w = Wire()
+    heartbeat(w, 1.0, "m1", 3, 25, port=50001, client="c1")  # UNKNOWN_MEMBER_ID
+    assert w.kinds() == {"heartbeat_error": "warning"}
+
+
+# -- fetch sessions, metadata, leaders ----------------------------------------------------------
+
+
+def test_fetch_session_errors_reset_then_churn():
+    w = Wire()
+    for i in range(fetch_rules.FETCH_SESSION_CHURN_COUNT - 1):
+        fetch(w, 1.0 + i, error=70)
+    assert w.kinds() == {"fetch_session_reset": "info"}
+    fetch(w, 5.0, error=70)
+    assert w.kinds()["fetch_session_churn"] == "warning"
+
+
+def test_metadata_storm_threshold():
+    w = Wire()
+    step = fetch_rules.METADATA_STORM_WINDOW_S / fetch_rules.METADATA_STORM_COUNT / 2
+    for i in range(fetch_rules.METADATA_STORM_COUNT - 1):
+        w.x(metadata_req(), metadata_resp(), 1.0 + i * step)
+    assert "metadata_storm" not in w.kinds()
+    w.x(metadata_req(), metadata_resp(), 2.0)
+    assert w.kinds()["metadata_storm"] == "warning"
+
+
+def test_error_burst_and_leader_change():
+    w = Wire()
+    for i in range(fetch_rules.ERROR_BURST_COUNT - 1):
+        w.x(produce(batch(-1, 1, pid=-1, epoch=-1, ts=i)), produce_resp(error=6), 1.0 + i * 0.1)
+    assert w.kinds() == {"leadership_errors": "info"}
+    w.x(produce(batch(-1, 1, pid=-1, epoch=-1, ts=99)), produce_resp(error=6), 2.0)
+    assert w.kinds()["error_burst"] == "warning"
+
+    w = Wire()
+    w.x(metadata_req(), metadata_resp(leader=1), 1.0)
+    w.x(metadata_req(), metadata_resp(leader=1), 2.0)
+    assert w.kinds() == {}
+    w.x(metadata_req(), metadata_resp(leader=2), 3.0)
+    f = w.only("leader_change")
+    assert f.severity == "info" and f.count == 1 and [e.correlation_id for e in f.evidence] == [2, 3]
+
+
+# -- throttling, connections, latency ------------------------------------------------------------
+
+
+def test_throttling_info_then_warning():
+    w = Wire()
+    w.x(produce(batch(0, 1)), produce_resp(throttle_ms=50), 1.0)
+    assert w.kinds() == {"throttled": "info"}
+    for i in range(conn_rules.THROTTLE_WARN_COUNT - 1):
+        w.x(produce(batch(1 + i, 1)), produce_resp(throttle_ms=50), 2.0 + i)
+    f = w.only("throttled")
+    assert f.severity == "warning" and f.key["total_ms"] == 50 * conn_rules.THROTTLE_WARN_COUNT
+
+
+def test_connection_churn_threshold():
+    w = Wire()
+    for i in range(conn_rules.CHURN_COUNT - 1):
+        w.x(metadata_req(), metadata_resp(), 1.0 + i, port=51000 + i)
+    assert "connection_churn" not in w.kinds()
+    w.x(metadata_req(), metadata_resp(), 20.0, port=52000)
+    assert w.kinds()["connection_churn"] == "warning"
+
+
+def test_request_lost_with_its_connection_and_retried_vs_unanswered_at_shutdown():
+    w = Wire()
+    w.x(produce(batch(0, 1)), None, 1.0, port=50001)
+    w.close(50001, 1.5)
+    w.x(produce(batch(0, 1)), produce_resp(), 2.0, port=50002)  # same batch, new connection
+    kinds = w.kinds()
+    assert kinds["request_lost"] == "warning" and kinds["produce_retry"] == "info"
+
+    w = Wire()
+    w.x(metadata_req(), None, 1.0, port=50001)
+    fetch(w, 1.0, port=50001, client="app")
+    w.close(50001, 1.5)
+    assert w.kinds() == {"unanswered_at_close": "info"}
+
+
+def test_latency_outliers_against_the_api_distribution():
+    w = Wire()
+    for i in range(conn_rules.OUTLIER_MIN_COUNT + 10):
+        w.x(metadata_req(), metadata_resp(), 1.0 + i, latency=0.001 + (i % 5) * 0.0002)
+    for i in range(30):  # long polls that waited their max_wait_ms are not slow
+        fetch(w, 100.0 + i, latency=0.5 + (i % 3) * 0.001, max_wait_ms=500)
+    assert "latency_outlier" not in w.kinds()
+    w.x(metadata_req(), metadata_resp(), 200.0, latency=0.6)
+    fetch(w, 201.0, latency=1.5, max_wait_ms=500)  # 1 s beyond its long poll
+    found = {f.key["api_name"]: f for f in w.d.findings() if f.kind == "latency_outlier"}
+    assert set(found) == {"Metadata", "Fetch"}
+    assert [e.ts for e in found["Metadata"].evidence] == [200.0]
+
+
+def test_slow_broker():
+    w = Wire()
+    slow = Endpoint("127.0.0.1", 9093)
+    for i in range(conn_rules.SLOW_BROKER_MIN_COUNT):
+        w.x(metadata_req(), metadata_resp(), 1.0 + i, latency=0.001)
+        w.x(metadata_req(), metadata_resp(), 1.5 + i, latency=0.2, broker=slow, port=50009)
+    f = w.only("slow_broker")
+    assert f.key["broker"] == str(slow)
+
+
+# -- the API the CLI and the TUI use ------------------------------------------------------------------
+
+
+def test_findings_are_repeatable_sorted_filtered_and_bounded():
+    w = Wire()
+    w.x(AV_REQ, api_versions({0: (0, 2), 3: (0, 12)}), 1.0)
+    for i in range(MAX_EVIDENCE + 5):
+        w.x(produce(batch(i, 1)), produce_resp(throttle_ms=10), 2.0 + i)
+    first = [f.as_dict() for f in w.d.findings()]
+    assert [f.as_dict() for f in w.d.findings()] == first  # asking twice changes nothing
+    sev = [f["severity"] for f in first]
+    assert sev == sorted(sev, key=["error", "warning", "info"].index)
+    assert {f.kind for f in w.d.findings("error")} == {"version_not_advertised"}
+    f = w.only("version_not_advertised")
+    assert f.count == MAX_EVIDENCE + 5 and len(f.evidence) == MAX_EVIDENCE
+
+
+@pytest.mark.parametrize("junk", [None, "text", 42])
+def test_add_ignores_what_is_not_an_event(junk):
+    d = Diagnoser()
+    d.add(junk)
+    assert d.findings() == [] and d.group_timelines() == []
