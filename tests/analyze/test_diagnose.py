@@ -509,3 +509,53 @@ def test_add_ignores_what_is_not_an_event(junk):
     d = Diagnoser()
     d.add(junk)
     assert d.findings() == [] and d.group_timelines() == []
+
+
+def test_commit_beyond_the_high_watermark():
+    from kio.schema.offset_commit.v8 import request as oc_req
+    from kio.schema.offset_commit.v8 import response as oc_resp
+
+    def commit(w: Wire, t: float, offset: int) -> None:
+        w.x(oc_req.OffsetCommitRequest(
+                group_id="g1", generation_id_or_member_epoch=i32(1), member_id="m1", group_instance_id=None,
+                topics=(oc_req.OffsetCommitRequestTopic(name="orders", partitions=(
+                    oc_req.OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(offset),
+                                                        committed_leader_epoch=i32(-1),
+                                                        committed_metadata=""),)),)),
+            oc_resp.OffsetCommitResponse(throttle_time=NO_THROTTLE, topics=(oc_resp.OffsetCommitResponseTopic(
+                name="orders", partitions=(oc_resp.OffsetCommitResponsePartition(
+                    partition_index=i32(0), error_code=ErrorCode(0)),)),)), t, port=50001, client="c1")
+
+    w = Wire()
+    fetch(w, 1.0, client="c1", port=50001, high_watermark=10)
+    commit(w, 2.0, 10)  # == high watermark: the normal "next offset to read"
+    assert w.kinds() == {}
+    commit(w, 3.0, 11)
+    f = w.only("commit_beyond_high_watermark")
+    assert (f.key["topic"], f.key["partition"]) == ("orders", 0)
+    (g,) = w.d.group_timelines()
+    assert g.commits[("orders", 0)][0] == 11
+
+
+def test_growing_lag_is_a_warning_and_steady_lag_is_not():
+    def run(hws: list[int], positions: list[int]) -> dict[str, str]:
+        w = Wire()
+        join(w, 0.5, "m1", 1, ["m1"], port=50001, client="c1")
+        for i, (hw, pos) in enumerate(zip(hws, positions, strict=True)):
+            fetch(w, 1.0 + i, client="c1", port=50001, high_watermark=hw, fetch_offset=pos)
+        return w.kinds()
+
+    n = group_rules.LAG_MIN_SAMPLES + 2
+    steady = run([5000 + 100 * i for i in range(n)], [4000 + 100 * i for i in range(n)])  # 1000 behind, flat
+    assert "consumer_lag_growing" not in steady
+    growing = run([5000 + 1000 * i for i in range(n)], [4000 + 100 * i for i in range(n)])
+    assert growing["consumer_lag_growing"] == "warning"
+    small = run([50 + 10 * i for i in range(n)], [40 + 1 * i for i in range(n)])  # growing, but tiny
+    assert "consumer_lag_growing" not in small
+
+
+def test_a_batch_resent_with_other_boundaries_overlaps():
+    w = Wire()
+    w.x(produce(batch(0, 4)), produce_resp(error=6), 1.0)
+    w.x(produce(batch(2, 2)), produce_resp(), 2.0)
+    assert w.only("sequence_overlap").severity == "warning"

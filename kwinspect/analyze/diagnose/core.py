@@ -16,6 +16,8 @@ INFO, WARNING, ERROR = "info", "warning", "error"
 SEVERITIES = (INFO, WARNING, ERROR)
 SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
 
+# Timestamps a storm window holds at most (every storm threshold is far below this).
+MAX_WINDOW_EVENTS = 10_000
 # Evidence kept per finding; `Finding.count` still counts every occurrence.
 MAX_EVIDENCE = 20
 
@@ -97,7 +99,7 @@ class Window:
         if ts is None:
             return len(self.times)
         self.times.append(ts)
-        while self.times and self.times[0] < ts - self.seconds:
+        while self.times and (self.times[0] < ts - self.seconds or len(self.times) > MAX_WINDOW_EVENTS):
             self.times.popleft()
         if len(self.times) > self.best:
             self.best = len(self.times)

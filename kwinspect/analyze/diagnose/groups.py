@@ -13,6 +13,9 @@ Kinds:
 - ``offset_commit_failed`` (warning): OffsetCommit partitions answered with an error.
 - ``commit_beyond_high_watermark`` (warning): an offset committed above the partition's
   high watermark seen in Fetch responses.
+- ``consumer_lag_growing`` (warning): for a group's partition (Fetch requests of the group's
+  clients: lag = high watermark - fetch offset), the last lag is at least ``LAG_WARN_RECORDS``
+  and larger than ``LAG_MIN_SAMPLES`` samples earlier: the consumer is falling behind.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ MAX_TIMELINE_EVENTS = 1000
 MAX_GROUPS = 10_000
 MAX_LAG_SAMPLES = 200  # per (group or client, topic, partition)
 MAX_LAG_KEYS = 100_000
+# Growing lag: at least this many records behind, and more than LAG_MIN_SAMPLES fetches ago.
+LAG_WARN_RECORDS = 1000
+LAG_MIN_SAMPLES = 5
 
 
 @dataclass
@@ -346,6 +352,7 @@ class GroupAnalyzer:
     def results(self) -> list[Finding]:
         out = list(self.findings.values())
         for g in self.groups.values():
+            out.extend(self._lag(g))
             gens = list(g.generations.values())
             for a, b in zip(gens, gens[1:], strict=False):
                 if not a.members or not b.members:
@@ -370,6 +377,28 @@ class GroupAnalyzer:
                     for ev in (a.evidence[:3] + b.evidence[:3]):
                         f.add(ev)
                     out.append(f)
+        return out
+
+    def _lag(self, g: GroupTimeline) -> list[Finding]:
+        out = []
+        for (topic, part), samples in g.lag.items():
+            lags = [(ts, hw - pos) for ts, pos, hw in samples if isinstance(pos, int) and isinstance(hw, int)]
+            if len(lags) <= LAG_MIN_SAMPLES:
+                continue
+            (t0, before), (t1, last) = lags[-1 - LAG_MIN_SAMPLES], lags[-1]
+            if last >= LAG_WARN_RECORDS and last > before:
+                f = Finding("consumer_lag_growing", WARNING,
+                            f"group {g.group_id}: lag on {topic}[{part}] grew from {before} to {last} records",
+                            f"Over the last {LAG_MIN_SAMPLES} fetches the distance between the high watermark "
+                            "and the consumer's fetch position kept the consumer at least "
+                            f"{LAG_WARN_RECORDS} records behind and growing: it consumes slower than producers "
+                            "write (slow processing, too few partitions/consumers, small fetch sizes).",
+                            key={"group_id": g.group_id, "topic": topic, "partition": part, "lag": last,
+                                 "lag_before": before})
+                f.add(None, t0)
+                f.add(None, t1)
+                f.count = 1
+                out.append(f)
         return out
 
     def timelines(self) -> list[GroupTimeline]:

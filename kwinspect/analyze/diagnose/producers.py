@@ -4,7 +4,7 @@ Kinds:
 - ``sequence_gap`` (warning): for one (producer id, epoch, topic, partition) the batches seen
   leave a hole in the sequence numbers (records the broker never got, or a capture that missed
   requests).
-- ``sequence_overlap`` (warning): a batch starts inside an earlier batch's sequence range
+- ``sequence_overlap`` (warning): a batch starts inside the previous batch's sequence range
   but at a different base (a re-batched retry: the broker will answer DUPLICATE/OUT_OF_ORDER).
 - ``produce_retry`` (info): the same batch (same producer id/epoch/partition/base sequence,
   or for non-idempotent producers the same CRC and record count) sent again after its first
@@ -89,7 +89,7 @@ def _partition_outcomes(ex: Exchange, topic_names: dict[str, str]) -> dict[tuple
 class ProducerAnalyzer:
     def __init__(self, topic_names: dict[str, str]) -> None:
         self.topic_names = topic_names
-        self.batches: OrderedDict[tuple, list[_Batch]] = OrderedDict()  # idempotent keys
+        self.batches: OrderedDict[tuple, OrderedDict[int, _Batch]] = OrderedDict()  # key -> base seq -> batch
         self.plain: OrderedDict[tuple, _Batch] = OrderedDict()  # non-idempotent: (topic, part, crc, count, ts)
         self.findings: dict[tuple, Finding] = {}
         self.txns: OrderedDict[str, _Txn] = OrderedDict()
@@ -167,32 +167,33 @@ class ProducerAnalyzer:
                                     outcome, ex, count)
 
     def _idempotent(self, key: tuple, base: int, count: int, ev: Evidence, outcome: int | None, ex: Exchange) -> None:
-        lst = self.batches.get(key)
-        if lst is None:
+        seen = self.batches.get(key)
+        if seen is None:
             if len(self.batches) >= MAX_KEYS:
                 self.batches.popitem(last=False)
-            lst = self.batches[key] = []
-        prior = next((b for b in lst if b.base == base), None)
+            seen = self.batches[key] = OrderedDict()
+        else:
+            self.batches.move_to_end(key)
+        prior = seen.get(base)
         if prior is not None:
             self._retry(prior, ev, ex, key_fields={"producer_id": key[0], "producer_epoch": key[1], "topic": key[2],
                                                    "partition": key[3], "base_sequence": base})
             if outcome == 0:
                 prior.outcome = 0
             return
-        for b in lst:
-            if b.base < base < b.base + b.count:
-                self._add(("sequence_overlap",) + key, WARNING,
-                          f"batch for {key[2]}[{key[3]}] starts at sequence {base}, inside an earlier batch "
-                          f"({b.base}-{b.base + b.count - 1})",
+        last = next(reversed(seen.values()), None) if seen else None
+        if last is not None and last.base < base < last.base + last.count:
+            f = self._add(("sequence_overlap",) + key, WARNING,
+                          f"batch for {key[2]}[{key[3]}] starts at sequence {base}, inside the previous batch "
+                          f"({last.base}-{last.base + last.count - 1})",
                           f"Producer id {key[0]} epoch {key[1]}: a batch re-sent with different boundaries. "
                           "The broker can only de-duplicate whole batches, so expect OUT_OF_ORDER or "
-                          "DUPLICATE_SEQUENCE_NUMBER answers.", b.ev, producer_id=key[0], producer_epoch=key[1],
-                          topic=key[2], partition=key[3])
-                self.findings[("sequence_overlap",) + key].add(ev)
-                break
-        lst.append(_Batch(base, count, ev, outcome))
-        if len(lst) > MAX_BATCHES_PER_KEY:
-            del lst[0]
+                          "DUPLICATE_SEQUENCE_NUMBER answers.", last.ev, producer_id=key[0],
+                          producer_epoch=key[1], topic=key[2], partition=key[3])
+            f.add(ev)
+        seen[base] = _Batch(base, count, ev, outcome)
+        if len(seen) > MAX_BATCHES_PER_KEY:
+            seen.popitem(last=False)
 
     def _plain(self, key: tuple, ev: Evidence, outcome: int | None, ex: Exchange, count: int) -> None:
         prior = self.plain.get(key)
@@ -295,9 +296,9 @@ class ProducerAnalyzer:
 
     def results(self, capture_end: float | None = None) -> list[Finding]:
         out = list(self.findings.values())
-        for key, lst in self.batches.items():
+        for key, by_base in self.batches.items():
             pid, epoch, topic, part = key
-            seen = sorted(lst, key=lambda b: b.base)
+            seen = sorted(by_base.values(), key=lambda b: b.base)
             for a, b in zip(seen, seen[1:], strict=False):
                 end = a.base + a.count
                 if b.base > end and not (a.base > SEQ_MAX - 2**20 and b.base < 2**20):
