@@ -201,11 +201,13 @@ class AsOfNames(dict):
 
     def _resolve(self, tid: Any) -> str | None:
         run = self._run
-        if isinstance(tid, str):
-            prev = run.lookups.get(tid)
+        local = dict.get(self, tid)
+        if isinstance(tid, str):  # what pass 1 answered, and until where (for the re-run decision)
+            key = (tid, None if local is None else local[1])
+            prev = run.lookups.get(key)
             if prev is None or prev < run.pos:
-                run.lookups[tid] = run.pos
-        best = dict.get(self, tid)
+                run.lookups[key] = run.pos
+        best = local
         for pos, name, conn in reversed(self._table.get(tid, ())):
             if conn == run.conn or pos > run.pos:
                 continue
@@ -243,12 +245,11 @@ class AsOfBrokers(set):
     def __contains__(self, ep: Any) -> bool:
         run = self._run
         key = (ep.ip, ep.port)
-        prev = run.known_lookups.get(key)
-        if prev is None or prev < run.pos:
-            run.known_lookups[key] = run.pos
-        if set.__contains__(self, ep):
-            return True
-        return any(conn != run.conn and pos <= run.pos for pos, conn in self._table.get(key, ()))
+        local = set.__contains__(self, ep)
+        if not local:  # answers True locally stay True with more knowledge
+            run.known_lookups.add((key, run.pos))
+            return any(conn != run.conn and pos <= run.pos for pos, conn in self._table.get(key, ()))
+        return True
 
 
 # ---------------------------------------------------------------------------
@@ -318,9 +319,11 @@ class ConnRun:
         self.want_records = want_records
         self.pos: Pos = (-math.inf, 0, 0, 0)
         self.learned: list[tuple[Pos, str, str]] = []
-        self.lookups: dict[str, Pos] = {}
+        self.lookups: dict[tuple[str, str | None], Pos] = {}  # (topic id, answer) -> last position
         self.known_added: list[tuple[Pos, Endpoint]] = []
-        self.known_lookups: dict[tuple[str, int], Pos] = {}
+        self.known_lookups: set[tuple[tuple[str, int], Pos]] = set()  # answered False locally
+        self.decisions: list[tuple[Pos, Endpoint, Endpoint]] = []  # Kafka found: (pos, client, broker)
+        self._decided: set[int] = set()
         d = self.d = Dissector(config)
         self.names = AsOfNames(self, names)
         d.shared = SharedState(topic_names=self.names)
@@ -355,7 +358,14 @@ class ConnRun:
     def feed(self, pos: Pos, seg: TcpSegment) -> None:
         self._run_checks(pos, inclusive=False)
         self.pos = pos
-        self.d.feed_segment(seg)
+        d = self.d
+        kafka_before = d.stats.kafka_connections
+        d.feed_segment(seg)
+        if d.stats.kafka_connections != kafka_before:
+            for info in d.connections.values():
+                if info.kind == "kafka" and id(info) not in self._decided:
+                    self._decided.add(id(info))
+                    self.decisions.append((pos, info.client, info.broker))
         self._collect()
         self._run_checks(pos, inclusive=True)
 
@@ -398,12 +408,15 @@ class ConnRun:
         out, conn = self.out, self.conn
         for pos, tid, name in self.learned:
             out.add("learn", conn, m_key=tid, m_value=name, **_pos_meta(pos))
-        for tid, pos in self.lookups.items():
-            out.add("lookup", conn, m_key=tid, **_pos_meta(pos))
+        for (tid, answer), pos in self.lookups.items():
+            out.add("lookup", conn, m_key=tid, m_value=answer, **_pos_meta(pos))
         for pos, ep in self.known_added:
             out.add("known", conn, m_key=ep.ip, m_port=ep.port, **_pos_meta(pos))
-        for (ip, port), pos in self.known_lookups.items():
+        for (ip, port), pos in self.known_lookups:
             out.add("known_lookup", conn, m_key=ip, m_port=port, **_pos_meta(pos))
+        for pos, client, broker in self.decisions:
+            out.add("decision", conn, m_key=client.ip, m_port=client.port, m_value=str(broker),
+                    **_pos_meta(pos))
         st = self.d.stats
         out.add("stats", conn, m_records=st.connections, m_port=st.kafka_connections, m_bytes=st.kafka_bytes)
 

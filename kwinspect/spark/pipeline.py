@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kwinspect.dissect import DissectConfig
-from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS, ErrorRow
+from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS, Endpoint, ErrorRow
 from kwinspect.spark.connection import (
     EVENT_SCHEMA,
     TIMESTAMP_COLUMNS,
@@ -123,13 +123,17 @@ def get_session(master: str | None = None, partitions: int | None = None,
     """A SparkSession (local[*] by default) configured for the pipeline."""
     if not java_available():
         raise PipelineError("Java not found: the Spark pipeline needs a JDK 17+ (install one or set JAVA_HOME)")
-    master = master or os.environ.get("KWINSPECT_SPARK_MASTER") or "local[*]"
-    if master.startswith("local"):
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: it chose the master
+    if not submitted:
+        master = master or os.environ.get("KWINSPECT_SPARK_MASTER") or "local[*]"
+    if master and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    b = SparkSession.builder.appName(app_name).master(master)
+    b = SparkSession.builder.appName(app_name)
+    if master:
+        b = b.master(master)
     settings = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -142,10 +146,32 @@ def get_session(master: str | None = None, partitions: int | None = None,
     for k, v in settings.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("KWINSPECT_SPARK_LOG_LEVEL", "ERROR"))
+    if not spark.sparkContext.master.startswith("local") and os.environ.get("KWINSPECT_SHIP", "1") != "0":
+        spark.sparkContext.addPyFile(_package_zip())  # executors get this kwinspect (not its dependencies)
     for k, v in settings.items():  # an existing session (tests, notebooks) gets the SQL settings too
         if k.startswith("spark.sql."):
             spark.conf.set(k, v)
     return spark
+
+
+def _package_zip() -> str:
+    """kwinspect's own sources as a zip for SparkContext.addPyFile."""
+    import tempfile
+    import zipfile
+
+    import kwinspect
+
+    pkg = os.path.dirname(os.path.abspath(kwinspect.__file__))
+    path = os.path.join(tempfile.mkdtemp(prefix="kwinspect-ship-"), "kwinspect.zip")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for root, dirs, names in os.walk(pkg):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in names:
+                if name.endswith(".py"):
+                    full = os.path.join(root, name)
+                    z.write(full, os.path.relpath(full, os.path.dirname(pkg)))
+    return path
 
 
 # ---------------------------------------------------------------------------
@@ -492,34 +518,55 @@ def _reader_errors(side, files: list[tuple[str, int]]) -> list[ErrorRow]:
 
 
 def _cross_connection(ev1) -> tuple[GlobalNames, GlobalBrokers, set[str]]:
-    """Pass-1 bookkeeping -> the broadcast tables and the connections to run again."""
+    """Pass-1 bookkeeping -> the broadcast tables and the connections to run again.
+
+    A connection is run again only when some answer it got could differ with
+    what other connections learned earlier in the capture:
+    * a topic-id lookup answered X (or nothing) while another connection had
+      learned a different name for that id by then;
+    * "is this endpoint a broker proven elsewhere?" answered no while another
+      connection had proven it, unless the connection was found to be Kafka at
+      that very segment with that endpoint as the broker anyway (the outcome the
+      shortcut would have given).
+    """
     from pyspark.sql import functions as F
 
-    meta = ev1.filter(F.col("table").isin("learn", "lookup", "known", "known_lookup")).select(
+    meta = ev1.filter(F.col("table").isin("learn", "lookup", "known", "known_lookup", "decision")).select(
         "table", "conn", "p_kts", "p_file", "p_rng", "p_idx", "m_key", "m_value", "m_port").collect()
     names: GlobalNames = {}
     brokers: GlobalBrokers = {}
-    lookups: list[tuple[str, str, Pos]] = []
+    lookups: list[tuple[str, str, str | None, Pos]] = []
     known_lookups: list[tuple[str, tuple[str, int], Pos]] = []
+    decisions: dict[tuple[str, Pos], list[tuple[tuple[str, int], str]]] = {}
     for r in meta:
         pos = pos_of(r.p_kts, r.p_file, r.p_rng, r.p_idx)
         if r.table == "learn":
             names.setdefault(r.m_key, []).append((pos, r.m_value, r.conn))
         elif r.table == "lookup":
-            lookups.append((r.conn, r.m_key, pos))
+            lookups.append((r.conn, r.m_key, r.m_value, pos))
         elif r.table == "known":
             brokers.setdefault((r.m_key, r.m_port), []).append((pos, r.conn))
+        elif r.table == "decision":
+            decisions.setdefault((r.conn, pos), []).append(((r.m_key, r.m_port), r.m_value))
         else:
             known_lookups.append((r.conn, (r.m_key, r.m_port), pos))
     for v in names.values():
         v.sort()
     for v in brokers.values():
         v.sort()
+
+    def known_elsewhere(ep: tuple[str, int], pos: Pos, conn: str) -> bool:
+        return any(c != conn and p <= pos for p, c in brokers.get(ep, ()))
+
     rerun: set[str] = set()
-    for conn, tid, pos in lookups:
-        if any(c != conn and p <= pos for p, _n, c in names.get(tid, ())):
+    for conn, tid, answer, pos in lookups:
+        if any(c != conn and p <= pos and n != answer for p, n, c in names.get(tid, ())):
             rerun.add(conn)
     for conn, ep, pos in known_lookups:
-        if any(c != conn and p <= pos for p, c in brokers.get(ep, ())):
+        if conn in rerun or not known_elsewhere(ep, pos, conn):
+            continue
+        same = any(broker == str(Endpoint(*ep)) and not known_elsewhere(client, pos, conn)
+                   for client, broker in decisions.get((conn, pos), ()))
+        if not same:
             rerun.add(conn)
     return names, brokers, rerun

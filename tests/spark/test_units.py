@@ -1,0 +1,104 @@
+"""The Spark-free parts of the pipeline: capture order, pcap cut points, the idle schedule."""
+
+from __future__ import annotations
+
+import heapq
+import os
+import random
+import struct
+
+import pytest
+
+from kwinspect.spark.connection import IDLE_CHECK_EVERY, idle_checks
+from kwinspect.spark.fragments import align_pcap, pcap_header, read_range
+
+pytestmark = pytest.mark.spark
+
+CAPTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "captures")
+BIG = os.path.join(CAPTURES, "netns-mtu1500-produce-consume.pcap")
+
+
+def _running_max_order(files):
+    keyed = []
+    for rank, seq in enumerate(files):
+        m = float("-inf")
+        for i, ts in enumerate(seq):
+            m = max(m, ts)
+            keyed.append(((m, rank, i), (rank, i)))
+    return [v for _k, v in sorted(keyed)]
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_heapq_merge_is_a_stable_merge_on_running_max(seed):
+    """What dissect_files does to several files equals the pipeline's sort key, even unsorted."""
+    rnd = random.Random(seed)
+    files = [[rnd.choice([rnd.randint(0, 20), rnd.randint(0, 5)]) for _ in range(rnd.randint(0, 12))]
+             for _ in range(rnd.randint(1, 4))]
+    tagged = [[(ts, rank, i) for i, ts in enumerate(seq)] for rank, seq in enumerate(files)]
+    merged = [(rank, i) for _ts, rank, i in heapq.merge(*tagged, key=lambda t: t[0])]
+    assert merged == _running_max_order(files)
+
+
+def _record_starts(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    e = "<" if struct.unpack_from("<I", data)[0] in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    starts, pos = [], 24
+    while pos + 16 <= len(data):
+        starts.append(pos)
+        pos += 16 + struct.unpack_from(e + "I", data, pos + 8)[0]
+    return starts, len(data)
+
+
+def test_cut_points_land_on_record_boundaries():
+    starts, size = _record_starts(BIG)
+    with open(BIG, "rb") as f:
+        h = pcap_header(f)
+        for pos in range(25, size, 173):
+            got = align_pcap(f, h, pos)
+            want = next((s for s in starts if s >= pos), size)
+            assert got == want, pos
+
+
+@pytest.mark.parametrize("split", [4096, 10_000, 65_536])
+def test_ranges_read_every_packet_once(split):
+    size = os.path.getsize(BIG)
+    n = -(-size // split)
+    whole = [b for b in read_range(BIG, 0, 0, 1, split)]
+    parts = [b for r in range(n) for b in read_range(BIG, 0, r, n, split)]
+
+    def segs(batches):
+        out = []
+        for b in batches:
+            for row in b.to_pylist():
+                if row["kind"] == "seg":
+                    out.append((row["ts"], row["conn"], row["seq"], row["payload"]))
+        return out
+
+    assert n > 2
+    assert segs(parts) == segs(whole)
+    ranges = [row for b in parts for row in b.to_pylist() if row["kind"] == "range"]
+    assert len(ranges) == n
+
+
+def _checks_spec(ts):
+    """Dissector.feed_segment, literally: check at the first segment >= previous check + 60 s."""
+    out, nxt = [], 0.0
+    for i, t in enumerate(ts):
+        if t >= nxt:
+            nxt = t + IDLE_CHECK_EVERY
+            out.append(i)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_idle_schedule_matches_the_dissector(seed):
+    import numpy as np
+
+    rnd = random.Random(seed)
+    t, ts = 1.7e9, []
+    for _ in range(rnd.randint(1, 400)):
+        t += rnd.choice([0.001, 0.5, 7.0, 59.9, 60.0, 61.0, 700.0, -30.0])  # some go backwards
+        ts.append(t)
+    got = [pos[3] for pos, _ts in idle_checks(np.array(ts), lambda i: (ts[i], 0, 0, i))]
+    assert got == _checks_spec(ts)
