@@ -118,6 +118,7 @@ class _Status:
         if self.shown:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
+            self.shown = False
 
 
 def _isatty(stream: Any) -> bool:
@@ -182,6 +183,14 @@ def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[s
         table = opts.table
         keep = opts.keep
         write = writer.write if writer is not None else None
+        if write is not None and status.enabled and opts.output in (None, "-") and _isatty(sys.stdout):
+            # rows and the status line share the terminal: take the status line away first
+            row_write = write
+
+            def write(item: Any) -> None:
+                if status.shown:
+                    status.clear()
+                row_write(item)
         flush_out = _flusher(writer, opts)
         for ev in live_events(cap, dissector, stop, on_packets=on_packets):
             if ev is None:

@@ -528,6 +528,7 @@ def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
     feed = dissector.feed_packet
     pop = dissector.pop_events
     next_prune = time.monotonic() + prune_every
+    next_tick = time.monotonic() + tick
     count = stop.count
     try:
         while True:
@@ -557,12 +558,13 @@ def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
                 events = pop()
                 if events:
                     yield from events
-            else:
+            now = time.monotonic()
+            if not batch or now >= next_tick:  # idle, or busy for a whole tick: let the caller flush
+                next_tick = now + tick
                 yield None
-            if time.monotonic() >= next_prune:
-                next_prune = time.monotonic() + prune_every
+            if now >= next_prune:
+                next_prune = now + prune_every
                 _prune_closed(dissector)
-                yield None
         if stop.reason != "count" and drain > 0:
             deadline = time.monotonic() + drain
             while time.monotonic() < deadline:
