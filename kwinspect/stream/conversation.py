@@ -54,6 +54,8 @@ DESCRIBE_CLUSTER = 60
 SASL_API_NAME = "SaslToken"  # raw SASL tokens after SaslHandshake v0 carry no Kafka header
 
 DEFAULT_MAX_IN_FLIGHT = 10_000
+# APIs whose bodies carry credentials (SaslHandshake, SaslAuthenticate, delegation tokens)
+_SECRET_APIS = frozenset({17, 36, 38, 39, 40, 41})
 
 
 @dataclass
@@ -262,10 +264,18 @@ class Conversation:
             reason = ("its request was not captured (the capture probably started mid-connection), "
                       "so the api key and version needed to decode the body are unknown")
             issues.append(Issue(REQUEST_MISSING, reason, offset=0, severity="warning"))
-            resp = Message(False, None, None, header, None, issues, raw_body=bytes(frame[4:]), size=len(frame))
+            raw = bytes(frame[4:])
+            if self.redact and any(k in _SECRET_APIS for k, _v in self._api_versions_seen):
+                # an undecoded body on a connection that carries credentials may hold them
+                raw = None
+                issues.append(Issue("redacted", "raw body withheld: this connection carries SASL or "
+                                    "delegation-token secrets (--no-redact shows it)", severity="info"))
+            resp = Message(False, None, None, header, None, issues, raw_body=raw, size=len(frame))
         else:
             resp.issues.append(Issue(REQUEST_MISSING, "request not captured; body decoded as the only "
                                      "api/version this connection used that fits", severity="info"))
+            if self.redact:
+                redact_body(resp.api_key, False, resp.body, self.sasl_mechanism)
         self._anomaly(REQUEST_MISSING, ts_first, api=resp.api_key, cid=cid,
                       message="response without a captured request")
         self._emit(None, resp, None, None, ts_first, ts_last, STATUS_REQUEST_MISSING)

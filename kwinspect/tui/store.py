@@ -52,6 +52,9 @@ STATUSES = (STATUS_PAIRED, STATUS_NO_RESPONSE_EXPECTED, STATUS_RESPONSE_MISSING,
 _STATUS_INDEX = {s: i for i, s in enumerate(STATUSES)}
 
 
+# APIs whose frames carry credentials: SASL, delegation tokens (their hex stays hidden)
+_SECRET_APIS = frozenset({17, 36, 38, 39, 40, 41})
+
 class Interner:
     """value <-> small int, so a million rows share a few hundred strings/tuples."""
 
@@ -202,6 +205,7 @@ class ExchangeStore:
         self._lru_cap = lru_messages
         self.topic_names: dict[str, str] = {}
         self.sasl_mechanisms: dict[str, str | None] = {}  # stream -> mechanism (for redaction)
+        self.secret_streams: set[int] = set()  # streams that carried SASL or delegation tokens
         self.generation = 0  # bumped on every commit; views compare it to know about new rows
 
     # -- writing (the indexing worker) ----------------------------------------------------
@@ -241,6 +245,8 @@ class ExchangeStore:
         c["client_id"].append(self.strings(client_id))
         c["api_name"].append(self.strings(api_name))
         c["api_key"].append(-1 if api_key is None else api_key)
+        if api_key in _SECRET_APIS or api_name == "SaslToken":
+            self.secret_streams.add(stream)
         c["api_version"].append(-1 if api_version is None else api_version)
         c["cid"].append(_opt_int(cid))
         c["req_size"].append(_opt_int(req_size))
@@ -364,11 +370,14 @@ class ExchangeStore:
         return req, resp
 
     def raw_visible(self, row: int) -> bool:
-        """False for SASL exchanges while redacting: their raw bytes hold secrets."""
+        """False for SASL and delegation-token exchanges while redacting: their raw bytes hold
+        secrets (passwords, SCRAM proofs, OAuth tokens, token HMACs)."""
         if not self.redact:
             return True
         key = self.cell("api_key", row)
-        return key not in (17, 36) and self.strings[self.cell("api_name", row)] != "SaslToken"
+        if key < 0 and self.cell("stream", row) in self.secret_streams:
+            return False  # an undecoded response on a connection that carries credentials
+        return key not in _SECRET_APIS and self.strings[self.cell("api_name", row)] != "SaslToken"
 
 
 class RowView:
