@@ -57,11 +57,99 @@ class Cancelled(Exception):
     pass
 
 
-def _col(store: ExchangeStore, name: str, lo: int, hi: int, dtype) -> np.ndarray:
+# Which store columns a filter column reads.  A filter's answer for a row depends
+# only on these, so it is evaluated once per distinct combination of them (a
+# million rows typically hold a few hundred distinct (api, client id, status)
+# combinations) and broadcast; continuous columns (latency, timestamps) make
+# every row distinct and fall back to one evaluation per row.
+_SOURCES: dict[str, tuple[tuple[str, type], ...]] = {
+    "stream": (("stream", np.uint32),), "client": (("stream", np.uint32),), "broker": (("stream", np.uint32),),
+    "api_key": (("api_key", np.int16),), "api_name": (("api_name", np.uint32),),
+    "api_version": (("api_version", np.int16),), "correlation_id": (("cid", np.int64),),
+    "client_id": (("client_id", np.uint32),),
+    "request_ts": (("ts", np.float64), ("status", np.uint8)), "response_ts": (("resp_ts", np.float64),),
+    "latency_ms": (("lat", np.float64),), "request_size": (("req_size", np.int64),),
+    "response_size": (("resp_size", np.int64),), "status": (("status", np.uint8),),
+    "error_codes": (("err_codes", np.uint32),), "error_names": (("err_names", np.uint32),),
+    "topics": (("topics", np.uint32),), "throttle_time_ms": (("throttle", np.int64),),
+}
+_ALIASES = {"api": "api_name", "topic": "topics", "error": None, "errors": None}
+
+
+def referenced_columns(expr: str) -> set[str] | None:
+    """Exchange columns an expression reads; None when unsure (then every row is evaluated)."""
+    from kwinspect.analyze.filter import FilterError, tokenize
+
+    try:
+        tokens = tokenize(expr)
+    except FilterError:
+        return None
+    cols: set[str] = set()
+    for tok in tokens:
+        if tok.kind != "IDENT":
+            continue
+        name = str(tok.value)
+        low = name.lower()
+        if name in _SOURCES or low in _SOURCES:
+            cols.add(name if name in _SOURCES else low)
+        elif low in _ALIASES:
+            alias = _ALIASES[low]
+            cols.update((alias,) if alias else ("error_codes", "status"))
+        else:
+            return None
+    return cols
+
+
+def _col(store: ExchangeStore, name: str, lo: int, hi: int, dtype) -> np.ndarray:  # noqa: ANN001
+    """A copy of positions [lo, hi) of a store column (taken under the lock: the writer may grow it)."""
     arr = store.cols[name]
     with store.lock:
-        out = np.frombuffer(arr, dtype=dtype, count=len(arr))[lo:hi].copy()
-    return out
+        return np.frombuffer(arr, dtype=dtype, count=len(arr))[lo:hi].copy()
+
+
+def _dense(col: np.ndarray, dtype: type) -> tuple[np.ndarray, int]:
+    """(dense code per row, number of codes); O(n) for small integer codes, a sort otherwise."""
+    if dtype in (np.uint8, np.int16, np.uint32):
+        vals = col.astype(np.int64)
+        if dtype is np.int16:
+            vals += 32768
+        top = int(vals.max()) + 1 if len(vals) else 1
+        if top <= 50_000_000:
+            present = np.bincount(vals, minlength=top) > 0
+            rank = np.cumsum(present) - 1
+            return rank[vals], int(present.sum())
+    if dtype is np.float64:
+        col = np.where(np.isnan(col), np.nan, col)  # one NaN pattern
+    codes, inverse = np.unique(col, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64), len(codes)
+
+
+def _group_keys(store: ExchangeStore, cols: set[str], plo: int, phi: int,
+                ids_pos: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """(one int64 key per row: same key = same values in every referenced column, key range), or None."""
+    sources = sorted({src for c in cols for src in _SOURCES[c]})
+    key = np.zeros(len(ids_pos), dtype=np.int64)
+    radix = 1
+    for name, dtype in sources:
+        codes, card = _dense(_col(store, name, plo, phi, dtype)[ids_pos], dtype)
+        if card > len(ids_pos) // 4 or radix * card >= 2**62:
+            return None  # (nearly) every row distinct: no gain from grouping
+        key += codes * radix
+        radix *= card
+    return key, radix
+
+
+def _groups(key: np.ndarray, radix: int) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the first row of each group, group number per row)."""
+    if radix <= 50_000_000:
+        first = np.full(radix, -1, dtype=np.int64)
+        first[key[::-1]] = np.arange(len(key) - 1, -1, -1, dtype=np.int64)
+        present = np.nonzero(first >= 0)[0]
+        rank = np.full(radix, -1, dtype=np.int64)
+        rank[present] = np.arange(len(present))
+        return first[present], rank[key]
+    _uniq, first_idx, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first_idx, inverse.reshape(-1)
 
 
 def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predicate,
@@ -81,8 +169,24 @@ def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predi
     ids = np.nonzero(mask)[0].astype(np.int64) + (plo + first)
     if predicate is None:
         return ids
-    keep = np.zeros(len(ids), dtype=bool)
     view = RowView(store, 0)
+    cols = referenced_columns(getattr(predicate, "expr", "")) if len(ids) > 1000 else None
+    if cols is not None:
+        grouped = _group_keys(store, cols, plo, phi, ids - (plo + first))
+        if grouped is not None:
+            first_idx, group = _groups(*grouped)
+            keep_group = np.zeros(len(first_idx), dtype=bool)
+            for g, n in enumerate(first_idx.tolist()):
+                if g & 0xFFF == 0 and check is not None:
+                    check(g, len(first_idx))
+                view.row = int(ids[n])
+                view.p = view.row - store.first
+                try:
+                    keep_group[g] = bool(predicate(view))
+                except Exception:  # noqa: BLE001 - a predicate never takes the app down
+                    keep_group[g] = False
+            return ids[keep_group[group]]
+    keep = np.zeros(len(ids), dtype=bool)
     for n, row in enumerate(ids.tolist()):
         if n & 0xFFFF == 0 and check is not None:
             check(n, len(ids))

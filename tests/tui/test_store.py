@@ -86,3 +86,31 @@ def test_sasl_frames_are_not_shown_raw():
     assert not store.raw_visible(0)
     store.redact = False
     assert store.raw_visible(0)
+
+
+def test_grouped_filter_evaluation_matches_row_by_row():
+    """Above 1000 rows a filter runs once per distinct combination of the columns it reads."""
+    from kwinspect.tui.store import compact
+    from kwinspect.tui.view import referenced_columns
+
+    base = [compact(e) for path in (CAPTURES / "confluent-mock-errors.pcap", CAPTURES / "tansu-errors.pcap")
+            for e in dissect_file(path) if isinstance(e, Exchange)]
+    store = ExchangeStore(spill=False)
+    for k in range(120):
+        for t in base:
+            row = list(t)
+            row[0] = f"{row[0]}#{k % 7}"  # a few more connections
+            row[18] = len(store) + 1
+            store.add_compact(tuple(row))
+    assert len(store) > 1000
+    assert referenced_columns('api == "Produce" and error') == {"api_name", "error_codes", "status"}
+    assert referenced_columns("no_such_column > 1") is None
+    for expr in ('api == "Produce"', "error", "not error and api_version >= 3", 'topic ~ "err.*"',
+                 'client_id == "errors-producer" or status == "response_missing"', "latency_ms > 50",
+                 'stream ~ "#3$"', "error_codes == 6", 'error_names == "NOT_LEADER_OR_FOLLOWER"',
+                 "request_ts == null", "throttle_time_ms > 0 or response_size > 100"):
+        flt = compile_filter(expr, EXCHANGE_COLUMNS)
+        want = [r for r in range(len(store)) if flt(store.row_dict(r))]
+        assert compute_view(store, ViewSpec(expr=expr), flt).rows.tolist() == want, expr
+        both = compute_view(store, ViewSpec(expr=expr, errors_only=True), flt).rows.tolist()
+        assert both == [r for r in want if store.has_error(r)], expr
