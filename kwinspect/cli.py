@@ -311,7 +311,8 @@ def cmd_summary(args) -> int:
                     builder.add_topic_volume(topic, direction, rs.record_count, rs.size)
     except KeyboardInterrupt:
         interrupted = True
-    summary = builder.build(sources=args.pcap, interrupted=interrupted)
+    summary = builder.build(sources=args.pcap, interrupted=interrupted,
+                            packet_counts=run.dissector.packet_counts() if run.dissector else None)
     if args.format == "json":
         json.dump(summary.as_dict(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

@@ -143,6 +143,9 @@ class Summary:
     records: int = 0
     sources: list[str] = field(default_factory=list)
     interrupted: bool = False
+    # where every packet went (Dissector.packet_counts()): packets, kafka, non_kafka,
+    # not_tcp, unparseable, fragments_pending; None when not known
+    packet_counts: dict[str, int] | None = None
 
     @property
     def duration_s(self) -> float | None:
@@ -174,6 +177,7 @@ class Summary:
             "anomalies": [dict(a) for a in self.anomalies],
             "topics": [dict(t) for t in self.topics],
             "records": self.records,
+            "packets": dict(self.packet_counts) if self.packet_counts is not None else None,
         }
 
 
@@ -359,7 +363,8 @@ class SummaryBuilder:
         self._records += records
 
     # -- result -----------------------------------------------------------
-    def build(self, sources: Iterable[str] = (), interrupted: bool = False) -> Summary:
+    def build(self, sources: Iterable[str] = (), interrupted: bool = False,
+              packet_counts: dict[str, int] | None = None) -> Summary:
         id_by_addr = {addr: node for node, addr in self._advertised.items()}
         brokers = []
         for addr, conns in self._broker_conns.items():
@@ -427,6 +432,7 @@ class SummaryBuilder:
             brokers=brokers, clients=clients, apis=apis, kafka_errors=kafka_errors,
             anomalies=[dict(a) for a in anomalies], topics=topics, records=self._records,
             sources=list(sources), interrupted=interrupted,
+            packet_counts=dict(packet_counts) if packet_counts is not None else None,
         )
 
 
@@ -491,6 +497,19 @@ def _rows_for_screen(console: Any, side_by_side: bool) -> int:
     return max(2, min(8, (console.height - overhead) // sections))
 
 
+def _packet_line(c: dict[str, int]) -> Any:
+    """No silent loss: every packet is in exactly one of these counts."""
+    from rich.text import Text
+
+    line = Text()
+    line.append(f"{c.get('packets', 0):,} packets", style="bold")
+    line.append(f": {c.get('kafka', 0):,} Kafka, {c.get('non_kafka', 0):,} other TCP, "
+                f"{c.get('not_tcp', 0):,} not TCP")
+    bad = c.get("unparseable", 0) + c.get("fragments_pending", 0)
+    line.append(f", {bad:,} unparseable", style="yellow" if bad else None)
+    return line
+
+
 def render_summary(summary: Summary, console: Any = None, max_rows: int | None = None) -> None:
     """Print the one-screen report.  Every wire-derived string is term_safe'd.
 
@@ -544,6 +563,8 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     if summary.records:
         line.append(f"  {summary.records:,} records")
     parts.append(line)
+    if summary.packet_counts is not None:
+        parts.append(_packet_line(summary.packet_counts))
 
     # Brokers and clients side by side.
     bt = table("Brokers", ("id", "right"), ("address", "left"), ("conns", "right"), ("requests", "right"))
