@@ -418,6 +418,77 @@ def _wait_metadata(p: Any, topic: str, leader: int, timeout: float) -> None:
         time.sleep(0.05)
 
 
+def diag_consumer_lag(rig: Rig, workdir: str) -> Manifest:
+    """A group consumer slower than its producer: the lag grows fetch after fetch."""
+    import threading
+
+    from confluent_kafka import Consumer, Producer
+
+    with rig.private_mock(1) as mc:
+        topic = "lagging"
+        group = "diag-lag-group"
+        mc.create_topic(topic, 1, 1)
+        with recording(rig, workdir, "diag-consumer-lag",
+                       "a confluent-kafka producer writes about 2000 small records/s for 5 s while a "
+                       "confluent-kafka consumer in a group, with 1000-byte fetches and a 1 KiB prefetch "
+                       "queue, handles one record per ~5 ms (about 200 records/s): every Fetch finds it "
+                       "further behind the high watermark.", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            m.group_ids.append(group)
+            pconf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "lag-producer", "linger.ms": 5,
+                     "acks": 1, "log_level": 0}
+            _client(m, "producer", "lag-producer", pconf)
+            stop = threading.Event()
+            errors: list[BaseException] = []
+
+            def produce_fast() -> None:
+                p = Producer(pconf)
+                try:
+                    while not stop.is_set():  # about 2000 records/s
+                        for i in range(200):
+                            p.produce(topic, value=b"x" * 100 + str(i).encode())
+                        p.poll(0)
+                        time.sleep(0.1)
+                    p.flush(10)
+                except BaseException as exc:  # reported by the scenario
+                    errors.append(exc)
+                finally:
+                    _ck_close_producer(p)
+
+            cconf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "lag-consumer", "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0,
+                     "max.partition.fetch.bytes": 1000, "fetch.max.bytes": 1000, "message.max.bytes": 1000,
+                     "queued.max.messages.kbytes": 1, "queued.min.messages": 1, "fetch.queue.backoff.ms": 50,
+                     "heartbeat.interval.ms": 100, "session.timeout.ms": 6000}
+            _client(m, "consumer", "lag-consumer", cconf)
+            consumer = Consumer(cconf)
+            t = threading.Thread(target=produce_fast, daemon=True)
+            try:
+                consumer.subscribe([topic])
+                _wait_assigned(consumer, [], 15)
+                t.start()
+                end = time.monotonic() + 5.0
+                got = 0
+                while time.monotonic() < end:  # one record per ~5 ms: about 200 records/s
+                    msg = consumer.poll(0.05)
+                    if msg is not None and not msg.error():
+                        got += 1
+                    time.sleep(0.005)
+                if got == 0:
+                    raise RuntimeError("the slow consumer got nothing")
+            finally:
+                stop.set()
+                if t.is_alive():
+                    t.join(15)
+                consumer.close()
+            if errors:
+                raise RuntimeError(f"producer failed: {errors[0]!r}")
+            _expect_mock_apiversions(m)
+            m.allow_status("Fetch", "response_missing")
+            m.notes.append("Expected diagnosis: consumer_lag_growing.")
+    return m
+
+
 # ---------------------------------------------------------------------------
 # Latency
 # ---------------------------------------------------------------------------
@@ -482,6 +553,7 @@ DIAG_SCENARIOS: dict[str, tuple[ScenarioFn, frozenset[str]]] = {
     "diag-metadata-storm": (diag_metadata_storm, frozenset({"metadata_storm", "connection_churn"})),
     "diag-leader-moves": (diag_leader_moves, frozenset({"leader_change", "error_burst"})),
     "diag-latency": (diag_latency, frozenset({"latency_outlier", "slow_broker"})),
+    "diag-consumer-lag": (diag_consumer_lag, frozenset({"consumer_lag_growing"})),
 }
 
 

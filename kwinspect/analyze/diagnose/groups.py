@@ -51,7 +51,7 @@ MAX_LAG_SAMPLES = 200  # per (group or client, topic, partition)
 MAX_LAG_KEYS = 100_000
 # Growing lag: at least this many records behind, and more than LAG_MIN_SAMPLES fetches ago.
 LAG_WARN_RECORDS = 1000
-LAG_MIN_SAMPLES = 5
+LAG_MIN_SAMPLES = 3
 
 
 @dataclass
@@ -100,7 +100,7 @@ class GroupTimeline:
     member_clients: dict = field(default_factory=dict)  # member id -> client id
     clients: set = field(default_factory=set)
     commits: dict = field(default_factory=dict)  # (topic, partition) -> (offset, ts)
-    lag: dict = field(default_factory=dict)  # (topic, partition) -> deque[(ts, fetch_offset, high_watermark)]
+    lag: dict = field(default_factory=dict)  # (topic, partition) -> deque[(ts, fetch_offset, high_watermark, Evidence)]
 
     def as_dict(self) -> dict[str, Any]:
         return {"group_id": self.group_id, "clients": sorted(self.clients),
@@ -111,8 +111,9 @@ class GroupTimeline:
                             for (t, p), (o, ts) in sorted(self.commits.items(), key=str)],
                 "lag": [{"topic": t, "partition": p,
                          "samples": [{"ts": ts, "position": pos, "high_watermark": hw,
-                                      "lag": None if hw is None or pos is None else max(0, hw - pos)}
-                                     for ts, pos, hw in samples]}
+                                      "lag": None if hw is None or pos is None else max(0, hw - pos),
+                                      "evidence": ev.as_dict()}
+                                     for ts, pos, hw, ev in samples]}
                         for (t, p), samples in sorted(self.lag.items(), key=str)]}
 
 
@@ -347,7 +348,7 @@ class GroupAnalyzer:
                     samples = g.lag.get((topic, part))
                     if samples is None:
                         samples = g.lag[(topic, part)] = deque(maxlen=MAX_LAG_SAMPLES)
-                    samples.append((ts_of(ex), positions.get((topic, part)), hw))
+                    samples.append((ts_of(ex), positions.get((topic, part)), hw, ev))
 
     def results(self) -> list[Finding]:
         out = list(self.findings.values())
@@ -382,10 +383,10 @@ class GroupAnalyzer:
     def _lag(self, g: GroupTimeline) -> list[Finding]:
         out = []
         for (topic, part), samples in g.lag.items():
-            lags = [(ts, hw - pos) for ts, pos, hw in samples if isinstance(pos, int) and isinstance(hw, int)]
+            lags = [(ev, hw - pos) for _ts, pos, hw, ev in samples if isinstance(pos, int) and isinstance(hw, int)]
             if len(lags) <= LAG_MIN_SAMPLES:
                 continue
-            (t0, before), (t1, last) = lags[-1 - LAG_MIN_SAMPLES], lags[-1]
+            (ev0, before), (ev1, last) = lags[-1 - LAG_MIN_SAMPLES], lags[-1]
             if last >= LAG_WARN_RECORDS and last > before:
                 f = Finding("consumer_lag_growing", WARNING,
                             f"group {g.group_id}: lag on {topic}[{part}] grew from {before} to {last} records",
@@ -395,8 +396,8 @@ class GroupAnalyzer:
                             "write (slow processing, too few partitions/consumers, small fetch sizes).",
                             key={"group_id": g.group_id, "topic": topic, "partition": part, "lag": last,
                                  "lag_before": before})
-                f.add(None, t0)
-                f.add(None, t1)
+                for ev, _lag in lags[-1 - LAG_MIN_SAMPLES:]:
+                    f.add(ev)
                 f.count = 1
                 out.append(f)
         return out
