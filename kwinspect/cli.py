@@ -484,6 +484,9 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="row format (default: table on a terminal, else jsonl, one line per row, flushed at once)")
     g.add_argument("-o", "--output", metavar="OUT", help="write rows to OUT instead of stdout")
     g.add_argument("-f", "--filter", metavar="EXPR", help="keep rows matching EXPR (see docs/filter.md)")
+    g.add_argument("--also", action="append", default=[], metavar="TABLE=FILE",
+                   help="also write another table to FILE at the same time, e.g. --also records=rec.jsonl "
+                        "(format from the extension: .jsonl, .csv, .txt; unfiltered; repeatable)")
     g.add_argument("-q", "--quiet", action="store_true", help="no status line and no summary on stderr")
     g.add_argument("--status-interval", type=float, default=1.0, metavar="S",
                    help="seconds between status-line updates on a terminal's stderr (default 1)")
@@ -517,8 +520,19 @@ def cmd_live(args) -> int:
         from kwinspect.export.writers import default_format
 
         fmt = default_format(sys.stdout)
+    also: list[tuple[str, str, str]] = []
+    for spec in args.also:
+        table, sep, path = spec.partition("=")
+        if not sep or table not in ("exchanges", "records", "errors") or not path:
+            raise UsageError(f"--also {spec!r}: expected exchanges=FILE, records=FILE or errors=FILE")
+        from kwinspect.export.writers import format_from_path
+
+        afmt = format_from_path(path) or "jsonl"
+        if afmt == "parquet":
+            raise UsageError("--also: live output is jsonl, csv or table (.txt)")
+        also.append((table, afmt, path))
     opts = LiveOptions(
-        interface=args.interface,
+        interface=args.interface, also=also,
         bpf=args.bpf if args.bpf is not None else capture_filter(args.kafka_ports),
         config=_config(args), table=args.table, fmt=fmt, output=args.output, keep=keep,
         values=args.values, write=args.write,

@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from kwinspect.capture.live import (
@@ -54,6 +54,7 @@ class LiveOptions:
     promisc: bool = True
     quiet: bool = False
     status_interval: float = 1.0
+    also: list[tuple[str, str, str]] = field(default_factory=list)  # (table, format, path)
 
 
 class LiveTally:
@@ -62,7 +63,6 @@ class LiveTally:
     def __init__(self) -> None:
         self.exchanges = 0
         self.records = 0
-        self.rows = 0
         self.apis: Counter[str] = Counter()
         self.statuses: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -128,19 +128,51 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
+class _Sink:
+    """One table going to one destination (the main -t/-o, or an --also TABLE=FILE)."""
+
+    def __init__(self, table: str, fmt: str, output: str | None, keep: Callable[[dict], bool] | None) -> None:
+        from kwinspect.export.writers import open_writer
+
+        kw: dict[str, Any] = {}
+        if fmt == "jsonl":
+            kw["line_buffered"] = True  # also into a file: `tail -f` shows rows at once
+        elif fmt == "table":
+            kw["chunk_size"] = 1
+        self.table = table
+        self.fmt = fmt
+        self.output = output
+        self.keep = keep
+        self.rows = 0
+        self.to_stdout = output in (None, "-")
+        self.writer = open_writer(fmt, table, output, **kw)
+        self._stream = getattr(getattr(self.writer, "_out", None), "stream", None)
+
+    def put(self, item: Any) -> None:
+        if self.keep is None or self.keep(item.row()):
+            self.writer.write(item)
+            self.rows += 1
+
+    def flush(self) -> None:
+        """CSV is not flushed per row by its writer: flush on the loop's ticks."""
+        if self.fmt == "csv":
+            try:
+                (self._stream or sys.stdout).flush()
+            except (OSError, ValueError):
+                pass
+
+
 def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[str] | None = None) -> int:
     """Capture until stopped; returns the exit status (0 on a clean stop).
 
     Raises ``LiveCaptureError`` (exit 1) before anything is written when the
     interface does not exist or capture is not permitted.
     """
-    from kwinspect.export.writers import open_writer
-
     err = stderr if stderr is not None else sys.stderr
     cap = LiveCapture(opts.interface, opts.bpf, snaplen=opts.snaplen, buffer_bytes=opts.buffer_bytes,
                       promisc=opts.promisc).open()
     pcap: PcapRotator | None = None
-    writer = None
+    sinks: list[_Sink] = []
     stop_event = threading.Event()
     stop = StopWhen(stop_event, duration=opts.duration, count=opts.count)
     old_handlers: dict[int, Any] = {}
@@ -159,12 +191,9 @@ def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[s
             pcap = PcapRotator(opts.write, cap.linktype, opts.snaplen, max_bytes=opts.rotate_bytes,
                                every=opts.rotate_seconds, max_files=opts.max_files)
         if opts.table != "none":
-            kw: dict[str, Any] = {}
-            if opts.fmt == "jsonl":
-                kw["line_buffered"] = True
-            elif opts.fmt == "table":
-                kw["chunk_size"] = 1
-            writer = open_writer(opts.fmt, opts.table, opts.output, **kw)
+            sinks.append(_Sink(opts.table, opts.fmt, opts.output, opts.keep))
+        for table, fmt, path in opts.also:
+            sinks.append(_Sink(table, fmt, path, None))
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 old_handlers[sig] = signal.signal(sig, on_signal)
@@ -180,42 +209,33 @@ def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[s
                 for raw in batch:
                     pwrite(raw)
 
-        table = opts.table
-        keep = opts.keep
-        write = writer.write if writer is not None else None
-        if write is not None and status.enabled and opts.output in (None, "-") and _isatty(sys.stdout):
-            # rows and the status line share the terminal: take the status line away first
-            row_write = write
-
-            def write(item: Any) -> None:
-                if status.shown:
-                    status.clear()
-                row_write(item)
-        flush_out = _flusher(writer, opts)
+        by_table = {t: [k for k in sinks if k.table == t] for t in ("exchanges", "records", "errors")}
+        ex_sinks, rec_sinks, err_sinks = by_table["exchanges"], by_table["records"], by_table["errors"]
+        shares_terminal = (status.enabled and _isatty(sys.stdout) and any(k.to_stdout for k in sinks))
         for ev in live_events(cap, dissector, stop, on_packets=on_packets):
             if ev is None:
                 if pcap is not None:
                     pcap.tick()
-                flush_out()
+                for k in sinks:
+                    k.flush()
                 status.maybe(cap, tally, dissector)
                 continue
             tally.add(ev)
-            if write is None:
+            if not sinks:
                 continue
-            if table == "exchanges":
-                if isinstance(ev, Exchange) and (keep is None or keep(ev.row())):
-                    write(ev)
-                    tally.rows += 1
-            elif table == "errors":
-                if isinstance(ev, ErrorRow) and (keep is None or keep(ev.row())):
-                    write(ev)
-                    tally.rows += 1
-            elif isinstance(ev, Exchange):
-                for rec in records_of(ev, opts.values, dissector.shared.topic_names):
-                    tally.records += 1
-                    if keep is None or keep(rec.row()):
-                        write(rec)
-                        tally.rows += 1
+            if shares_terminal and status.shown:
+                status.clear()  # rows and the status line share the terminal: the line goes first
+            if isinstance(ev, Exchange):
+                for k in ex_sinks:
+                    k.put(ev)
+                if rec_sinks:
+                    for rec in records_of(ev, opts.values, dissector.shared.topic_names):
+                        tally.records += 1
+                        for k in rec_sinks:
+                            k.put(rec)
+            else:
+                for k in err_sinks:
+                    k.put(ev)
     finally:
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
@@ -224,28 +244,16 @@ def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[s
             pcap.close()
         status.clear()
         try:
-            if writer is not None:
-                writer.close()
+            for k in sinks:
+                k.writer.close()
         finally:
             if not opts.quiet:
-                _summary(err, opts, cap, dissector, tally, pcap, stop, time.monotonic() - status.t0)
+                _summary(err, opts, cap, dissector, tally, pcap, stop, time.monotonic() - status.t0, sinks)
     return 0
 
 
-def _flusher(writer: Any, opts: LiveOptions) -> Callable[[], None]:
-    """CSV rows on stdout are flushed on idle ticks (jsonl flushes per line)."""
-    if writer is None or opts.fmt != "csv":
-        return lambda: None
-    stream = sys.stdout if opts.output in (None, "-") else None
-
-    def flush() -> None:
-        if stream is not None:
-            stream.flush()
-    return flush
-
-
 def _summary(err: IO[str], opts: LiveOptions, cap: LiveCapture, d: Dissector, tally: LiveTally,
-             pcap: PcapRotator | None, stop: StopWhen, elapsed: float) -> None:
+             pcap: PcapRotator | None, stop: StopWhen, elapsed: float, sinks: list[_Sink]) -> None:
     c = cap.counters
     why = {"interrupted": "interrupted (Ctrl-C)", "terminated": "terminated (SIGTERM)",
            "duration": f"--duration {opts.duration or 0:g} s reached",
@@ -263,12 +271,12 @@ def _summary(err: IO[str], opts: LiveOptions, cap: LiveCapture, d: Dissector, ta
         lines.append(f"  {stop.drained:,} of them were read after the stop (decoding was behind the traffic)")
     if tally.apis:
         lines.append("  APIs: " + ", ".join(f"{a} {n:,}" for a, n in tally.apis.most_common(12)))
-    if opts.table == "records":
+    if any(k.table == "records" for k in sinks):
         lines.append(f"  {tally.records:,} records")
     if tally.errors:
         lines.append("  errors: " + ", ".join(f"{k} {n:,}" for k, n in tally.errors.most_common(12)))
-    if opts.table != "none":
-        lines.append(f"  {tally.rows:,} {opts.table} rows written to {opts.output or 'stdout'}")
+    for k in sinks:
+        lines.append(f"  {k.rows:,} {k.table} rows written to {k.output or 'stdout'}")
     if pcap is not None:
         kept = pcap.kept
         where = kept[0] if len(kept) == 1 else f"{len(kept)} files, {kept[0]} .. {kept[-1]}"

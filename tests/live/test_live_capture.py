@@ -125,7 +125,9 @@ def test_live_matches_offline_and_client_truth(tmp_path):
         mc.create_topic(topic, 3, 1)
         # A: exchanges, -w with size rotation (small, so the session spans several files)
         a = LiveProc(work, "a", "-i", "lo", "--kafka-ports", ports, "-t", "exchanges", "-F", "jsonl",
-                     "-w", os.path.join(work, "a.pcap"), "-C", "0.01")
+                     "-w", os.path.join(work, "a.pcap"), "-C", "0.01",
+                     "--also", f"errors={os.path.join(work, 'a-errors.jsonl')}",
+                     "--also", f"records={os.path.join(work, 'a-records.jsonl')}")
         # B: records to a file, one pcap
         b = LiveProc(work, "b", "-i", "lo", "--kafka-ports", ports, "-t", "records",
                      "-o", os.path.join(work, "b.jsonl"), "-w", os.path.join(work, "b.pcap"))
@@ -169,6 +171,9 @@ def test_live_matches_offline_and_client_truth(tmp_path):
     live_ex = a.rows()
     assert live_ex, err_a
     assert live_ex == _offline("exchanges", files_a, ports)
+    # --also: the other tables of the same session, at the same time
+    assert a.rows(os.path.join(work, "a-errors.jsonl")) == _offline("errors", files_a, ports)
+    assert a.rows(os.path.join(work, "a-records.jsonl")) == _offline("records", files_a, ports)
 
     # -- B: records live == offline -----------------------------------------------------
     live_rec = b.rows(os.path.join(work, "b.jsonl"))
