@@ -318,3 +318,14 @@ def test_bad_capture_filter_is_a_usage_error():
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert "bad capture filter" in res.stderr
+
+
+@needs_capture
+def test_sigterm_stops_cleanly(tmp_path):
+    port = _free_port()
+    p = LiveProc(str(tmp_path), "term", "-i", "lo", "--bpf", f"tcp port {port}", "-w", str(tmp_path / "t.pcap"))
+    p.wait_listening()
+    p.proc.terminate()
+    assert p.wait(60) == 0, p.stderr()
+    assert "terminated (SIGTERM)" in p.stderr()
+    assert os.path.getsize(tmp_path / "t.pcap") == 24
