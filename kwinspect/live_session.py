@@ -197,7 +197,8 @@ def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[s
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 old_handlers[sig] = signal.signal(sig, on_signal)
-        link = {1: "EN10MB (Ethernet)", 101: "RAW (IP)"}.get(cap.linktype, str(cap.linktype))
+        link = {1: "EN10MB (Ethernet)", 101: "RAW (IP)", 113: "LINUX_SLL (Linux cooked v1)"}.get(
+            cap.linktype, str(cap.linktype))
         print(f"kwinspect: listening on {cap.interface}, link-type {link}, snapshot length "
               f"{opts.snaplen} bytes, filter {opts.bpf!r}", file=err, flush=True)
 

@@ -86,6 +86,7 @@ ARPHRD_TO_LINKTYPE = {
 }
 
 _TIMESPEC = struct.Struct("qq")
+_SLL = struct.Struct(">HHH8sH")  # Linux cooked header: packet type, ARPHRD, addr len, addr, protocol
 _AUXDATA = struct.Struct("IIIHHHH")
 _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) + socket.CMSG_SPACE(_AUXDATA.size) + 64
 
@@ -147,8 +148,12 @@ def _scapy():
     return L2ListenSocket, compile_filter, Scapy_Exception
 
 
-def _compile(expr: str, linktype: int, snaplen: int, loopback: bool) -> bytes:
-    """The filter as raw sock_filter instructions, patched for snaplen and loopback."""
+def _compile(expr: str, linktype: int, snaplen: int, loopback: bool, loopback_ifindex: int | None = None) -> bytes:
+    """The filter as raw sock_filter instructions, patched for snaplen and loopback.
+
+    ``loopback``: the socket is on a loopback interface, drop every outgoing copy.
+    ``loopback_ifindex`` (for -i any): drop the outgoing copies on that interface only.
+    """
     insns: list[tuple[int, int, int, int]] = []
     if expr.strip():
         _L2, compile_filter, scapy_exc = _scapy()
@@ -170,6 +175,11 @@ def _compile(expr: str, linktype: int, snaplen: int, loopback: bool) -> bytes:
     if loopback:
         # ldb [SKF_AD_OFF + SKF_AD_PKTTYPE]; jeq #PACKET_OUTGOING, drop, keep; drop: ret #0
         insns = [(0x30, 0, 0, (-0x1000 + 4) & 0xFFFFFFFF), (0x15, 0, 1, PACKET_OUTGOING),
+                 (0x06, 0, 0, 0)] + insns
+    elif loopback_ifindex is not None:
+        # ... and only when ld [SKF_AD_OFF + SKF_AD_IFINDEX] is the loopback interface
+        insns = [(0x30, 0, 0, (-0x1000 + 4) & 0xFFFFFFFF), (0x15, 0, 3, PACKET_OUTGOING),
+                 (0x20, 0, 0, (-0x1000 + 8) & 0xFFFFFFFF), (0x15, 0, 1, loopback_ifindex),
                  (0x06, 0, 0, 0)] + insns
     return b"".join(struct.pack("HBBI", *ins) for ins in insns)
 
@@ -202,6 +212,8 @@ class LiveCapture:
         self.promisc = promisc
         self.linktype = 1
         self.loopback = False
+        self.cooked = False  # -i any: SOCK_DGRAM, cooked (SLL) headers built here
+        self._loopback_names: set[str] = set()
         self.counters = LiveCounters()
         self._ssock: Any = None
         self._sock: socket.socket | None = None
@@ -214,7 +226,7 @@ class LiveCapture:
     def open(self) -> LiveCapture:
         name = self.interface
         if name == "any":
-            raise LiveCaptureError("-i any is not supported; name one interface (e.g. -i lo or -i eth0)")
+            return self._open_any()
         try:
             socket.if_nametoindex(name)
         except OSError:
@@ -253,21 +265,57 @@ class LiveCapture:
                 program = _compile(self.bpf, self.linktype, self.snaplen, self.loopback)
             _attach(sock, program)
             self._drain_queued()  # packets queued before our filter was attached
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, self.buffer_bytes)
-            except OSError:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_bytes)
-            sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
-            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            sock.setblocking(False)
-            self.kernel_stats()  # reset the kernel counters
-            self.counters.kernel_received = self.counters.kernel_dropped = 0
-            self._poll = select.poll()
-            self._poll.register(sock.fileno(), select.POLLIN)
+            self._setup(sock)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _open_any(self) -> LiveCapture:
+        """-i any: one SOCK_DGRAM socket on every interface, cooked (SLL) headers, as libpcap does.
+
+        The kernel hands us the network-layer packet; the 16-byte Linux cooked
+        header is rebuilt from the socket address (packet type, ARPHRD type,
+        link address, protocol), so the frames and the -w file are LINKTYPE_LINUX_SLL.
+        The filter is compiled for raw IP (it sees the network header), and the
+        outgoing copies on the loopback interface are dropped.  No promiscuous mode.
+        """
+        lo = [n for n in interface_names() if _hatype(n) == ARPHRD_LOOPBACK]
+        lo_index = socket.if_nametoindex(lo[0]) if lo else None
+        program = _compile(self.bpf, 101, self.snaplen, False, lo_index)
+        try:
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0003))
+        except PermissionError:
+            raise LiveCaptureError(
+                "any: capture not permitted: needs root or CAP_NET_RAW "
+                "(run with sudo, or setcap cap_net_raw,cap_net_admin=eip on the Python binary)") from None
+        except OSError as exc:
+            raise LiveCaptureError(f"any: cannot capture: {exc.strerror or exc}") from None
+        self._sock = sock
+        self._loopback_names = set(lo)
+        self.cooked = True
+        self.linktype = 113
+        try:
+            _attach(sock, program)
+            self._drain_queued()
+            self._setup(sock)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _setup(self, sock: socket.socket) -> None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, self.buffer_bytes)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.buffer_bytes)
+        sock.setsockopt(SOL_PACKET, PACKET_AUXDATA, 1)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        sock.setblocking(False)
+        self.kernel_stats()  # reset the kernel counters
+        self.counters.kernel_received = self.counters.kernel_dropped = 0
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN)
 
     def _drain_queued(self) -> None:
         sock = self._sock
@@ -279,6 +327,13 @@ class LiveCapture:
                 return
 
     def close(self) -> None:
+        if self._ssock is None and self._sock is not None:  # -i any: our own socket
+            try:
+                self.kernel_stats()
+            except OSError:
+                pass
+            self._sock.close()
+            self._sock = None
         if self._ssock is not None:
             try:
                 self.kernel_stats()
@@ -321,6 +376,7 @@ class LiveCapture:
         linktype = self.linktype
         c = self.counters
         index = c.packets
+        cooked = self.cooked
         tsunpack = _TIMESPEC.unpack_from
         auxunpack = _AUXDATA.unpack_from
         while len(out) < max_packets:
@@ -328,18 +384,22 @@ class LiveCapture:
                 n, anc, flags, addr = recv([view], _ANC_SIZE)
             except (BlockingIOError, InterruptedError):
                 break
-            if self.loopback and addr[2] == PACKET_OUTGOING:  # in case the kernel prefix did not apply
-                continue
-            data = bytes(buf[:n])
+            if addr[2] == PACKET_OUTGOING and (self.loopback or addr[0] in self._loopback_names):
+                continue  # in case the kernel prefix did not apply
+            if cooked:
+                hw = addr[4][:8]
+                data = _SLL.pack(addr[2], addr[3], len(hw), hw, addr[1]) + buf[:n]
+            else:
+                data = bytes(buf[:n])
             sec = usec = None
-            wire_len = n
+            wire_len = len(data)
             for lvl, typ, cdata in anc:
                 if lvl == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS:
                     sec, nsec = tsunpack(cdata)
                     usec = nsec // 1000
                 elif lvl == SOL_PACKET and typ == PACKET_AUXDATA and len(cdata) >= _AUXDATA.size:
                     status, tp_len, _snap, _mac, _net, tci, tpid = auxunpack(cdata)
-                    wire_len = tp_len
+                    wire_len = tp_len + 16 if cooked else tp_len
                     if linktype == 1 and (tci or status & TP_STATUS_VLAN_VALID) and n >= 12:
                         if not status & TP_STATUS_VLAN_TPID_VALID:
                             tpid = 0x8100

@@ -329,3 +329,41 @@ def test_sigterm_stops_cleanly(tmp_path):
     assert p.wait(60) == 0, p.stderr()
     assert "terminated (SIGTERM)" in p.stderr()
     assert os.path.getsize(tmp_path / "t.pcap") == 24
+
+
+@needs_capture
+def test_any_interface_sees_each_loopback_packet_once(tmp_path):
+    """-i any: cooked (SLL) frames, and loopback traffic once, not twice (in and out)."""
+    import dpkt
+
+    port = _free_port()
+    pcap = str(tmp_path / "any.pcap")
+    p = LiveProc(str(tmp_path), "any", "-i", "any", "--bpf", f"tcp port {port}", "-w", pcap, "-t", "none")
+    p.wait_listening()
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen()
+    c = socket.create_connection(("127.0.0.1", port))
+    a, _ = srv.accept()
+    for _ in range(20):
+        c.sendall(b"y" * 100)
+        a.recv(1000)
+    c.sendall(b"z" * 200_000)
+    got = 0
+    while got < 200_000:
+        got += len(a.recv(1 << 20))
+    c.close()
+    a.close()
+    srv.close()
+    time.sleep(0.3)
+    assert p.interrupt() == 0, p.stderr()
+    with open(pcap, "rb") as fh:
+        r = dpkt.pcap.Reader(fh)
+        assert r.datalink() == 113  # LINKTYPE_LINUX_SLL
+        small = payload = 0
+        for _ts, buf in r:
+            tcp = dpkt.sll.SLL(buf).data.data
+            small += tcp.data[:1] == b"y"
+            payload += len(tcp.data)
+    assert (small, payload) == (20, 202_000)
