@@ -447,7 +447,7 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
             "raw packets in pcap files (-w, with tcpdump-like -C/-G/-W rotation).")
     p.epilog = LIVE_EXAMPLES
     g = p.add_argument_group("capture")
-    g.add_argument("-i", "--interface", required=True, metavar="IFACE", help="interface to capture on (e.g. lo, eth0)")
+    g.add_argument("-i", "--interface", required=True, metavar="IFACE", help="interface to capture on (e.g. lo, eth0, or any for all of them)")
     g.add_argument("--bpf", metavar="EXPR",
                    help="capture filter in tcpdump syntax (default: 'tcp and (port P or ...)' for --kafka-ports, "
                         "else 'tcp' so that Kafka is detected on any port)")
