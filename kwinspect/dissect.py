@@ -125,6 +125,7 @@ class Dissector:
         self._conn_by_tuple: dict[tuple[Endpoint, Endpoint], ConnectionInfo] = {}
         self._stray_packets = 0  # TCP segments the reassembler ignored (e.g. RST of an unknown connection)
         self._direct_segments = 0  # segments fed with feed_segment() rather than feed_packet()
+        self._parser_issues_seen = 0  # parser issues already reported as ErrorRows
 
     # -- input ------------------------------------------------------------------------
 
@@ -132,9 +133,17 @@ class Dissector:
         self.stats.packets += 1
         tcp_before = self.parser.stats.tcp
         seg = self.parser.parse(raw)
+        if len(self.parser.issues) > self._parser_issues_seen:
+            self._report_parser_issues(raw.ts)
         if seg is not None:
             # a reassembled IP datagram stands for all of its fragment packets
             self.feed_segment(seg, _packets=max(1, self.parser.stats.tcp - tcp_before))
+
+    def _report_parser_issues(self, ts: float | None) -> None:
+        """Malformed packets, unknown link types, incomplete IP datagrams: errors rows too."""
+        for issue in self.parser.issues[self._parser_issues_seen:]:
+            self._events.append(ErrorRow(kind=issue.kind, message=issue.message, ts=ts))
+        self._parser_issues_seen = len(self.parser.issues)
 
     def feed_segment(self, seg: TcpSegment, _packets: int = 0) -> None:
         """Feed one TCP segment (``_packets``: how many captured packets it stands for;
@@ -160,6 +169,13 @@ class Dissector:
     def finish(self) -> None:
         """End of input: flush reassembly, framing and every in-flight request."""
         self.parser.finish()
+        self._report_parser_issues(self._last_ts)
+        if self.parser.issues_dropped:
+            self._events.append(ErrorRow(
+                kind="limit_exceeded", ts=self._last_ts,
+                message=f"{self.parser.issues_dropped} more packet-level issues not listed "
+                        f"(first {self.parser.max_issues} shown; the summary counts every packet)"))
+            self.parser.issues_dropped = 0
         for ev in self.tcp.finish():
             self._on_tcp(ev)
         for conn_id in list(self._conns):

@@ -92,3 +92,13 @@ def test_counts_hold_on_every_real_capture():
         assert harness.dissect_accounting_error(d) is None, path
         c = d.packet_counts()
         assert c["packets"] > 0 and c["fragments_pending"] == 0, (path, c)
+
+
+def test_unparseable_packets_are_reported_as_errors(tmp_path, capsys):
+    path = tmp_path / "mixed.pcap"
+    _capture(path)
+    assert main(["errors", str(path), "-F", "jsonl", "-q"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    kinds = [r["kind"] for r in rows]
+    assert "ip_fragment_incomplete" in kinds, kinds  # the lone fragment
+    assert any(k in ("truncated_packet", "malformed_packet") for k in kinds), kinds  # the cut header
