@@ -125,3 +125,12 @@ def client_label(ex: Exchange | ErrorRow) -> str:
 
 def range_text(rng: tuple[int, int] | None) -> str:
     return f"v{rng[0]}-v{rng[1]}" if rng else "not at all"
+
+
+def as_int(value: Any) -> int | None:
+    """An int field of a (possibly partial) decode, or None when it is missing or of another type."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

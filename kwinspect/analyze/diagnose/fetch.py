@@ -28,6 +28,7 @@ from kwinspect.analyze.diagnose.core import (
     Evidence,
     Finding,
     Window,
+    as_int,
     client_label,
     evidence_of,
     name_of,
@@ -91,7 +92,9 @@ class FetchMetadataAnalyzer:
             self._leaders(ex, ev, ts)
         if ex.api_key == FETCH:
             body = ex.response.body if ex.response is not None else None
-            if body and isinstance(body.get("session_id"), int) and body["session_id"]:
+            if not isinstance(body, dict):
+                body = None
+            if body and as_int(body.get("session_id")):
                 self.sessions[ex.stream] = body["session_id"]
             code = (body or {}).get("error_code")
             if code in (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH):
@@ -153,8 +156,9 @@ class FetchMetadataAnalyzer:
             for p in t.get("partitions") or []:
                 if not isinstance(p, dict) or p.get("error_code"):
                     continue
-                part, leader, epoch = p.get("partition_index"), p.get("leader_id"), p.get("leader_epoch")
-                if not isinstance(leader, int) or leader < 0:
+                part, leader, epoch = as_int(p.get("partition_index")), as_int(p.get("leader_id")), \
+                    as_int(p.get("leader_epoch"))
+                if leader is None or leader < 0:
                     continue
                 prev = self.leaders.get((topic, part))
                 if prev is None:

@@ -30,6 +30,8 @@ from kwinspect.analyze.diagnose.core import (
     Evidence,
     Finding,
     Window,
+    as_int,
+    as_str,
     evidence_of,
     name_of,
     ts_of,
@@ -163,7 +165,7 @@ class GroupAnalyzer:
             return
         req = ex.request.body if ex.request is not None else None
         resp = ex.response.body if ex.response is not None and ex.status == STATUS_PAIRED else None
-        if not req or not isinstance(req.get("group_id"), str):
+        if not isinstance(req, dict) or not isinstance(req.get("group_id"), str):
             return
         gid = req["group_id"]
         g = self._group(gid)
@@ -172,39 +174,43 @@ class GroupAnalyzer:
         if ex.client_id:
             g.clients.add(ex.client_id)
             self.client_group[ex.client_id] = gid
-        code = resp.get("error_code", 0) if resp else None
+        if not isinstance(resp, dict):
+            resp = None
+        code = as_int(resp.get("error_code", 0)) if resp else None
         err = error_name(code) if code else None
-        member = req.get("member_id")
-        gen = req.get("generation_id", req.get("generation_id_or_member_epoch"))
+        member = as_str(req.get("member_id"))
+        gen = as_int(req.get("generation_id", req.get("generation_id_or_member_epoch")))
         if member and ex.client_id and len(g.member_clients) < MAX_TIMELINE_EVENTS:
             g.member_clients[member] = ex.client_id
         details: dict[str, Any] = {}
         if k == JOIN_GROUP:
             kind = "join"
-            protos = req.get("protocols") or []
-            details["protocols"] = [p.get("name") for p in protos if isinstance(p, dict)]
+            protos = [p for p in req.get("protocols") or [] if isinstance(p, dict)]
+            details["protocols"] = [p.get("name") for p in protos]
             if req.get("protocol_type") == "consumer" and protos:
                 details["subscription"] = _decode_protocol("ConsumerProtocolSubscription", protos[0].get("metadata"))
             if resp and code == 0:
-                gen = resp.get("generation_id")
-                member = resp.get("member_id") or member
+                gen = as_int(resp.get("generation_id"))
+                member = as_str(resp.get("member_id")) or member
                 if member and ex.client_id:
                     g.member_clients[member] = ex.client_id
                 details["leader"] = resp.get("leader")
                 details["protocol"] = resp.get("protocol_name")
                 gobj = g.generations.get(gen)
                 if gobj is None and isinstance(gen, int):
-                    gobj = g.generations[gen] = Generation(gen, ts, resp.get("protocol_name"), resp.get("leader"))
+                    gobj = g.generations[gen] = Generation(gen, ts, as_str(resp.get("protocol_name")),
+                                                           as_str(resp.get("leader")))
                     if len(g.generations) > MAX_TIMELINE_EVENTS:
                         g.generations.popitem(last=False)
                     self._new_generation(g, gen, ev, ts)
-                if gobj is not None:
-                    gobj.evidence.append(ev) if len(gobj.evidence) < 20 else None
+                if gobj is not None and member is not None:
+                    if len(gobj.evidence) < 20:
+                        gobj.evidence.append(ev)
                     mine = gobj.members.setdefault(member, {"client_id": ex.client_id,
                                                             "subscription": details.get("subscription")})
                     mine["client_id"] = mine.get("client_id") or ex.client_id
                     for m in resp.get("members") or []:
-                        if isinstance(m, dict) and m.get("member_id"):
+                        if isinstance(m, dict) and as_str(m.get("member_id")):
                             info = gobj.members.setdefault(m["member_id"], {"client_id": None})
                             if req.get("protocol_type") == "consumer":
                                 info["subscription"] = _decode_protocol("ConsumerProtocolSubscription",
@@ -215,8 +221,8 @@ class GroupAnalyzer:
         elif k == SYNC_GROUP:
             kind = "sync"
             for a in req.get("assignments") or []:
-                if isinstance(a, dict):
-                    details.setdefault("assignments", {})[a.get("member_id")] = _decode_protocol(
+                if isinstance(a, dict) and as_str(a.get("member_id")):
+                    details.setdefault("assignments", {})[a["member_id"]] = _decode_protocol(
                         "ConsumerProtocolAssignment", a.get("assignment"))
             gobj = g.generations.get(gen)
             if gobj is not None and details.get("assignments"):
@@ -240,7 +246,7 @@ class GroupAnalyzer:
                           group_id=gid, error=err)
         elif k == LEAVE_GROUP:
             kind = "leave"
-            leavers = [member] if member else [m.get("member_id") for m in req.get("members") or []
+            leavers = [member] if member else [as_str(m.get("member_id")) for m in req.get("members") or []
                                                if isinstance(m, dict)]
             g.left.update(x for x in leavers if x)
             details["members"] = leavers
@@ -254,14 +260,14 @@ class GroupAnalyzer:
                     continue
                 topic = name_of(t, self.topic_names)
                 for p in t.get("partitions") or []:
-                    if isinstance(p, dict) and isinstance(p.get("committed_offset"), int):
-                        offsets[(topic, p.get("partition_index"))] = p["committed_offset"]
+                    if isinstance(p, dict) and as_int(p.get("committed_offset")) is not None:
+                        offsets[(topic, as_int(p.get("partition_index")))] = p["committed_offset"]
             details["offsets"] = [{"topic": t, "partition": p, "offset": o} for (t, p), o in offsets.items()]
             failed = []
             for t in (resp or {}).get("topics") or []:
                 topic = name_of(t, self.topic_names) if isinstance(t, dict) else None
                 for p in (t.get("partitions") or []) if isinstance(t, dict) else []:
-                    if isinstance(p, dict) and p.get("error_code"):
+                    if isinstance(p, dict) and as_int(p.get("error_code")):
                         failed.append((topic, p.get("partition_index"), error_name(p["error_code"])))
             if failed:
                 err = failed[0][2]
@@ -328,7 +334,7 @@ class GroupAnalyzer:
                 topic = name_of(t, self.topic_names)
                 for p in t.get("partitions") or []:
                     if isinstance(p, dict):
-                        positions[(topic, p.get("partition"))] = p.get("fetch_offset")
+                        positions[(topic, as_int(p.get("partition")))] = as_int(p.get("fetch_offset"))
         gid = self.client_group.get(ex.client_id or "")
         g = self.groups.get(gid) if gid else None
         ev = evidence_of(ex)
@@ -339,8 +345,8 @@ class GroupAnalyzer:
             for p in t.get("partitions") or []:
                 if not isinstance(p, dict) or p.get("error_code"):
                     continue
-                part, hw = p.get("partition_index"), p.get("high_watermark")
-                if not isinstance(hw, int) or hw < 0:
+                part, hw = as_int(p.get("partition_index")), as_int(p.get("high_watermark"))
+                if hw is None or hw < 0:
                     continue
                 if (topic, part) in self.high_watermarks or len(self.high_watermarks) < MAX_LAG_KEYS:
                     self.high_watermarks[(topic, part)] = (hw, ev)
@@ -386,7 +392,7 @@ class GroupAnalyzer:
             lags = [(ev, hw - pos) for _ts, pos, hw, ev in samples if isinstance(pos, int) and isinstance(hw, int)]
             if len(lags) <= LAG_MIN_SAMPLES:
                 continue
-            (ev0, before), (ev1, last) = lags[-1 - LAG_MIN_SAMPLES], lags[-1]
+            (_, before), (_, last) = lags[-1 - LAG_MIN_SAMPLES], lags[-1]
             if last >= LAG_WARN_RECORDS and last > before:
                 f = Finding("consumer_lag_growing", WARNING,
                             f"group {g.group_id}: lag on {topic}[{part}] grew from {before} to {last} records",

@@ -23,6 +23,7 @@ from kwinspect.analyze.diagnose.core import (
     WARNING,
     Evidence,
     Finding,
+    as_int,
     client_label,
     evidence_of,
     range_text,
@@ -93,13 +94,15 @@ class NegotiationAnalyzer:
                       api_version=ex.api_version, advertised=list(rng) if rng else None)
 
     def _api_versions(self, ex: Exchange, body: dict | None) -> None:
-        if not body:
+        if not isinstance(body, dict) or not body:
             return
         code = body.get("error_code")
         ranges = {}
         for k in body.get("api_keys") or []:
-            if isinstance(k, dict) and isinstance(k.get("api_key"), int):
-                ranges[k["api_key"]] = (k.get("min_version", 0), k.get("max_version", 0))
+            if isinstance(k, dict) and as_int(k.get("api_key")) is not None:
+                lo, hi = as_int(k.get("min_version")), as_int(k.get("max_version"))
+                if lo is not None and hi is not None:
+                    ranges[k["api_key"]] = (lo, hi)
         if code == 0 and ranges:
             if len(self.by_stream) < MAX_STREAMS:
                 self.by_stream[ex.stream] = ranges

@@ -33,6 +33,8 @@ from kwinspect.analyze.diagnose.core import (
     WARNING,
     Evidence,
     Finding,
+    as_int,
+    as_str,
     client_label,
     evidence_of,
     name_of,
@@ -82,7 +84,7 @@ def _partition_outcomes(ex: Exchange, topic_names: dict[str, str]) -> dict[tuple
         name = name_of(t, topic_names)
         for p in t.get("partition_responses") or []:
             if isinstance(p, dict) and isinstance(p.get("index"), int):
-                out[(name, p["index"])] = p.get("error_code", 0)
+                out[(name, p["index"])] = as_int(p.get("error_code", 0))
     return out
 
 
@@ -137,7 +139,7 @@ class ProducerAnalyzer:
             return
         outcomes = _partition_outcomes(ex, self.topic_names)
         ev = evidence_of(ex)
-        tid = body.get("transactional_id")
+        tid = as_str(body.get("transactional_id"))
         for t in body.get("topic_data") or []:
             if not isinstance(t, dict):
                 continue
@@ -145,7 +147,7 @@ class ProducerAnalyzer:
             for p in t.get("partition_data") or []:
                 if not isinstance(p, dict):
                     continue
-                part, rs = p.get("index"), p.get("records")
+                part, rs = as_int(p.get("index")), p.get("records")
                 if not hasattr(rs, "batches"):
                     continue
                 if ex.status == STATUS_PAIRED:
@@ -250,26 +252,28 @@ class ProducerAnalyzer:
     def _txn(self, ex: Exchange) -> None:
         req = ex.request.body if ex.request is not None else None
         resp = ex.response.body if ex.response is not None else None
-        if not req:
+        if not isinstance(req, dict) or not req:
             return
+        if not isinstance(resp, dict):
+            resp = None
         ok = ex.status == STATUS_PAIRED and not ex.error_codes
         if ex.api_key == ADD_PARTITIONS_TO_TXN:
             tids = [req.get("v3_and_below_transactional_id") or req.get("transactional_id")]
             tids += [x.get("transactional_id") for x in req.get("transactions") or [] if isinstance(x, dict)]
             for tid in tids:
-                if tid and ok:
+                if isinstance(tid, str) and tid and ok:
                     self._txn_begin(tid, ex, "AddPartitionsToTxn")
         elif ex.api_key in (ADD_OFFSETS_TO_TXN, TXN_OFFSET_COMMIT):
-            tid = req.get("transactional_id")
+            tid = as_str(req.get("transactional_id"))
             if tid and ok:
                 self._txn_begin(tid, ex, ex.api_name or "")
         elif ex.api_key == END_TXN:
-            tid = req.get("transactional_id")
+            tid = as_str(req.get("transactional_id"))
             if not tid:
                 return
             t = self._get_txn(tid)
             committed = req.get("committed")
-            if ex.status == STATUS_PAIRED and resp is not None and resp.get("error_code", 0) != 0:
+            if ex.status == STATUS_PAIRED and resp is not None and as_int(resp.get("error_code", 0)):
                 self._add(("end_txn_failed", tid), WARNING,
                           f"EndTxn for transactional id {tid!r} failed: {error_name(resp['error_code'])}",
                           "The transaction could not be completed; the producer will have to abort or is "
@@ -287,7 +291,7 @@ class ProducerAnalyzer:
             t.open_since = None
             t.evidence = []
         elif ex.api_key == INIT_PRODUCER_ID:
-            tid = req.get("transactional_id")
+            tid = as_str(req.get("transactional_id"))
             if tid and resp and resp.get("error_code") == 0:
                 t = self._get_txn(tid)
                 t.pid, t.epoch = resp.get("producer_id"), resp.get("producer_epoch")
