@@ -61,6 +61,7 @@ def work(task: tuple[str, int, int, float, int, int, str]) -> dict:
     gen = harness.GENERATORS[target]
     rng = random.Random(seed)
     signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     failures: list[tuple[str, str]] = []
     seen: set[str] = set()
     peak = 0
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-every", type=int, default=50, help="trace memory on every Nth input (0: never)")
     ap.add_argument("--mem-limit-mb", type=int, default=300, help="tracemalloc peak that counts as a spike")
     ap.add_argument("--out", default=harness.REGRESSIONS, help="where reproducers are saved")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="stop after this long and report what ran (also on SIGTERM / Ctrl-C)")
     args = ap.parse_args(argv)
 
     targets = [t for t in args.targets.split(",") if t]
@@ -141,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     messages: list[tuple[str, str, str]] = []
     t0 = time.time()
     ctx = mp.get_context("fork")
-    with ctx.Pool(args.workers, maxtasksperchild=50) as pool:
+    stopped = None
+
+    def _term(_signum, _frame):
+        raise KeyboardInterrupt
+
+    pool = ctx.Pool(args.workers, maxtasksperchild=50)
+    signal.signal(signal.SIGTERM, _term)
+    try:
         for i, res in enumerate(pool.imap_unordered(work, tasks), 1):
             t = res["target"]
             done[t] += res["count"]
@@ -156,8 +166,19 @@ def main(argv: list[str] | None = None) -> int:
             if i % 25 == 0 or i == len(tasks):
                 el = time.time() - t0
                 print(f"[{el:7.0f}s] {sum(done.values()):,} inputs, {sum(fails.values())} failures", flush=True)
+            if args.max_seconds is not None and time.time() - t0 > args.max_seconds:
+                stopped = f"--max-seconds {args.max_seconds:g} reached"
+                break
+        pool.close()
+    except KeyboardInterrupt:
+        stopped = "interrupted"
+    finally:
+        if stopped:
+            pool.terminate()
+        pool.join()
     el = time.time() - t0
-    print(f"\nfuzz: {sum(done.values()):,} inputs in {el:.0f} s (seed {seed})")
+    print(f"\nfuzz: {sum(done.values()):,} inputs in {el:.0f} s (seed {seed})"
+          + (f" - stopped early: {stopped}; counts are the completed chunks" if stopped else ""))
     print(f"{'target':<9} {'inputs':>10} {'failures':>9} {'inputs/s':>9} {'slowest':>8} {'peak MiB':>9}")
     for t in targets:
         rate = done[t] / cpu[t] if cpu[t] else 0
