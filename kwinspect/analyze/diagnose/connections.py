@@ -113,8 +113,11 @@ class ConnectionAnalyzer:
                 self.streams.popitem(last=False)
             host = ex.client.rsplit(":", 1)[0] if ex.client else ""
             self.streams[ex.stream] = (client, ex.broker, ts)
-            w = self.churn.setdefault((f"{client}@{host}", ex.broker), Window(CHURN_WINDOW_S))
-            if len(self.churn) < MAX_KEYS:
+            ckey = (f"{client}@{host}", ex.broker)
+            w = self.churn.get(ckey)
+            if w is None and len(self.churn) < MAX_KEYS:
+                w = self.churn[ckey] = Window(CHURN_WINDOW_S)
+            if w is not None:
                 n = w.add(ts)
                 if n >= CHURN_COUNT:
                     f = self._add(("connection_churn", client, host, ex.broker), WARNING, "",
@@ -127,10 +130,15 @@ class ConnectionAnalyzer:
                               f"{CHURN_WINDOW_S:.0f} s)"
         # retries on other connections (for request_lost)
         if ex.api_key is not None and ts is not None:
-            lst = self.last_by_client_api.setdefault((client, ex.broker, ex.api_key), [])
-            lst.append((ts, ex.stream))
-            if len(lst) > 64:
-                del lst[:32]
+            lkey = (client, ex.broker, ex.api_key)
+            lst = self.last_by_client_api.get(lkey)
+            if lst is None and len(self.last_by_client_api) < MAX_KEYS:
+                lst = self.last_by_client_api[lkey] = []
+            if lst is not None:
+                if not lst or lst[-1][1] != ex.stream:  # one entry per run of the same connection
+                    lst.append((ts, ex.stream))
+                if len(lst) > 64:
+                    del lst[:32]
         # authentication
         if ex.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and ex.error_names:
             err = ex.error_names[0]
@@ -159,10 +167,16 @@ class ConnectionAnalyzer:
                 wait = (req or {}).get("max_wait_ms")
                 value = max(0.0, value - wait) if isinstance(wait, int) and wait > 0 else value
             api = ex.api_name or "?"
-            self.lat.setdefault(api, _Reservoir()).add(value)
+            res = self.lat.get(api)
+            if res is None:
+                res = self.lat[api] = _Reservoir()
+            res.add(value)
             key = (api, ex.broker)
-            if key in self.lat_broker or len(self.lat_broker) < MAX_KEYS:
-                self.lat_broker.setdefault(key, _Reservoir()).add(value)
+            res = self.lat_broker.get(key)
+            if res is None and len(self.lat_broker) < MAX_KEYS:
+                res = self.lat_broker[key] = _Reservoir()
+            if res is not None:
+                res.add(value)
             heap = self.slowest.setdefault(api, [])
             item = (value, self._n, ev, ex.latency_ms)
             if len(heap) < OUTLIER_KEEP:
