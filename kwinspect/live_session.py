@@ -183,6 +183,12 @@ def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[s
         stop.reason = "interrupted" if signum == signal.SIGINT else "terminated"
         stop_event.set()
 
+    # The socket is capturing from here on (the kernel queues what arrives), so say so
+    # before the slower set-up (pyarrow comes with the row writers).
+    link = {1: "EN10MB (Ethernet)", 101: "RAW (IP)", 113: "LINUX_SLL (Linux cooked v1)"}.get(
+        cap.linktype, str(cap.linktype))
+    print(f"kwinspect: listening on {cap.interface}, link-type {link}, snapshot length "
+          f"{opts.snaplen} bytes, filter {opts.bpf!r}", file=err, flush=True)
     dissector = Dissector(opts.config)
     tally = LiveTally()
     status = _Status(err, opts.status_interval, not opts.quiet)
@@ -197,10 +203,6 @@ def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[s
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 old_handlers[sig] = signal.signal(sig, on_signal)
-        link = {1: "EN10MB (Ethernet)", 101: "RAW (IP)", 113: "LINUX_SLL (Linux cooked v1)"}.get(
-            cap.linktype, str(cap.linktype))
-        print(f"kwinspect: listening on {cap.interface}, link-type {link}, snapshot length "
-              f"{opts.snaplen} bytes, filter {opts.bpf!r}", file=err, flush=True)
 
         on_packets = None
         if pcap is not None:
