@@ -115,6 +115,26 @@ class TappingDissector(Dissector):
         return out
 
 
+def _bytes_read(sources: list[Any]) -> int:
+    """Bytes of the capture files read so far.
+
+    ``PacketSource.stats.file_bytes`` is only set when a file ends (the pcap fast
+    path in capture/readers.py counts in a local variable), so while reading we
+    ask the OS for the position of the file descriptor underneath (compressed
+    position for .gz, which is what the total is measured in).
+    """
+    total = 0
+    for s in sources:
+        done = s.stats.file_bytes
+        f = getattr(getattr(s, "_reader", None), "_f", None)
+        try:
+            done = max(done, os.lseek(f.fileno(), 0, os.SEEK_CUR))
+        except (AttributeError, OSError, ValueError, TypeError):
+            pass
+        total += done
+    return total
+
+
 def _conn_snapshot(info: Any) -> dict[str, Any]:
     conv = info.conversation
     return {
@@ -177,7 +197,7 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
     def send(final: bool = False) -> None:
         nonlocal rows, errors, last_send
         spill.flush()
-        done = sum(s.stats.file_bytes for s in sources) if not final else total
+        done = _bytes_read(sources) if not final else total
         conn.send(("batch", rows, errors, done, total, dict(d.shared.topic_names), dict(d.shared.brokers),
                    d.sasl_mechanisms()))
         rows, errors = [], []
@@ -271,7 +291,7 @@ class Indexer:
                     drain()
                 count += 1
                 if count & 0x3FF == 0:
-                    self.bytes_read = sum(s.stats.file_bytes for s in sources)
+                    self.bytes_read = _bytes_read(sources)
                     if self.cancelled.is_set():
                         return
                     now = time.monotonic()

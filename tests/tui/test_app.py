@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import json
 
-import pytest
 from textual.widgets import DataTable, Input, Tree
 
 from kwinspect.capture.files import dissect_file
@@ -113,17 +112,8 @@ async def test_produce_request_tree_and_records(produce_consume):
             assert (None if k == "null" else k, v) in produced
         headers = str(table.get_cell_at((0, 6)))
         assert headers.startswith("seq=")
-
-
-async def test_hex_view_highlights_selected_field(produce_consume):
-    app = KwinspectApp([produce_consume], initial_filter='api == "Produce"')
-    async with app.run_test(size=SIZE) as pilot:
-        await indexed(pilot)
-        main = app.screen
-        await wait_for(pilot, lambda: main.result is not None and main.computing is None, "filter")
-        await pilot.press("home", "enter")
-        await wait_for(pilot, lambda: main.detail.row == main.list.current_row, "detail")
-        tree = main.query_one("#tree-request", Tree)
+        # selecting a field highlights its bytes in the hex view of the raw frame
+        await pilot.press("1")
         header = next(n for n in tree.root.children if str(n.label) == "header")
         client_node = next(n for n in header.children if "client_id" in str(n.label))
         tree.move_cursor(client_node)
@@ -194,9 +184,7 @@ async def test_quick_toggles_and_latency_sort(errors_capture):
         assert len(streams) == 1 and main.list.count < total
 
 
-@pytest.mark.parametrize("ext", ["jsonl", "csv"])
-async def test_export_current_view(errors_capture, tmp_path, ext):
-    out = tmp_path / f"view.{ext}"
+async def test_export_current_view(errors_capture, tmp_path):
     app = KwinspectApp([errors_capture], initial_filter="error")
     exported = []
     async with app.run_test(size=SIZE, message_hook=lambda m: exported.append(m)
@@ -205,23 +193,22 @@ async def test_export_current_view(errors_capture, tmp_path, ext):
         main = app.screen
         await wait_for(pilot, lambda: main.result is not None and main.computing is None, "filter")
         want = [app.store.row_dict(main.list.row_at(i)) for i in range(main.list.count)]
-        await pilot.press("x")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "ExportScreen", "export dialog")
-        app.screen.query_one(Input).value = str(out)
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: bool(exported), "export")
-    assert exported[0].count == len(want) > 0
-    if ext == "jsonl":
-        rows = [json.loads(line) for line in out.read_text().splitlines()]
-        assert [list(r) for r in rows] == [list(EXCHANGE_COLUMNS)] * len(want)
-        assert [r["correlation_id"] for r in rows] == [w["correlation_id"] for w in want]
-        assert rows[0]["request_ts"].endswith("Z")
-    else:
-        with out.open(newline="") as f:
-            rows = list(csv.reader(f))
-        assert tuple(rows[0]) == EXCHANGE_COLUMNS
-        assert len(rows) == len(want) + 1
-        assert json.loads(rows[1][EXCHANGE_COLUMNS.index("error_names")]) == want[0]["error_names"]
+        for n, ext in enumerate(("jsonl", "csv")):
+            await pilot.press("x")
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ExportScreen", "export dialog")
+            app.screen.query_one(Input).value = str(tmp_path / f"view.{ext}")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda n=n: len(exported) > n, "export")
+    assert [e.count for e in exported] == [len(want)] * 2 and want
+    rows = [json.loads(line) for line in (tmp_path / "view.jsonl").read_text().splitlines()]
+    assert [list(r) for r in rows] == [list(EXCHANGE_COLUMNS)] * len(want)
+    assert [r["correlation_id"] for r in rows] == [w["correlation_id"] for w in want]
+    assert rows[0]["request_ts"].endswith("Z")
+    with (tmp_path / "view.csv").open(newline="") as f:
+        rows = list(csv.reader(f))
+    assert tuple(rows[0]) == EXCHANGE_COLUMNS
+    assert len(rows) == len(want) + 1
+    assert json.loads(rows[1][EXCHANGE_COLUMNS.index("error_names")]) == want[0]["error_names"]
 
 
 async def test_other_views_open(produce_consume):

@@ -16,6 +16,8 @@ from kwinspect.analyze.termsafe import term_safe
 from kwinspect.protocol.apis import api_name
 from kwinspect.tui.store import ExchangeStore
 
+MAX_ROWS = 2_000
+
 
 def _counts(store: ExchangeStore) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     with store.lock:
@@ -85,6 +87,8 @@ class ConnectionsScreen(Screen[str | None]):
             nerr = int(per_err[idx]) if idx is not None and idx < len(per_err) else 0
             rows.append((count, name, nerr))
         rows.sort(key=lambda r: (-r[0], r[1]))
+        n_all = len(rows)
+        rows = rows[:MAX_ROWS]  # the busiest; a DataTable row costs a few hundred microseconds to add
         self.streams = [r[1] for r in rows]
         for count, name, nerr in rows:
             info = self.infos.get(name)
@@ -98,7 +102,7 @@ class ConnectionsScreen(Screen[str | None]):
                 f"{info.gap_bytes:,}" if info and info.gap_bytes else "", getattr(info, "closed", None) or "",
             )
         self.query_one("#conns-title", Static).update(Text.assemble(
-            (f"Connections: {len(rows)}", "bold"), "   Enter: show only this connection's exchanges · Esc: back"))
+            (f"Connections: {n_all:,}" + (f" (the {MAX_ROWS:,} busiest shown)" if n_all > MAX_ROWS else ""), "bold"), "   Enter: show only this connection's exchanges · Esc: back"))
         brokers = self.query_one("#broker-table", DataTable)
         for col in ("node id", "host:port", "exchanges"):
             brokers.add_column(col)

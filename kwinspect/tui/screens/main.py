@@ -65,6 +65,7 @@ class MainScreen(Screen):
         self._seen_generation = -1
         self._detail_timer: Timer | None = None
         self._extending = False
+        self._follow_after = False
 
     @property
     def store(self):  # noqa: ANN201
@@ -173,6 +174,7 @@ class MainScreen(Screen):
             return
         self.computing = spec
         self.filter_progress = None
+        self._follow_after = self.list.follow and spec.sort == "capture"
         self.update_status()
         self.view_worker(spec, predicate, keep)
 
@@ -197,8 +199,8 @@ class MainScreen(Screen):
         self.result = result
         self._seen_generation = -1  # pick up rows that arrived meanwhile
         lst = self.list
-        lst.follow = False
-        lst.set_rows(result.rows, keep_row=keep)
+        lst.follow = self._follow_after
+        lst.set_rows(result.rows, keep_row=None if lst.follow else keep)
         if self.spec.sort == "latency" and keep is None:
             lst.move_to(0)
         self.update_status()

@@ -189,7 +189,6 @@ class DetailPane(Vertical):
     """Tabs: Request, Response, Records, Hex."""
 
     DEFAULT_CSS = """
-    DetailPane { height: 1fr; }
     DetailPane TabbedContent { height: 1fr; }
     DetailPane TabPane { height: 1fr; padding: 0; }
     DetailPane Tree { height: 1fr; }
