@@ -559,3 +559,13 @@ def test_a_batch_resent_with_other_boundaries_overlaps():
     w.x(produce(batch(0, 4)), produce_resp(error=6), 1.0)
     w.x(produce(batch(2, 2)), produce_resp(), 2.0)
     assert w.only("sequence_overlap").severity == "warning"
+
+
+def test_connection_end_reason_is_reported_with_lost_requests():
+    w = Wire()
+    w.x(produce(batch(0, 1)), None, 1.0, port=50001)
+    w.close(50001, 1.5)
+    w.d.connection_ended(w.conv(50001).stream, "rst")
+    w.x(produce(batch(0, 1)), produce_resp(), 2.0, port=50002)
+    f = w.only("request_lost")
+    assert f.key["connection_ended"] == ["rst"] and "reset" in f.title

@@ -75,6 +75,12 @@ class Diagnoser:
             self._seen(event.ts)
             self.fetch.on_error(event)
 
+    def connection_ended(self, stream: str, reason: str) -> None:
+        """Optional: how a connection ended (``fin``, ``rst``, ``idle``, ``end``), e.g. from the
+        dissector's ``ConnectionInfo.closed``; findings about requests in flight then say so."""
+        if len(self.connections.ended) < 1_000_000:
+            self.connections.ended[stream] = reason
+
     def add_all(self, events) -> Diagnoser:
         for ev in events:
             self.add(ev)

@@ -93,6 +93,7 @@ class ConnectionAnalyzer:
         self.lat: dict[str, _Reservoir] = {}
         self.lat_broker: dict[tuple[str, str], _Reservoir] = {}
         self.slowest: dict[str, list[tuple[float, int, Evidence, float]]] = {}
+        self.ended: dict[str, str] = {}  # stream -> how the connection ended (fin, rst, idle, end)
         self._n = 0
 
     def _add(self, key: tuple, severity: str, title: str, detail: str, ev: Evidence | None, **kw: Any) -> Finding:
@@ -205,6 +206,7 @@ class ConnectionAnalyzer:
             retried = any(s != ex.stream and t0 < ts <= t0 + LOST_RETRY_WINDOW_S
                           for ts, s in self.last_by_client_api.get((client, ex.broker, ex.api_key), []))
             kind = "request_lost" if retried else "unanswered_at_close"
+            how = self.ended.get(ex.stream)
             key = (kind, client, ex.api_name)
             f = lost.get(key)
             if f is None:
@@ -225,6 +227,12 @@ class ConnectionAnalyzer:
                                 key={"client_id": ex.client_id, "api_name": ex.api_name})
                 lost[key] = f
             f.add(ev)
+            if how:
+                ends = f.key.setdefault("connection_ended", [])
+                if how not in ends:
+                    ends.append(how)
+                if how == "rst" and kind == "request_lost" and "reset" not in f.title:
+                    f.title += " (connection reset)"
         out.extend(lost.values())
         out.extend(self._latency())
         return out
