@@ -554,12 +554,16 @@ def cmd_diagnose(args) -> int:
     from kwinspect.analyze.diagnose.render import render_text, write_jsonl
 
     diagnoser = Diagnoser()
+    run = FileRun()
     interrupted = False
     try:
-        for ev in _events(args, FileRun()):
+        for ev in _events(args, run):
             diagnoser.add(ev)
     except KeyboardInterrupt:
         interrupted = True
+    for info in (run.dissector.connections.values() if run.dissector else ()):
+        if info.conversation is not None and info.closed:
+            diagnoser.connection_ended(info.conversation.stream, info.closed)
     findings = diagnoser.findings(args.min_severity)
     fmt = args.format or ("text" if (args.output in (None, "-") and sys.stdout.isatty()) else "jsonl")
     out = open(args.output, "w", encoding="utf-8") if args.output and args.output != "-" else sys.stdout  # noqa: SIM115
