@@ -82,7 +82,6 @@ ARPHRD_TO_LINKTYPE = {
     65534: 101,  # ARPHRD_NONE (tun): raw IP
     768: 101,  # IPIP tunnel
     776: 101,  # SIT (IPv6 in IPv4)
-    823: 101,  # IP6GRE? no header on receive either
 }
 
 _TIMESPEC = struct.Struct("qq")
@@ -241,8 +240,8 @@ class LiveCapture:
         program = _compile(self.bpf, linktype, self.snaplen, hatype == ARPHRD_LOOPBACK)
         l2listen, _compile_filter, scapy_exc = _scapy()
         try:
-            # The filter is attached by us below (patched); scapy would compile it with a
-            # 64 KiB snap length.  Until then "not tcp or tcp" costs nothing.
+            # The filter is attached by us below, patched (scapy would compile it with a
+            # 64 KiB snap length); what queues before that is drained.
             self._ssock = l2listen(iface=name, promisc=self.promisc, filter=None)
         except PermissionError:
             raise LiveCaptureError(
