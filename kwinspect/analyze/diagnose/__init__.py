@@ -109,6 +109,8 @@ class Diagnoser:
         out += self.fetch.results()
         out += self.connections.results()
         out = [f for f in out if SEVERITY_RANK[f.severity] >= floor]
+        for f in out:
+            f.evidence.sort(key=lambda e: e.ts if e.ts is not None else 0.0)
         out.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_ts if f.first_ts is not None else 0.0, f.kind))
         return out
 

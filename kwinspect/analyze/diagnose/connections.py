@@ -129,6 +129,7 @@ class ConnectionAnalyzer:
                                   broker=ex.broker)
                     f.title = f"{client}: connection churn to {ex.broker} ({w.best} new connections within " \
                               f"{CHURN_WINDOW_S:.0f} s)"
+                    f.count = w.best
         # retries on other connections (for request_lost)
         if ex.api_key is not None and ts is not None:
             lkey = (client, ex.broker, ex.api_key)

@@ -89,6 +89,7 @@ class FetchMetadataAnalyzer:
                               "It also loads the brokers/controller.", ev, client_id=ex.client_id)
                 f.title = (f"{client}: metadata storm ({w.best} Metadata requests within "
                            f"{METADATA_STORM_WINDOW_S:.0f} s)")
+                f.count = w.best
             self._leaders(ex, ev, ts)
         if ex.api_key == FETCH:
             body = ex.response.body if ex.response is not None else None
@@ -114,6 +115,7 @@ class FetchMetadataAnalyzer:
                                   ev, client_id=ex.client_id, broker=ex.broker)
                     f.title = (f"{client}: fetch session churn ({w.best} session errors from {ex.broker} within "
                                f"{FETCH_SESSION_CHURN_WINDOW_S:.0f} s)")
+                    f.count = w.best
 
     def on_error(self, err: ErrorRow) -> None:
         if err.kind != "kafka_error" or err.code is None:
@@ -146,6 +148,7 @@ class FetchMetadataAnalyzer:
                            "going down, a leader election, a deleted topic, or a client producing to a topic "
                            "that does not exist.", ev, error=name)
             bf.title = f"burst of {name}: {w.best} within {ERROR_BURST_WINDOW_S:.0f} s"
+            bf.count = w.best
 
     def _leaders(self, ex: Exchange, ev: Evidence, ts: float | None) -> None:
         body = ex.response.body if ex.response is not None else None
@@ -188,6 +191,7 @@ class FetchMetadataAnalyzer:
                                    partition=part)
                     ff.title = f"leader of {topic}[{part}] flapping: {w.best} changes within " \
                                f"{LEADER_FLAP_WINDOW_S:.0f} s"
+                    ff.count = w.best
 
     def results(self) -> list[Finding]:
         return list(self.findings.values())

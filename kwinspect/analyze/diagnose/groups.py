@@ -322,6 +322,7 @@ class GroupAnalyzer:
                            ev, group_id=g.group_id)
             sf.title = f"group {g.group_id}: rebalance storm ({w.best} generations within " \
                        f"{REBALANCE_STORM_WINDOW_S:.0f} s)"
+            sf.count = w.best
 
     def _fetch(self, ex: Exchange) -> None:
         req = ex.request.body if ex.request is not None else None
