@@ -214,7 +214,8 @@ class MainScreen(Screen):
         self.query_one("#filter-input", Input).focus()
 
     def on_key(self, event) -> None:  # noqa: ANN001
-        if event.key == "escape" and isinstance(self.focused, Input):
+        # Esc from the filter bar or the detail pane returns to the list
+        if event.key == "escape" and self.focused is not self.list:
             self.list.focus()
             event.stop()
 
