@@ -222,6 +222,28 @@ def run_one(profile: str, rate: float, seconds: float, rss: bool, table: str) ->
     return res
 
 
+def capture_only(profile: str, rate: float, seconds: float) -> dict:
+    """The capture layer alone (LiveCapture.read, no dissector): what the socket side can take."""
+    from kwinspect.capture.live import LiveCapture
+
+    port = _free_port()
+    cap = LiveCapture("lo", f"tcp port {port}").open()
+    gen = subprocess.Popen([PY, __file__, "--generate", str(port), profile, str(rate), str(seconds)],
+                           stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    t0 = time.monotonic()
+    n = 0
+    while gen.poll() is None:
+        n += len(cap.read(0.2))
+    n += len(cap.read(0.2))
+    g = json.loads(gen.stdout.read().strip().splitlines()[-1])
+    received, dropped = cap.kernel_stats()
+    cap.close()
+    el = g["seconds"]
+    return {"profile": profile, "mode": "capture-only", "target_MBps": rate, "packets": n,
+            "pkts_per_s": round(n / el), "MB_per_s": round(cap.counters.bytes / el / 1e6, 1),
+            "received": received, "dropped": dropped, "wall_s": round(time.monotonic() - t0, 1)}
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--generate":
         port, profile, rate, seconds = sys.argv[2:6]
@@ -233,8 +255,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--table", default="exchanges", choices=("exchanges", "records", "errors", "none"))
     ap.add_argument("--rss", action="store_true", help="sample the live process's RSS every 5 s")
+    ap.add_argument("--capture-only", action="store_true",
+                    help="measure the capture layer alone (no decoding), in this process")
     args = ap.parse_args()
     for rate in (float(r) for r in args.rates.split(",")):
+        if args.capture_only:
+            print(json.dumps(capture_only(args.profile, rate, args.seconds)), flush=True)
+            continue
         print(json.dumps(run_one(args.profile, rate, args.seconds, args.rss, args.table)), flush=True)
 
 
