@@ -435,7 +435,7 @@ def diag_consumer_lag(rig: Rig, workdir: str) -> Manifest:
                        "further behind the high watermark.", mc) as m:
             m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
             m.group_ids.append(group)
-            pconf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "lag-producer", "linger.ms": 5,
+            pconf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "lag-producer", "linger.ms": 0,
                      "acks": 1, "log_level": 0}
             _client(m, "producer", "lag-producer", pconf)
             stop = threading.Event()
@@ -444,11 +444,11 @@ def diag_consumer_lag(rig: Rig, workdir: str) -> Manifest:
             def produce_fast() -> None:
                 p = Producer(pconf)
                 try:
-                    while not stop.is_set():  # about 2000 records/s
-                        for i in range(200):
+                    while not stop.is_set():  # about 2000 records/s, in small batches
+                        for i in range(20):
                             p.produce(topic, value=b"x" * 100 + str(i).encode())
                         p.poll(0)
-                        time.sleep(0.1)
+                        time.sleep(0.01)
                     p.flush(10)
                 except BaseException as exc:  # reported by the scenario
                     errors.append(exc)
