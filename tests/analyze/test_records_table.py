@@ -317,8 +317,6 @@ def test_transaction_state_key_and_fallback():
     assert (rows[0].key_encoding, rows[0].value) == ("utf8", "x")
 
 
-@pytest.mark.xfail(reason="protocol/decode.py compile_struct reads tag-only fields "
-                          "(versions None, taggedVersions 1+) as regular fields at v0", strict=False)
 def test_transaction_state_value_v0():
     value = (struct.pack(">hqhib", 0, 555, 2, 60000, 2) + struct.pack(">i", 1) + _s("orders")
              + struct.pack(">iii", 2, 0, 1) + struct.pack(">qq", TS0 + 5, TS0))
