@@ -569,3 +569,37 @@ def test_connection_end_reason_is_reported_with_lost_requests():
     w.x(produce(batch(0, 1)), produce_resp(), 2.0, port=50002)
     f = w.only("request_lost")
     assert f.key["connection_ended"] == ["rst"] and "reset" in f.title
+
+
+def test_offset_commit_going_backwards():
+    from kio.schema.offset_commit.v8 import request as oc_req
+    from kio.schema.offset_commit.v8 import response as oc_resp
+
+    def commit(w: Wire, t: float, offset: int) -> None:
+        w.x(oc_req.OffsetCommitRequest(
+                group_id="g1", generation_id_or_member_epoch=i32(1), member_id="m1", group_instance_id=None,
+                topics=(oc_req.OffsetCommitRequestTopic(name="orders", partitions=(
+                    oc_req.OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(offset),
+                                                        committed_leader_epoch=i32(-1),
+                                                        committed_metadata=""),)),)),
+            oc_resp.OffsetCommitResponse(throttle_time=NO_THROTTLE, topics=(oc_resp.OffsetCommitResponseTopic(
+                name="orders", partitions=(oc_resp.OffsetCommitResponsePartition(
+                    partition_index=i32(0), error_code=ErrorCode(0)),)),)), t, port=50001, client="c1")
+
+    w = Wire()
+    for t, off in ((1.0, 5), (2.0, 5), (3.0, 9)):
+        commit(w, t, off)
+    assert w.kinds() == {}
+    commit(w, 4.0, 2)
+    f = w.only("offset_commit_rewind")
+    assert (f.key["offset"], f.key["previous"]) == (2, 9) and [e.ts for e in f.evidence] == [3.0, 4.0]
+
+
+def test_capture_gaps_are_noted():
+    from kwinspect.model import ErrorRow
+
+    w = Wire()
+    w.d.add(ErrorRow(kind="kafka_error", code=0, ts=1.0))
+    assert w.kinds() == {}
+    w.d.add(ErrorRow(kind="tcp_gap", message="1460 bytes lost", ts=2.0, stream="a->b"))
+    assert w.kinds() == {"capture_gaps": "info"}

@@ -74,6 +74,7 @@ class Diagnoser:
             self.errors += 1
             self._seen(event.ts)
             self.fetch.on_error(event)
+            self.connections.on_error(event)
 
     def connection_ended(self, stream: str, reason: str) -> None:
         """Optional: how a connection ended (``fin``, ``rst``, ``idle``, ``end``), e.g. from the

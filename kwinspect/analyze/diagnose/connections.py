@@ -3,6 +3,8 @@
 Kinds:
 - ``authentication_failed`` (error): SaslHandshake or SaslAuthenticate answered with an error
   (UNSUPPORTED_SASL_MECHANISM, SASL_AUTHENTICATION_FAILED, ...).
+- ``capture_gaps`` (info): the capture lost bytes (tcp_gap, truncated frames/packets): some
+  findings may be artifacts of the capture, not of the traffic.
 - ``throttled`` (info; warning from ``THROTTLE_WARN_COUNT`` throttled responses or
   ``THROTTLE_WARN_TOTAL_MS`` of throttle time): responses with throttle_time_ms > 0, per
   client and api (quotas).
@@ -48,6 +50,7 @@ from kwinspect.model import STATUS_PAIRED, STATUS_RESPONSE_MISSING, Exchange
 FETCH, JOIN_GROUP, SYNC_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE = 1, 11, 14, 17, 36
 NOT_JUDGED_FOR_LATENCY = {JOIN_GROUP, SYNC_GROUP}
 
+CAPTURE_LOSS_KINDS = {"tcp_gap", "truncated_frame", "truncated_packet", "snaplen_truncated"}
 THROTTLE_WARN_COUNT = 3
 THROTTLE_WARN_TOTAL_MS = 1000
 CHURN_COUNT = 10
@@ -185,6 +188,18 @@ class ConnectionAnalyzer:
                 heapq.heappush(heap, item)
             elif value > heap[0][0]:
                 heapq.heapreplace(heap, item)
+
+    def on_error(self, err) -> None:
+        if err.kind in CAPTURE_LOSS_KINDS:
+            f = self._add(("capture_gaps",), INFO, "", "The capture itself lost bytes (packets dropped by the "
+                          "capturing host, snap length, or a capture that started or stopped mid-connection). "
+                          "Findings about missing requests, unanswered requests or sequence gaps on these "
+                          "connections may be artifacts of the capture; `kwinspect errors` lists where.",
+                          Evidence(err.stream, err.correlation_id, err.api_name, err.ts))
+            kinds = f.key.setdefault("kinds", [])
+            if err.kind not in kinds:
+                kinds.append(err.kind)
+            f.title = f"the capture has {f.count} gap(s) or cut frame(s): some findings may be artifacts"
 
     def results(self) -> list[Finding]:
         out = list(self.findings.values())

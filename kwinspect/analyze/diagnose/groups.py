@@ -11,6 +11,8 @@ Kinds:
 - ``group_error`` (warning): JoinGroup/SyncGroup/LeaveGroup errors other than the normal
   MEMBER_ID_REQUIRED and REBALANCE_IN_PROGRESS steps.
 - ``offset_commit_failed`` (warning): OffsetCommit partitions answered with an error.
+- ``offset_commit_rewind`` (warning): a group committed an offset below its previous commit
+  for the same partition (records will be consumed again).
 - ``commit_beyond_high_watermark`` (warning): an offset committed above the partition's
   high watermark seen in Fetch responses.
 - ``consumer_lag_growing`` (warning): for a group's partition (Fetch requests of the group's
@@ -101,7 +103,7 @@ class GroupTimeline:
     left: set = field(default_factory=set)  # member ids that sent LeaveGroup
     member_clients: dict = field(default_factory=dict)  # member id -> client id
     clients: set = field(default_factory=set)
-    commits: dict = field(default_factory=dict)  # (topic, partition) -> (offset, ts)
+    commits: dict = field(default_factory=dict)  # (topic, partition) -> (offset, ts, Evidence)
     lag: dict = field(default_factory=dict)  # (topic, partition) -> deque[(ts, fetch_offset, high_watermark, Evidence)]
 
     def as_dict(self) -> dict[str, Any]:
@@ -110,7 +112,7 @@ class GroupTimeline:
                 "generations": [g.as_dict() for g in self.generations.values()],
                 "left": sorted(self.left), "member_clients": dict(self.member_clients),
                 "commits": [{"topic": t, "partition": p, "offset": o, "ts": ts}
-                            for (t, p), (o, ts) in sorted(self.commits.items(), key=str)],
+                            for (t, p), (o, ts, _ev) in sorted(self.commits.items(), key=str)],
                 "lag": [{"topic": t, "partition": p,
                          "samples": [{"ts": ts, "position": pos, "high_watermark": hw,
                                       "lag": None if hw is None or pos is None else max(0, hw - pos),
@@ -279,7 +281,19 @@ class GroupAnalyzer:
                           error=err)
             elif resp is not None:
                 for (topic, part), off in offsets.items():
-                    g.commits[(topic, part)] = (off, ts)
+                    prev = g.commits.get((topic, part))
+                    if prev is not None and off < prev[0]:
+                        f = self._add(("offset_commit_rewind", gid, topic, part), WARNING,
+                                      f"group {gid} committed {topic}[{part}] at {off}, below its earlier "
+                                      f"commit {prev[0]}",
+                                      "The group's committed position went backwards: a consumer seeked back or "
+                                      "reset (auto.offset.reset after OFFSET_OUT_OF_RANGE), or two members "
+                                      "both committed for the partition around a rebalance. Records between the "
+                                      "two offsets will be consumed again.", prev[2], group_id=gid, topic=topic,
+                                      partition=part, offset=off, previous=prev[0])
+                        f.add(ev)
+                    if prev is not None or len(g.commits) < MAX_LAG_KEYS:
+                        g.commits[(topic, part)] = (off, ts, ev)
                     hw = self.high_watermarks.get((topic, part))
                     if hw is not None and off > hw[0]:
                         f = self._add(("commit_beyond_high_watermark", gid, topic, part), WARNING,
@@ -353,9 +367,10 @@ class GroupAnalyzer:
                     self.high_watermarks[(topic, part)] = (hw, ev)
                 if g is not None:
                     samples = g.lag.get((topic, part))
-                    if samples is None:
+                    if samples is None and len(g.lag) < MAX_LAG_KEYS:
                         samples = g.lag[(topic, part)] = deque(maxlen=MAX_LAG_SAMPLES)
-                    samples.append((ts_of(ex), positions.get((topic, part)), hw, ev))
+                    if samples is not None:
+                        samples.append((ts_of(ex), positions.get((topic, part)), hw, ev))
 
     def results(self) -> list[Finding]:
         out = list(self.findings.values())
