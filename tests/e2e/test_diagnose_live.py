@@ -64,3 +64,18 @@ def test_diagnose_scenario(rig, tmp_path_factory, name):
     if name == "diag-version-not-advertised":
         (f,) = [f for f in findings if f.kind == "version_not_advertised"]
         assert (f.key["api_name"], f.key["api_version"], f.key["advertised"]) == ("Produce", 7, [0, 2])
+
+
+# The rig's own fault-free scenarios, captured afresh (timings differ from the committed
+# files): diagnose must not raise a warning or an error on them. The fixture shares each
+# run with tests/e2e/test_e2e_live.py when both run in one session.
+CLEAN_RIG_SCENARIOS = ["confluent-mock-produce-consume", "confluent-mock-idempotent",
+                       "confluent-mock-transactions", "kafka-python-mock-group", "confluent-mock-codecs"]
+
+
+@pytest.mark.parametrize("name", CLEAN_RIG_SCENARIOS)
+def test_clean_rig_scenario_raises_no_warning(scenario_run, name):
+    m, pcap, _decoded = scenario_run(name)
+    d, _refs = _diagnose(pcap, m.kafka_ports)
+    loud = d.findings("warning")
+    assert not loud, f"{name}: false alarms:\n" + "\n".join(f"  {f.severity} {f.kind}: {f.title}" for f in loud)
