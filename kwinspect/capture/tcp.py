@@ -235,6 +235,9 @@ class TcpReassembler:
     Parameters (defaults in brackets):
       max_ooo_bytes [4 MiB]: out-of-order bytes buffered per direction; beyond
           it the direction skips ahead to its buffered data (gap + issue).
+      max_ooo_segments [16384]: out-of-order chunks buffered per direction, the
+          same way: each chunk costs a list insert and ~80 bytes of objects, so
+          millions of tiny out-of-order segments must not pass under the byte cap.
       max_total_buffered [256 MiB]: out-of-order bytes across all connections;
           beyond it the direction holding most is skipped ahead.
       max_connections [200_000]: live connections; beyond it the least
@@ -257,8 +260,9 @@ class TcpReassembler:
                  max_connections: int = 200_000, idle_timeout: float = 600.0,
                  closed_linger: float = 120.0, max_window: int = 1 << 30,
                  overlap_check_bytes: int = 16 << 10, max_issues_per_direction: int = 20,
-                 ack_gap_delay: float = 0.002) -> None:
+                 ack_gap_delay: float = 0.002, max_ooo_segments: int = 16384) -> None:
         self.max_ooo_bytes = max_ooo_bytes
+        self.max_ooo_segments = max_ooo_segments
         self.max_total_buffered = max_total_buffered
         self.max_connections = max_connections
         self.idle_timeout = idle_timeout
@@ -602,12 +606,13 @@ class TcpReassembler:
             self._insert(conn, h, s, data, ts, out)
         self._drain(conn, h, ts, out)
         if h.ooo_s:
-            if h.st.buffered > self.max_ooo_bytes:
+            if h.st.buffered > self.max_ooo_bytes or len(h.ooo_s) > self.max_ooo_segments:
                 self.stats.cap_skips += 1
                 self._issue(conn, h, ts, out, model.LIMIT_EXCEEDED,
-                            f"more than {self.max_ooo_bytes} bytes out of order; "
-                            "skipping the hole before them")
-                while h.ooo_s and h.st.buffered > self.max_ooo_bytes:
+                            f"more than {self.max_ooo_bytes} bytes or {self.max_ooo_segments} segments "
+                            "out of order; skipping the hole before them")
+                while h.ooo_s and (h.st.buffered > self.max_ooo_bytes
+                                   or len(h.ooo_s) > self.max_ooo_segments):
                     self._skip_to(conn, h, h.ooo_s[0], ts, out, "buffer_cap")
             elif h.peer_ack is not None and h.ooo_s and h.peer_ack >= h.ooo_s[0]:
                 self._acked_hole(conn, h, h.peer_ack, ts, out)

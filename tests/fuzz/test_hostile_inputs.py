@@ -253,3 +253,18 @@ def test_truncated_captures_are_reported_and_exit_0(broken_files, name):
     assert "Traceback" not in res.stderr
     kinds = {json.loads(line)["kind"] for line in res.stdout.splitlines()}
     assert "truncated_packet" in kinds, kinds
+
+
+def test_tiny_out_of_order_segments_are_capped_by_count():
+    # found while hunting hangs: 1-byte segments arriving in reverse order behind a hole
+    # stayed under the byte cap, and each one was a list insert at the front (quadratic
+    # time, ~80 bytes of objects per payload byte)
+    r = TcpReassembler()
+    events = r.feed(_seg(1000, b"a"))
+    for k in range(50_000, 0, -1):
+        events += r.feed(_seg(1002 + 2 * k, b"b"))
+        assert r.buffered_bytes() <= r.max_ooo_segments + 1
+    assert any(isinstance(e, StreamIssue) and e.issue.kind == "limit_exceeded" for e in events)
+    for ev in r.finish():
+        if hasattr(ev, "stats"):
+            assert all(st.balanced() for st in ev.stats)
