@@ -581,6 +581,12 @@ class FrameSplitter:
                 size = _I32(mv, pos)[0]
                 if size < 0 or size > maxs:
                     self._pos = pos
+                    if last is not None:
+                        # a hunt starting here tells the validator about the
+                        # last frame framed, which may be one from this very
+                        # loop: it must not depend on where a chunk ended
+                        self._last_frame = last
+                        last = None
                     changed = self._bad_size(mv, size, mode)
                     pos = self._pos
                     break

@@ -12,7 +12,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.consumer import HeartbeatRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
@@ -507,6 +507,16 @@ def test_property_any_bytes_any_gaps_no_exception_and_accounting(ops, synced, ki
     gap_at=st.one_of(st.none(), st.tuples(st.integers(0, 2000), st.integers(1, 500))),
     synced=st.booleans(),
     budgets=st.tuples(st.sampled_from([None, 0, 50, 700]), st.sampled_from([None, 0, 1, 3])),
+)
+# frames then a bad size in one feed: the hunt must learn the last frame's
+# correlation id (1) whether or not a chunk ended right before the bad size
+@example(
+    blob=b"\x00\x00\x00\x03" + bytes(14) + b"\x0b" + bytes(7) + b"\x01" + bytes(3)
+    + b"\x80\x00\x00\x00\x0b" + bytes(7) + b"\x01" + bytes(3),
+    cuts=[30],
+    gap_at=None,
+    synced=True,
+    budgets=(None, None),
 )
 def test_property_chunking_does_not_change_the_events(blob, cuts, gap_at, synced, budgets):
     def ops_for(pieces):
