@@ -54,6 +54,7 @@ DESCRIBE_CLUSTER = 60
 SASL_API_NAME = "SaslToken"  # raw SASL tokens after SaslHandshake v0 carry no Kafka header
 
 DEFAULT_MAX_IN_FLIGHT = 10_000
+MAX_ORPHAN_CANDIDATES = 64  # api/versions tried on a response whose request was not captured
 # APIs whose bodies carry credentials (SaslHandshake, SaslAuthenticate, delegation tokens)
 _SECRET_APIS = frozenset({17, 36, 38, 39, 40, 41})
 
@@ -251,6 +252,10 @@ class Conversation:
     def _on_orphan_response(self, frame: bytes, cid: int | None, ts_first: float, ts_last: float) -> None:
         """A response whose request was not captured: decode what can be known."""
         candidates = sorted(self._api_versions_seen)
+        if len(candidates) > MAX_ORPHAN_CANDIDATES:
+            # a connection that used hundreds of api/versions would make every orphan response
+            # cost hundreds of decodes (hostile captures); more than a few fit rarely anyway
+            candidates = []
         resp = None
         for api_key, version in candidates:
             trial = decode_response(frame, api_key, version)

@@ -268,3 +268,28 @@ def test_tiny_out_of_order_segments_are_capped_by_count():
     for ev in r.finish():
         if hasattr(ev, "stats"):
             assert all(st.balanced() for st in ev.stats)
+
+
+def test_orphan_responses_do_not_try_hundreds_of_schemas():
+    # a connection that used every api/version, then answers nobody asked for: each orphan
+    # response used to be decoded with every api/version seen (~5 ms each, unbounded work)
+    from kwinspect.stream.conversation import MAX_ORPHAN_CANDIDATES, Conversation
+
+    conv = Conversation(Endpoint("10.0.0.1", 40000), Endpoint("10.0.0.2", 9092))
+    for cid, (key, version) in enumerate(harness.api_versions()):
+        if key in (17, 36):  # SASL changes the conversation's state
+            continue
+        conv.on_request(struct.pack(">hhih", key, version, cid, -1), 1.0, 1.0)
+    assert len(conv._api_versions_seen) > MAX_ORPHAN_CANDIDATES
+    conv.pop_events()
+    calls = []
+    import kwinspect.stream.conversation as conversation_module
+
+    real = conversation_module.decode_response
+    conversation_module.decode_response = lambda *a: calls.append(a) or real(*a)
+    try:
+        conv.on_response(struct.pack(">i", 10**9) + b"\x00" * 64, 2.0, 2.0)
+    finally:
+        conversation_module.decode_response = real
+    assert len(calls) <= MAX_ORPHAN_CANDIDATES
+    assert any(getattr(e, "status", None) == "request_missing" for e in conv.pop_events())
