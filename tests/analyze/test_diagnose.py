@@ -603,3 +603,12 @@ def test_capture_gaps_are_noted():
     assert w.kinds() == {}
     w.d.add(ErrorRow(kind="tcp_gap", message="1460 bytes lost", ts=2.0, stream="a->b"))
     assert w.kinds() == {"capture_gaps": "info"}
+
+
+def test_a_request_repeated_on_a_connection_opened_earlier_is_not_a_lost_request():
+    w = Wire()
+    w.x(metadata_req(), metadata_resp(), 0.5, port=50002)  # the client's other connection, already open
+    w.x(metadata_req(), None, 1.0, port=50001)
+    w.close(50001, 1.5)
+    w.x(metadata_req(), metadata_resp(), 2.0, port=50002)
+    assert w.kinds() == {"unanswered_at_close": "info"}

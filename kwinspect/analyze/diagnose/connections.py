@@ -11,7 +11,7 @@ Kinds:
 - ``connection_churn`` (warning): ``CHURN_COUNT`` or more new connections from one client to
   one broker within ``CHURN_WINDOW_S`` seconds.
 - ``request_lost`` (warning): a request was in flight when its connection ended, and the same
-  client sent the same api again to the same broker on another connection within
+  client sent the same api again to the same broker on a connection opened after it, within
   ``LOST_RETRY_WINDOW_S`` (the
   connection broke under the request). Without such a retry the client was simply closing
   (``unanswered_at_close``, info). Fetch long-polls are skipped: a consumer closing mid-poll
@@ -219,7 +219,10 @@ class ConnectionAnalyzer:
         for ex, ev in self.unanswered:
             client = client_label(ex)
             t0 = ev.ts or 0.0
+            # a retry on a connection opened after the request was sent: a reconnect, not a connection
+            # the client already had (librdkafka keeps a bootstrap and a broker connection to one broker)
             retried = any(s != ex.stream and t0 < ts <= t0 + LOST_RETRY_WINDOW_S
+                          and (self.streams.get(s, ("", "", None))[2] or 0.0) >= t0
                           for ts, s in self.last_by_client_api.get((client, ex.broker, ex.api_key), []))
             kind = "request_lost" if retried else "unanswered_at_close"
             how = self.ended.get(ex.stream)
