@@ -73,6 +73,7 @@ class TappingDissector(Dissector):
         super().__init__(config)
         self.taps: dict[str, _Tap] = {}
         self._tapped: set[int] = set()
+        self._sasl: dict[str, str | None] = {}
 
     def _drain(self, conn, src) -> None:  # noqa: ANN001 - Dissector's private hook
         conv = conn.info.conversation
@@ -82,16 +83,19 @@ class TappingDissector(Dissector):
         super()._drain(conn, src)
 
     def _wrap(self, conv: Any) -> None:
-        tap = self.taps.setdefault(conv.stream, _Tap())
+        stream = conv.stream
+        taps = self.taps
         on_request, on_response = conv.on_request, conv.on_response
 
         def tapped_request(frame: bytes, ts_first: float, ts_last: float) -> None:
             if len(frame) >= 8:
+                tap = taps.get(stream) or taps.setdefault(stream, _Tap())
                 tap.put(tap.req, int.from_bytes(frame[4:8], "big", signed=True), frame)
             on_request(frame, ts_first, ts_last)
 
         def tapped_response(frame: bytes, ts_first: float, ts_last: float) -> None:
             if len(frame) >= 4:
+                tap = taps.get(stream) or taps.setdefault(stream, _Tap())
                 tap.put(tap.resp, int.from_bytes(frame[0:4], "big", signed=True), frame)
             on_response(frame, ts_first, ts_last)
 
@@ -104,13 +108,31 @@ class TappingDissector(Dissector):
             return None, None
         req = tap.take(tap.req, ex.correlation_id) if ex.request is not None else None
         resp = tap.take(tap.resp, ex.correlation_id) if ex.response is not None else None
+        if tap.count <= 0:
+            del self.taps[ex.stream]  # nothing in flight: a new tap is made on the next frame
         return req, resp
 
+    def _close(self, conn_id, ts: float, reason: str) -> None:  # noqa: ANN001 - Dissector's private hook
+        super()._close(conn_id, ts, reason)
+        # A closed connection's Conversation (pending maps, splitter state) is no longer
+        # needed; keep only what the connections view shows, so a capture with 100k+
+        # connections does not keep 100k conversations alive in the indexing process.
+        info = self.connections.get(conn_id)
+        conv = getattr(info, "conversation", None)
+        if conv is not None and not isinstance(conv, SimpleNamespace):
+            info.conversation = SimpleNamespace(
+                stream=conv.stream, client_software=conv.client_software, sasl_mechanism=conv.sasl_mechanism,
+                advertised=dict(conv.advertised) if conv.advertised else None)
+            self._tapped.discard(id(conv))
+            if conv.sasl_mechanism:
+                self._sasl[conv.stream] = conv.sasl_mechanism
+
     def sasl_mechanisms(self) -> dict[str, str | None]:
-        out = {}
-        for info in list(self.connections.values()):
-            conv = info.conversation
-            if conv is not None and conv.sasl_mechanism:
+        """SASL mechanism per stream: closed connections (kept) plus the open ones."""
+        out = dict(self._sasl)
+        for conn in list(self._conns.values()):
+            conv = conn.info.conversation
+            if conv is not None and getattr(conv, "sasl_mechanism", None):
                 out[conv.stream] = conv.sasl_mechanism
         return out
 
