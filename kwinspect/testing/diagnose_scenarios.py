@@ -35,8 +35,11 @@ from kwinspect.testing.scenarios import (
     standard_items,
 )
 
-PRODUCE, FETCH, METADATA = 0, 1, 3
+PRODUCE, FETCH, METADATA, OFFSET_COMMIT, END_TXN = 0, 1, 3, 8, 26
 NOT_LEADER_OR_FOLLOWER = 6
+OFFSET_METADATA_TOO_LARGE = 12
+DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER = 46, 45
+CONCURRENT_TRANSACTIONS, PRODUCER_FENCED = 51, 90
 FETCH_SESSION_ID_NOT_FOUND = 70
 TRANSPORT = -195  # the mock drops the connection instead of answering
 
@@ -210,6 +213,56 @@ def diag_transactions(rig: Rig, workdir: str) -> Manifest:
     return m
 
 
+def diag_producer_errors(rig: Rig, workdir: str) -> Manifest:
+    """Sequence and transaction errors from the broker (injected), as a real client meets them."""
+    from confluent_kafka import KafkaException, Producer
+
+    with rig.private_mock(1) as mc:
+        topic = "seq-errors"
+        mc.create_topic(topic, 1, 1)
+        with recording(rig, workdir, "diag-producer-errors",
+                       "an idempotent producer's Produce requests are answered DUPLICATE_SEQUENCE_NUMBER "
+                       "and then OUT_OF_ORDER_SEQUENCE_NUMBER (injected); a transactional producer's "
+                       "EndTxn is answered CONCURRENT_TRANSACTIONS once (retried, then committed), and "
+                       "the EndTxn of its next transaction PRODUCER_FENCED (fatal).", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "seq-producer",
+                    "enable.idempotence": True, "linger.ms": 0, "message.timeout.ms": 3000,
+                    "retry.backoff.ms": 20, "log_level": 0}
+            _client(m, "producer", "seq-producer", conf)
+            p = Producer(conf)
+            try:
+                p.produce(topic, value=b"warm-up")
+                p.flush(5)
+                for err in (DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER):
+                    mc.push_request_errors(PRODUCE, [err])
+                    with contextlib.suppress(KafkaException):  # librdkafka: OUT_OF_ORDER is fatal
+                        p.produce(topic, value=f"after-{err}".encode())
+                        p.flush(4)
+            finally:
+                _ck_close_producer(p)
+            tid = "diag-fenced"
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": tid, "transactional.id": tid,
+                    "linger.ms": 0, "log_level": 0}
+            _client(m, "producer", tid, conf)
+            p = Producer(conf)
+            try:
+                p.init_transactions(10)
+                for err in (CONCURRENT_TRANSACTIONS, PRODUCER_FENCED):
+                    p.begin_transaction()
+                    p.produce(topic, value=f"txn-{err}".encode())
+                    p.flush(5)
+                    mc.push_request_errors(END_TXN, [err])
+                    with contextlib.suppress(KafkaException):
+                        p.commit_transaction(5)
+            finally:
+                _ck_close_producer(p)
+            _expect_mock_apiversions(m)
+            m.notes.append("Expected diagnosis: duplicate_sequence, out_of_order_sequence, end_txn_failed, "
+                           "producer_fenced.")
+    return m
+
+
 # ---------------------------------------------------------------------------
 # Consumer groups
 # ---------------------------------------------------------------------------
@@ -319,6 +372,64 @@ def _wait_assigned(c: Any, others: list[Any], timeout: float) -> None:
         if c.assignment():
             return
     raise RuntimeError("consumer never got an assignment")
+
+
+def diag_offsets(rig: Rig, workdir: str) -> Manifest:
+    """A consumer commits beyond the end, then backwards; a commit fails; a fetch out of range."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    with rig.private_mock(1) as mc:
+        topic = "offsets"
+        group = "diag-offsets-group"
+        mc.create_topic(topic, 1, 1)
+        with recording(rig, workdir, "diag-offsets",
+                       "4 records are produced; a group consumer reads them, then commits offset 1000 "
+                       "(beyond the high watermark 4), then offset 1 (backwards), then a commit answered "
+                       "OFFSET_METADATA_TOO_LARGE (injected); an assign()-based consumer asks for offset "
+                       "1000 and gets OFFSET_OUT_OF_RANGE.", mc) as m:
+            m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+            ck_produce(m, mc.bootstrap_servers, "offsets-producer", standard_items(topic, 4))
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "offsets-consumer",
+                    "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                    "heartbeat.interval.ms": 100, "session.timeout.ms": 6000, "log_level": 0}
+            _client(m, "consumer", "offsets-consumer", conf)
+            m.group_ids.append(group)
+            c = Consumer(conf)
+            try:
+                c.subscribe([topic])
+                got, deadline = 0, time.monotonic() + 15
+                while got < 4 and time.monotonic() < deadline:
+                    msg = c.poll(0.05)
+                    if msg is not None and not msg.error():
+                        got += 1
+                if got < 4:
+                    raise RuntimeError(f"offsets-consumer got {got} of 4 records")
+                c.commit(offsets=[TopicPartition(topic, 0, 1000)], asynchronous=False)
+                c.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+                mc.push_request_errors(OFFSET_COMMIT, [OFFSET_METADATA_TOO_LARGE])
+                with contextlib.suppress(KafkaException):
+                    c.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+            finally:
+                c.close()
+                del c
+                gc.collect()
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "far-consumer",
+                    "group.id": "diag-far-assign-only", "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False, "log_level": 0}
+            _client(m, "consumer", "far-consumer", conf)
+            c = Consumer(conf)
+            try:
+                c.assign([TopicPartition(topic, 0, 1000)])
+                _poll(c, 1.0)
+            finally:
+                c.close()
+                del c
+                gc.collect()
+            _expect_mock_apiversions(m)
+            m.allow_status("Fetch", "response_missing")
+            m.notes.append("Expected diagnosis: commit_beyond_high_watermark, offset_commit_rewind, "
+                           "offset_commit_failed, offset_out_of_range.")
+    return m
 
 
 # ---------------------------------------------------------------------------
@@ -547,6 +658,10 @@ DIAG_SCENARIOS: dict[str, tuple[ScenarioFn, frozenset[str]]] = {
     "diag-producer-retries": (diag_producer_retries, frozenset({"produce_retry", "request_lost",
                                                                "leadership_errors"})),
     "diag-transactions": (diag_transactions, frozenset({"transaction_aborted", "transaction_open"})),
+    "diag-producer-errors": (diag_producer_errors, frozenset({"duplicate_sequence", "out_of_order_sequence",
+                                                             "end_txn_failed", "producer_fenced"})),
+    "diag-offsets": (diag_offsets, frozenset({"commit_beyond_high_watermark", "offset_commit_rewind",
+                                              "offset_commit_failed", "offset_out_of_range"})),
     "diag-group-churn": (diag_group_churn, frozenset({"member_lost", "rebalance_storm", "heartbeat_error",
                                                       "group_rebalance"})),
     "diag-fetch-sessions": (diag_fetch_sessions, frozenset({"fetch_session_reset", "fetch_session_churn"})),

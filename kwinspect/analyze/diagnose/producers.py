@@ -274,11 +274,12 @@ class ProducerAnalyzer:
             t = self._get_txn(tid)
             committed = req.get("committed")
             if ex.status == STATUS_PAIRED and resp is not None and as_int(resp.get("error_code", 0)):
-                self._add(("end_txn_failed", tid), WARNING,
+                self._add(("end_txn_failed", tid, resp["error_code"]), WARNING,
                           f"EndTxn for transactional id {tid!r} failed: {error_name(resp['error_code'])}",
                           "The transaction could not be completed; the producer will have to abort or is "
                           "fenced. Its records stay invisible to read_committed consumers until the "
-                          "transaction times out.", ex, transactional_id=tid, client_id=ex.client_id)
+                          "transaction times out.", ex, transactional_id=tid, client_id=ex.client_id,
+                          error=error_name(resp["error_code"]))
                 return
             if ex.status != STATUS_PAIRED:
                 return  # unanswered: the transaction is still open as far as the capture knows
