@@ -150,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("tui", "interactive browser of a capture (Textual)",
             "Browse exchanges like a protocol analyst: filter, decoded trees, records, hex,\n"
             "connections, errors and latency views. Press ? inside for the keys.\n"
-            "--live PCAP replays a capture as a live feed (what live capture will look like);\n"
-            "--live -i IFACE needs the live-capture layer (not available yet).")
+            "--live -i IFACE captures on an interface (as `kwinspect live`; root or CAP_NET_RAW);\n"
+            "--live PCAP replays a capture as a live feed.")
     _input_options(p, nargs="*")
     p.add_argument("--live", action="store_true", help="live mode: rows stream in and the view follows the tail")
     p.add_argument("-i", "--interface", metavar="IFACE", help="capture on IFACE (with --live)")
@@ -377,8 +377,13 @@ def _json_default(value: Any) -> Any:
 
 def cmd_tui(args) -> int:
     if args.interface:
-        raise UsageError("tui --live -i IFACE: live capture on an interface is not available yet; "
-                         "`kwinspect tui --live CAPTURE.pcap` replays a capture as a live feed")
+        if args.pcap:
+            raise UsageError("tui: give either PCAP files or --live -i IFACE, not both")
+        _compile_filter(args.filter, EXCHANGE_COLUMNS)
+        from kwinspect.tui.app import run_live  # textual is imported only here
+
+        return run_live(args.interface, _config(args), kafka_ports=args.kafka_ports, values=args.values,
+                        initial_filter=args.filter)
     if not args.pcap:
         raise UsageError("tui needs a PCAP file (or --live -i IFACE)")
     _check_inputs(args.pcap)
