@@ -109,3 +109,30 @@ def run_tui(paths: Sequence[str], config: DissectConfig | None = None, *, replay
         if source is not None:
             source.stop.set()
     return 0
+
+
+def run_live(interface: str, config: DissectConfig | None = None, *, kafka_ports: Any = None,
+             **kw: Any) -> int:
+    """`kwinspect tui --live -i IFACE`: the live-capture layer feeds the app's queue.
+
+    The capture and its Dissector run in a thread of this process
+    (``capture.live.LiveEventSource``); the app consumes its queue like any live
+    feed and shows the live dissector's connections.
+    """
+    import sys
+
+    from kwinspect.capture.live import LiveCaptureError, LiveEventSource, capture_filter
+    from kwinspect.tui.indexer import END
+
+    source = LiveEventSource(interface, config, bpf=capture_filter(kafka_ports))
+    try:
+        q = source.start(end=END)
+    except LiveCaptureError as exc:
+        print(f"kwinspect: {exc}", file=sys.stderr)
+        return 1
+    kw.setdefault("label", f"live on {interface}")
+    try:
+        KwinspectApp(config=config, live=q, live_dissector=source.dissector, **kw).run()
+    finally:
+        source.stop()
+    return 0

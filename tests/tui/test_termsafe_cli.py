@@ -57,6 +57,8 @@ def test_tui_subcommand_errors(tmp_path, capsys):
     bad = tmp_path / "bad.pcap"
     bad.write_bytes(b"not a capture at all")
     assert cli.main(["tui", str(bad)]) == 1
-    assert cli.main(["tui", "--live", "-i", "eth0"]) == 2
-    assert "not available yet" in capsys.readouterr().err
+    capsys.readouterr()
+    assert cli.main(["tui", "--live", "-i", "kw-no-such-if0"]) == 1
+    assert "no such interface" in capsys.readouterr().err
+    assert cli.main(["tui", "--live", "-i", "lo", str(bad)]) == 2
     assert cli.main(["tui", "--filter", "latency_ms >", str(bad)]) in (1, 2)
