@@ -612,3 +612,26 @@ def test_a_request_repeated_on_a_connection_opened_earlier_is_not_a_lost_request
     w.close(50001, 1.5)
     w.x(metadata_req(), metadata_resp(), 2.0, port=50002)
     assert w.kinds() == {"unanswered_at_close": "info"}
+
+
+def test_two_clusters_in_one_capture_are_not_a_leader_change():
+    from kio.schema.metadata.v2 import request as md2_req
+    from kio.schema.metadata.v2 import response as md2_resp
+
+    def md(cluster: str, leader: int):
+        return md2_resp.MetadataResponse(
+            brokers=(md2_resp.MetadataResponseBroker(node_id=i32(leader), host="h", port=i32(9092), rack=None),),
+            cluster_id=cluster, controller_id=i32(leader),
+            topics=(md2_resp.MetadataResponseTopic(error_code=ErrorCode(0), name="orders", is_internal=False,
+                                                   partitions=(md2_resp.MetadataResponsePartition(
+                                                       error_code=ErrorCode(0), partition_index=i32(0),
+                                                       leader_id=i32(leader), replica_nodes=(i32(leader),),
+                                                       isr_nodes=(i32(leader),)),)),))
+
+    req = md2_req.MetadataRequest(topics=(md2_req.MetadataRequestTopic(name="orders"),))
+    w = Wire()
+    w.x(req, md("cluster-a", 1), 1.0, port=50001)
+    w.x(req, md("cluster-b", 2), 2.0, port=50002, broker=Endpoint("10.0.0.2", 9092))
+    assert w.kinds() == {}
+    w.x(req, md("cluster-a", 3), 3.0, port=50001)
+    assert w.only("leader_change").key["cluster_id"] == "cluster-a"

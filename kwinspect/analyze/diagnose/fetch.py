@@ -57,7 +57,7 @@ class FetchMetadataAnalyzer:
         self.topic_names = topic_names
         self.findings: dict[tuple, Finding] = {}
         self.windows: OrderedDict[tuple, Window] = OrderedDict()
-        self.leaders: OrderedDict[tuple[str | None, int], tuple[int, int | None, Evidence]] = OrderedDict()
+        self.leaders: OrderedDict[tuple, tuple[int, int | None, Evidence]] = OrderedDict()  # (cluster, topic, part)
         self.sessions: dict[str, int] = {}  # stream -> current fetch session id (for the timeline/detail)
 
     def _window(self, key: tuple, seconds: float) -> Window:
@@ -152,7 +152,11 @@ class FetchMetadataAnalyzer:
 
     def _leaders(self, ex: Exchange, ev: Evidence, ts: float | None) -> None:
         body = ex.response.body if ex.response is not None else None
-        for t in (body or {}).get("topics") or []:
+        if not isinstance(body, dict):
+            return
+        # partitions of two clusters in one capture must not look like one partition changing leaders
+        cluster = body.get("cluster_id") if isinstance(body.get("cluster_id"), str) else None
+        for t in body.get("topics") or []:
             if not isinstance(t, dict) or t.get("error_code"):
                 continue
             topic = name_of(t, self.topic_names)
@@ -163,29 +167,30 @@ class FetchMetadataAnalyzer:
                     as_int(p.get("leader_epoch"))
                 if leader is None or leader < 0:
                     continue
-                prev = self.leaders.get((topic, part))
+                lkey = (cluster, topic, part)
+                prev = self.leaders.get(lkey)
                 if prev is None:
                     if len(self.leaders) >= MAX_KEYS:
                         self.leaders.popitem(last=False)
-                    self.leaders[(topic, part)] = (leader, epoch, ev)
+                    self.leaders[lkey] = (leader, epoch, ev)
                     continue
                 if prev[0] == leader:
-                    self.leaders[(topic, part)] = (leader, epoch, ev)  # the latest answer with the old leader
+                    self.leaders[lkey] = (leader, epoch, ev)  # the latest answer with the old leader
                     continue
                 if isinstance(epoch, int) and isinstance(prev[1], int) and epoch >= 0 and epoch < prev[1]:
                     continue  # a stale answer from a broker that has not caught up yet
-                self.leaders[(topic, part)] = (leader, epoch, ev)
-                f = self._add(("leader_change", topic, part), INFO, "",
+                self.leaders[lkey] = (leader, epoch, ev)
+                f = self._add(("leader_change", cluster, topic, part), INFO, "",
                               "The partition's leader moved (broker restart, controlled shutdown, preferred "
                               "leader election, reassignment). Clients see NOT_LEADER_OR_FOLLOWER until they "
-                              "refresh metadata.", prev[2], topic=topic, partition=part)
+                              "refresh metadata.", prev[2], topic=topic, partition=part, cluster_id=cluster)
                 f.add(ev)
                 f.count -= 1  # one change, two pieces of evidence
                 f.title = f"leader of {topic}[{part}] changed {f.count} time(s), now broker {leader}"
-                w = self._window(("leader", topic, part), LEADER_FLAP_WINDOW_S)
+                w = self._window(("leader", cluster, topic, part), LEADER_FLAP_WINDOW_S)
                 n = w.add(ts)
                 if n >= LEADER_FLAP_COUNT:
-                    ff = self._add(("leader_flapping", topic, part), WARNING, "",
+                    ff = self._add(("leader_flapping", cluster, topic, part), WARNING, "",
                                    "Leadership of this partition keeps moving: a broker flapping (crash loop, "
                                    "ZooKeeper/KRaft session loss) or repeated reassignments.", ev, topic=topic,
                                    partition=part)
