@@ -104,3 +104,10 @@ async def test_replay_source_feeds_the_app(errors_capture):
         await pilot.pause()
         assert app.screen.list.count == n and app.store.error_count == n_err
     source.stop.set()
+
+
+async def test_q_quits(errors_capture):
+    app = KwinspectApp(live=queue.Queue())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, "exit")

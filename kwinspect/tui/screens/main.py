@@ -45,7 +45,7 @@ class MainScreen(Screen):
         Binding("3", "tab('tab-records')", "Records", show=False),
         Binding("4", "tab('tab-hex')", "Hex", show=False),
         Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
+        Binding("q", "app.quit", "Quit"),
     ]
     DEFAULT_CSS = """
     MainScreen #status { height: 1; background: $primary-background; padding: 0 1; }
