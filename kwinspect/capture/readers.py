@@ -482,6 +482,12 @@ class _PcapngSource(PacketSource):
         start_off = offset
         offset += blen
         self._offset = offset
+        fixed = {epb: 24, dpkt.pcapng.PCAPNG_BT_PB: 24, dpkt.pcapng.PCAPNG_BT_SPB: 8}.get(btype, 0)
+        if len(body) < fixed:  # shorter than its own fixed fields (+ the trailing length)
+            stats.bad_records += 1
+            self._issue(CORRUPT_CAPTURE, f"packet block at offset {start_off} is {blen} bytes, "
+                        "too short for its header; skipped", offset=start_off)
+            return True, None
         if btype == epb:
             iface_id, hi, lo, caplen, wire_len = struct.unpack_from(e + "IIIII", body)
             if iface_id >= len(ifaces) or 20 + caplen > len(body) - 4:
