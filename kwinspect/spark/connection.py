@@ -48,7 +48,7 @@ from kwinspect.stream.conversation import SharedState
 from kwinspect.stream.findings import iter_record_sets
 
 Pos = tuple[float, int, int, int]  # (merge timestamp, file rank, range, packet number)
-END_POS: Pos = (math.inf, 1 << 31, 1 << 31, 1 << 62)
+END_POS: Pos = (math.inf, (1 << 31) - 1, (1 << 31) - 1, (1 << 62))
 IDLE_CHECK_EVERY = 60.0  # Dissector.feed_segment checks for idle connections this often (capture time)
 
 TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
@@ -180,6 +180,43 @@ GlobalNames = dict[str, list[tuple[Pos, str, str]]]
 GlobalBrokers = dict[tuple[str, int], list[tuple[Pos, str]]]
 
 
+def compact_names(entries: list[tuple[Pos, str, str]]) -> list[tuple[Pos, str, str]]:
+    """Sorted learn entries of one topic id -> the few that decide every as-of answer.
+
+    "The latest entry at or before P from a connection other than C" has the same
+    name for the whole run of consecutive same-name entries as long as the run
+    holds an entry of some other connection before P: the run's first entry, or
+    the first entry of a different connection than the first's, is enough.
+    """
+    out: list[tuple[Pos, str, str]] = []
+    i, n = 0, len(entries)
+    while i < n:
+        name = entries[i][1]
+        j = i
+        second = None
+        while j < n and entries[j][1] == name:
+            if second is None and entries[j][2] != entries[i][2]:
+                second = entries[j]
+            j += 1
+        out.append(entries[i])
+        if second is not None:
+            out.append(second)
+        i = j
+    return out
+
+
+def compact_brokers(entries: list[tuple[Pos, str]]) -> list[tuple[Pos, str]]:
+    """Sorted (pos, conn) of one endpoint -> the first entry and the first of another connection."""
+    if not entries:
+        return entries
+    out = [entries[0]]
+    for e in entries[1:]:
+        if e[1] != entries[0][1]:
+            out.append(e)
+            break
+    return out
+
+
 class AsOfNames(dict):
     """SharedState.topic_names for one connection: its own learning plus everyone else's up to now.
 
@@ -197,7 +234,11 @@ class AsOfNames(dict):
     def __setitem__(self, tid: str, name: str) -> None:
         run = self._run
         dict.__setitem__(self, tid, (run.pos, name))
-        run.learned.append((run.pos, tid, name))
+        runs = run.learned.setdefault(tid, [])
+        if runs and runs[-1][0] == name:
+            runs[-1][2] = run.pos  # same name again: extend the run
+        else:
+            runs.append([name, run.pos, run.pos])
 
     def _resolve(self, tid: Any) -> str | None:
         run = self._run
@@ -318,7 +359,7 @@ class ConnRun:
         self.values = values
         self.want_records = want_records
         self.pos: Pos = (-math.inf, 0, 0, 0)
-        self.learned: list[tuple[Pos, str, str]] = []
+        self.learned: dict[str, list[list[Any]]] = {}  # topic id -> runs [name, first pos, last pos]
         self.lookups: dict[tuple[str, str | None], Pos] = {}  # (topic id, answer) -> last position
         self.known_added: list[tuple[Pos, Endpoint]] = []
         self.known_lookups: set[tuple[tuple[str, int], Pos]] = set()  # answered False locally
@@ -351,7 +392,7 @@ class ConnRun:
             pos, ts = checks[self.ci]
             self.ci += 1
             self.pos = pos
-            for ev in d.tcp.flush_idle(ts - d.config.idle_timeout):
+            for ev in d.tcp.flush_idle(ts):  # what Dissector.feed_segment does at a check
                 d._on_tcp(ev)
             self._collect()
 
@@ -406,8 +447,11 @@ class ConnRun:
 
     def _emit_meta(self) -> None:
         out, conn = self.out, self.conn
-        for pos, tid, name in self.learned:
-            out.add("learn", conn, m_key=tid, m_value=name, **_pos_meta(pos))
+        for tid, runs in self.learned.items():
+            for name, first, last in runs:
+                out.add("learn", conn, m_key=tid, m_value=name, **_pos_meta(first))
+                if last != first:
+                    out.add("learn", conn, m_key=tid, m_value=name, **_pos_meta(last))
         for (tid, answer), pos in self.lookups.items():
             out.add("lookup", conn, m_key=tid, m_value=answer, **_pos_meta(pos))
         for pos, ep in self.known_added:

@@ -52,8 +52,8 @@ SEGMENT_SCHEMA = pa.schema([
     ("flags", pa.int32()),
     ("payload", pa.binary()),
     ("missing", pa.int64()),
-    ("ikind", pa.string()),      # "issue" rows: reader issue kind
-    ("imsg", pa.string()),       # "issue" rows: message (without the path)
+    ("ikind", pa.string()),      # "issue" rows: issue kind (conn: "reader" | "parser" | "parser_end")
+    ("imsg", pa.string()),       # "issue" rows: message (without the path; seq: the range's start offset)
     ("npackets", pa.int64()),    # "range" rows: packets read; "issue" rows: snaplen count
 ])
 
@@ -259,13 +259,14 @@ def read_range(path: str, file_rank: int, rng: int, nranges: int, split_bytes: i
             f.seek(0)
             header = f.read(24)
             source_file = io.BufferedReader(_RangeFile(f, header, start, end), 1 << 20)
-        yield from _segments(path, source_file, file_rank, rng, batch_rows)
+        yield from _segments(path, source_file, file_rank, rng, batch_rows,
+                             start=0 if h is None else start)
     finally:
         f.close()
 
 
-def _segments(path: str, fobj: IO[bytes], file_rank: int, rng: int,
-              batch_rows: int) -> Iterator[pa.RecordBatch]:
+def _segments(path: str, fobj: IO[bytes], file_rank: int, rng: int, batch_rows: int,
+              batch_bytes: int = 16 << 20, start: int = 0) -> Iterator[pa.RecordBatch]:
     try:
         source = open_capture(fobj)
     except CaptureFormatError as exc:
@@ -273,13 +274,18 @@ def _segments(path: str, fobj: IO[bytes], file_rank: int, rng: int,
     parser = PacketParser()
     cols = _Columns()
     lpm = float("-inf")
-    count = 0
+    count = nbytes = issues_seen = 0
     with source:
         for raw in source:
             count += 1
             if raw.ts > lpm:
                 lpm = raw.ts
             seg = parser.parse(raw)
+            if len(parser.issues) > issues_seen:  # as Dissector.feed_packet reports them
+                for issue in parser.issues[issues_seen:]:
+                    cols.add(kind="issue", conn="parser", file=file_rank, rng=rng, ts=raw.ts,
+                             ikind=issue.kind, imsg=issue.message, seq=start)
+                issues_seen = len(parser.issues)
             if seg is None:
                 continue
             s, d = seg.src, seg.dst
@@ -287,15 +293,20 @@ def _segments(path: str, fobj: IO[bytes], file_rank: int, rng: int,
                      rng=rng, idx=raw.index, ts=seg.ts, src_ip=s.ip, src_port=s.port, dst_ip=d.ip,
                      dst_port=d.port, seq=seg.seq, ack=seg.ack, flags=seg.flags,
                      payload=seg.payload, missing=seg.missing)
-            if cols.n >= batch_rows:
+            nbytes += len(seg.payload)
+            if cols.n >= batch_rows or nbytes >= batch_bytes:
                 yield cols.batch()
+                nbytes = 0
         parser.finish()
+        for issue in parser.issues[issues_seen:]:  # at the end of the capture: ts of its last segment
+            cols.add(kind="issue", conn="parser_end", file=file_rank, rng=rng, ikind=issue.kind,
+                     imsg=issue.message, seq=start)
         for issue in source.issues:
             snap = None
             if issue.message.endswith(SNAPLEN_TRUNCATED_SUFFIX):
                 snap = source.stats.snaplen_truncated  # summed over the file's ranges later
-            cols.add(kind="issue", file=file_rank, rng=rng, ikind=issue.kind, imsg=issue.message,
-                     npackets=snap)
+            cols.add(kind="issue", conn="reader", file=file_rank, rng=rng, ikind=issue.kind,
+                     imsg=issue.message, npackets=snap, seq=start)
     cols.add(kind="range", file=file_rank, rng=rng, lpm=lpm if count else None, npackets=count,
              idx=parser.stats.tcp)
     yield cols.batch()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -42,6 +43,8 @@ from kwinspect.spark.connection import (
     GlobalBrokers,
     GlobalNames,
     Pos,
+    compact_brokers,
+    compact_names,
     dissect_partition,
     idle_checks,
     pos_of,
@@ -138,7 +141,7 @@ def get_session(master: str | None = None, partitions: int | None = None,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.parquet.compression.codec": "zstd",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "4096",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "1024",  # segments can be 64 KiB each
     }
     if partitions:
         settings["spark.sql.shuffle.partitions"] = str(partitions)
@@ -359,7 +362,8 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
 
     # -- driver: merge positions, reader issues, idle schedule --------------------------
     side = raw.filter(F.col("kind") != "seg").select(
-        "kind", "file", "rng", "lpm", "ikind", "imsg", "npackets", F.col("idx").alias("npackets_tcp")).collect()
+        "kind", "conn", "file", "rng", "lpm", "ts", "seq", "ikind", "imsg", "npackets",
+        F.col("idx").alias("npackets_tcp")).collect()
     range_max: dict[int, dict[int, float]] = {}
     for r in side:
         if r.kind == "range" and r.lpm is not None:
@@ -371,7 +375,12 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
             if running > -math.inf:
                 carry_rows.append((f, rng, running))
             running = max(running, ranges[rng])
-    reader_errors = _reader_errors(side, files)
+    packets_before: dict[tuple[int, int], int] = {}
+    for f in {r.file for r in side if r.kind == "range"}:
+        total = 0
+        for r in sorted((r for r in side if r.kind == "range" and r.file == f), key=lambda r: r.rng):
+            packets_before[(f, r.rng)] = total
+            total += int(r.npackets or 0)
 
     segs = raw.filter(F.col("kind") == "seg").drop("kind", "ikind", "imsg", "npackets")
     if carry_rows:
@@ -384,12 +393,13 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
     segs = segs.drop("lpm")
     res.segments = sum(int(r.npackets_tcp or 0) for r in side if r.kind == "range")
     checks = None
+    last_ts = None
     if res.segments <= opts.exact_idle_limit:
-        order = segs.select("kts", "file", "rng", "idx", "ts").orderBy("kts", "file", "rng", "idx")
-        tbl = order.toArrow()
-        kts, fl, rg, ix = (tbl.column(c).to_pylist() for c in ("kts", "file", "rng", "idx"))
-        checks = idle_checks(tbl.column("ts").to_numpy(), lambda i: pos_of(kts[i], fl[i], rg[i], ix[i]))
+        checks, last_ts = _idle_schedule(raw, carry_rows)
+    else:
+        last_ts = max((r.lpm for r in side if r.kind == "range" and r.lpm is not None), default=None)
     res.exact_idle = checks is not None
+    reader_errors = _issue_rows(side, files, packets_before, last_ts)
 
     # -- stage 2 ----------------------------------------------------------------------
     ev_schema = _spark_schema(EVENT_SCHEMA)
@@ -468,6 +478,25 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
     return res
 
 
+def _idle_schedule(raw, carry_rows) -> list:
+    """The capture-wide idle checks, from every segment's position (sorted here, not by Spark)."""
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    tbl = raw.filter(F.col("kind") == "seg").select("lpm", "file", "rng", "idx", "ts").toArrow()
+    if tbl.num_rows == 0:
+        return [], None
+    lpm, fl, rg, ix, ts = (tbl.column(c).to_numpy() for c in ("lpm", "file", "rng", "idx", "ts"))
+    kts = lpm.astype(np.float64).copy()
+    for f, r, carry in carry_rows:
+        sel = (fl == f) & (rg == r)
+        kts[sel] = np.maximum(kts[sel], carry)
+    order = np.lexsort((ix, rg, fl, kts))
+    kts, fl, rg, ix, ts = kts[order], fl[order], rg[order], ix[order], ts[order]
+    checks = idle_checks(ts, lambda i: pos_of(float(kts[i]), int(fl[i]), int(rg[i]), int(ix[i])))
+    return checks, float(ts[-1])  # Dissector._last_ts at the end: the last segment's ts
+
+
 def _table(events, table: str):
     from pyspark.sql import functions as F
 
@@ -501,17 +530,36 @@ def _aggregates(ex, er, vol) -> dict[str, Any]:
     return {"latency_by_minute": latency, "error_counts": errors, "topic_volume": volume}
 
 
-def _reader_errors(side, files: list[tuple[str, int]]) -> list[ErrorRow]:
-    """The rows dissect_files adds for reader issues: one per issue, snaplen counts summed per file."""
+_NUMBERED = re.compile(r"\b(frame|packet|record) (\d+)")
+_OFFSET = re.compile(r"\bfile offset (\d+)")
+
+
+def _issue_rows(side, files: list[tuple[str, int]], packets_before: dict[tuple[int, int], int],
+                last_ts: float | None) -> list[ErrorRow]:
+    """The error rows single-process dissection makes for reader and packet-parser issues.
+
+    Reader issues: ``path: message`` rows at the end, snaplen counts summed per
+    file; parser issues: the message with the packet's ts (or the capture's last
+    segment ts for what the parser settles at the end).  Frame/record numbers and
+    file offsets found by a byte range are made file-absolute again.
+    """
     rows: list[ErrorRow] = []
     snap: dict[int, tuple[str, int]] = {}
     for r in sorted((r for r in side if r.kind == "issue"), key=lambda r: (r.file, r.rng)):
-        path = files[r.file][0]
-        if r.npackets is not None and r.imsg.endswith(SNAPLEN_TRUNCATED_SUFFIX):
+        msg = r.imsg
+        if r.rng:
+            before = packets_before.get((r.file, r.rng), 0)
+            msg = _NUMBERED.sub(lambda m, b=before: f"{m[1]} {int(m[2]) + b}", msg)
+            msg = _OFFSET.sub(lambda m, d=(r.seq or 24) - 24: f"file offset {int(m[1]) + d}", msg)
+        if r.conn == "parser":
+            rows.append(ErrorRow(kind=r.ikind, message=msg, ts=r.ts))
+        elif r.conn == "parser_end":
+            rows.append(ErrorRow(kind=r.ikind, message=msg, ts=last_ts))
+        elif r.npackets is not None and msg.endswith(SNAPLEN_TRUNCATED_SUFFIX):
             kind, n = snap.get(r.file, (r.ikind, 0))
             snap[r.file] = (kind, n + r.npackets)
-            continue
-        rows.append(ErrorRow(kind=r.ikind, message=f"{path}: {r.imsg}", path=None))
+        else:
+            rows.append(ErrorRow(kind=r.ikind, message=f"{files[r.file][0]}: {msg}", path=None))
     for f, (kind, n) in sorted(snap.items()):
         rows.append(ErrorRow(kind=kind, message=f"{files[f][0]}: {n}{SNAPLEN_TRUNCATED_SUFFIX}", path=None))
     return rows
@@ -550,10 +598,8 @@ def _cross_connection(ev1) -> tuple[GlobalNames, GlobalBrokers, set[str]]:
             decisions.setdefault((r.conn, pos), []).append(((r.m_key, r.m_port), r.m_value))
         else:
             known_lookups.append((r.conn, (r.m_key, r.m_port), pos))
-    for v in names.values():
-        v.sort()
-    for v in brokers.values():
-        v.sort()
+    names = {tid: compact_names(sorted(v)) for tid, v in names.items()}
+    brokers = {ep: compact_brokers(sorted(v)) for ep, v in brokers.items()}
 
     def known_elsewhere(ep: tuple[str, int], pos: Pos, conn: str) -> bool:
         return any(c != conn and p <= pos for p, c in brokers.get(ep, ()))

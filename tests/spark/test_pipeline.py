@@ -36,6 +36,7 @@ CAPTURES = os.path.join(ROOT, "captures")
 ROTATED = "netns-mtu1500-produce-consume.pcap"  # the most packets, connections open throughout
 GZIPPED = "tansu-admin.pcap"
 PCAPNG = "kafka-python-mock-group.pcap"
+TRUNCATED = "tansu-errors.pcap"  # cut inside its last record: a reader issue row
 PIECES = 4
 PAUSE = 1500.0  # seconds added after the second piece: longer than the idle timeout
 
@@ -89,6 +90,11 @@ def corpus(tmp_path_factory):
                 for ts, buf in pkts:
                     w.writepkt(buf, ts=ts)
             expected_paths.append(str(dest))
+        elif name == TRUNCATED:
+            with open(src, "rb") as f:
+                data = f.read()
+            (inputs / name).write_bytes(data[:-37])
+            expected_paths.append(str(inputs / name))
         else:
             shutil.copy(src, inputs / name)
             expected_paths.append(str(inputs / name))
@@ -143,6 +149,8 @@ def test_corpus_exercises_the_hard_cases(expected):
     errors = pq.read_table(expected["errors"]).to_pylist()
     exchanges = pq.read_table(expected["exchanges"]).to_pylist()
     assert any(e["kind"] == "response_missing" for e in errors)
+    assert any(TRUNCATED in (e["message"] or "")
+               and e["ts"] is None for e in errors)  # the reader issue of the cut file
     assert len(exchanges) > 400 and any(x["api_name"] == "Fetch" and x["topics"] for x in exchanges)
 
 
