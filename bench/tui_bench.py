@@ -10,6 +10,7 @@ Drives the real app (App.run_test) the way tests do; numbers go to docs/tui.md.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -62,7 +63,7 @@ async def run(path: str) -> None:
         main.poll()
         await pilot.pause()
         n = len(app.store)
-        spill = app.store.spill.size if app.store.spill else 0
+        spill = os.fstat(app.store.spill._r.fileno()).st_size if app.store.spill else 0
         print(f"indexed {n:,} exchanges, {app.store.error_count:,} errors in {t_index:.1f} s "
               f"({n / t_index:,.0f}/s); RSS {rss_mb():.0f} MB; frame spill {spill / 1e6:.0f} MB on disk")
         cols = sum(a.itemsize * len(a) for a in app.store.cols.values())

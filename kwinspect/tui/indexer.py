@@ -34,6 +34,7 @@ from kwinspect.tui.store import ExchangeStore, FrameSpill, compact
 
 BATCH = 2_000  # events per commit to the store
 MAX_HELD_FRAMES = 20_000  # per connection, frames waiting for their exchange
+MAX_CONN_SNAPSHOTS = 5_000  # connections described in detail to the app at the end of indexing
 END = object()  # sentinel a feeder puts on a queue when it is done
 
 
@@ -122,7 +123,7 @@ class TappingDissector(Dissector):
         if conv is not None and not isinstance(conv, SimpleNamespace):
             info.conversation = SimpleNamespace(
                 stream=conv.stream, client_software=conv.client_software, sasl_mechanism=conv.sasl_mechanism,
-                advertised=dict(conv.advertised) if conv.advertised else None)
+                advertised=dict(conv.advertised) if conv.advertised else None, requests=conv.requests)
             self._tapped.discard(id(conv))
             if conv.sasl_mechanism:
                 self._sasl[conv.stream] = conv.sasl_mechanism
@@ -256,7 +257,11 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
         spill.close()
         for src in sources:
             src.close()
-    conns = [_conn_snapshot(i) for i in d.connections.values()]
+    # The busiest connections only: a snapshot holds the ApiVersions map (~5 KB), and a
+    # capture with 100k+ connections would cost the app hundreds of MB for rows the
+    # connections view does not list anyway.
+    infos = sorted(d.connections.values(), key=lambda i: -getattr(i.conversation, "requests", 0) or 0)
+    conns = [_conn_snapshot(i) for i in infos[:MAX_CONN_SNAPSHOTS]]
     conn.send(("done", conns, [], error))
 
 
