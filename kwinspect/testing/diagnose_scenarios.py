@@ -363,6 +363,152 @@ def diag_group_churn(rig: Rig, workdir: str) -> Manifest:
     return m
 
 
+_VICTIM_848 = r"""
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "client.id": "victim-848",
+              "group.protocol": "consumer", "auto.offset.reset": "earliest", "enable.auto.commit": False,
+              "log_level": 0})
+c.subscribe([sys.argv[3]])
+t0 = time.monotonic()
+while time.monotonic() - t0 < 60:
+    c.poll(0.1)
+    if c.assignment():
+        print("assigned", flush=True)
+        break
+while True:
+    c.poll(0.1)
+"""
+
+
+def _kip848_timeouts(mc: Any, session_ms: int, heartbeat_ms: int) -> None:
+    """KIP-848 session timeout and heartbeat interval of the mock's consumer groups.
+
+    MockCluster has no wrapper for these (librdkafka >= 2.10 has the functions), so they are
+    called here with ctypes on the same library and the cluster's handle.
+    """
+    import ctypes
+
+    from kwinspect.testing.mock_cluster import librdkafka_path
+
+    lib = ctypes.CDLL(librdkafka_path())
+    for name, value in (("rd_kafka_mock_set_group_consumer_session_timeout_ms", session_ms),
+                        ("rd_kafka_mock_set_group_consumer_heartbeat_interval_ms", heartbeat_ms)):
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        fn(mc._handle(), value)
+
+
+def diag_kip848_member_lost(rig: Rig, workdir: str) -> Manifest:
+    """KIP-848 (ConsumerGroupHeartbeat) group: one member is killed and stops heartbeating."""
+    import select
+
+    from confluent_kafka import Consumer
+
+    with rig.private_mock(1) as mc:
+        topic = "kip848"
+        group = "diag-848-group"
+        mc.create_topic(topic, 4, 1)
+        _kip848_timeouts(mc, 1500, 200)
+        with recording(rig, workdir, "diag-kip848-member-lost",
+                       "two confluent-kafka consumers with group.protocol=consumer (KIP-848: "
+                       "ConsumerGroupHeartbeat instead of JoinGroup/SyncGroup) share a 4-partition topic; "
+                       "the one in a child process is killed with SIGKILL, stops heartbeating, and after "
+                       "the session timeout (set to 1.5 s on the mock) the survivor is assigned all "
+                       "partitions.", mc) as m:
+            m.add_topic(topic, 4, "rd_kafka_mock_topic_create (before the capture)")
+            m.group_ids.append(group)
+            conf = {"bootstrap.servers": mc.bootstrap_servers, "group.id": group, "client.id": "survivor-848",
+                    "group.protocol": "consumer", "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                    "log_level": 0}
+            _client(m, "consumer", "survivor-848", conf)
+            survivor = Consumer(conf)
+            victim = None
+            try:
+                survivor.subscribe([topic])
+                _wait_assigned(survivor, [], 15)
+                victim = subprocess.Popen([sys.executable, "-c", _VICTIM_848, mc.bootstrap_servers, group, topic],
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                m.clients.append(ClientInfo("consumer", "confluent-kafka", _ck_version()[0], "victim-848",
+                                            {"group.protocol": "consumer", "killed": "SIGKILL"},
+                                            _ck_version()[1]))
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    survivor.poll(0.05)
+                    if victim.poll() is not None:
+                        raise RuntimeError("victim consumer exited early")
+                    ready, _, _ = select.select([victim.stdout], [], [], 0)
+                    if ready and "assigned" in (victim.stdout.readline() or ""):
+                        break
+                else:
+                    raise RuntimeError("victim consumer never got an assignment")
+                _poll(survivor, 1.0)
+                victim.send_signal(signal.SIGKILL)
+                victim.wait(10)
+                deadline = time.monotonic() + 15  # the group's session timeout, then the new assignment
+                while time.monotonic() < deadline and len(survivor.assignment()) < 4:
+                    survivor.poll(0.05)
+                if len(survivor.assignment()) < 4:
+                    raise RuntimeError("the survivor never took over the killed member's partitions")
+                _poll(survivor, 0.5)
+            finally:
+                if victim is not None and victim.poll() is None:
+                    victim.kill()
+                    victim.wait(10)
+                survivor.close()
+                del survivor
+                gc.collect()
+            _expect_mock_apiversions(m)
+            for api in ("ConsumerGroupHeartbeat", "Fetch", "Metadata", "OffsetFetch", "FindCoordinator",
+                        "ApiVersions", "ListOffsets", "GetTelemetrySubscriptions"):
+                m.allow_status(api, "response_missing")
+            m.notes.append("Expected diagnosis: member_lost (victim-848) from ConsumerGroupHeartbeat.")
+    return m
+
+
+def diag_kip848_clean(rig: Rig, workdir: str) -> Manifest:
+    """KIP-848 group without faults: two consumers join, consume, and leave (epoch -1)."""
+    from confluent_kafka import Consumer
+
+    with rig.private_mock(1) as mc:
+        topic = "kip848-clean"
+        group = "diag-848-clean"
+        mc.create_topic(topic, 4, 1)
+        _kip848_timeouts(mc, 1500, 200)
+        with recording(rig, workdir, "diag-kip848-clean",
+                       "8 records produced; two confluent-kafka consumers with group.protocol=consumer "
+                       "join one after the other, consume, commit and close (leaving with member epoch -1). "
+                       "No fault: diagnose must raise no warning.", mc) as m:
+            m.add_topic(topic, 4, "rd_kafka_mock_topic_create (before the capture)")
+            m.group_ids.append(group)
+            items = standard_items(topic, 8, partitions=4)
+            ck_produce(m, mc.bootstrap_servers, "kip848-producer", items)
+            consumers = []
+            try:
+                for name in ("kip848-a", "kip848-b"):
+                    conf = {"bootstrap.servers": mc.bootstrap_servers, "group.id": group, "client.id": name,
+                            "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False, "log_level": 0}
+                    _client(m, "consumer", name, conf)
+                    c = Consumer(conf)
+                    c.subscribe([topic])
+                    consumers.append(c)
+                    _wait_assigned(c, consumers[:-1], 15)
+                for c in consumers:
+                    _poll(c, 0.5)
+                    with contextlib.suppress(Exception):
+                        c.commit(asynchronous=False)
+            finally:
+                for c in consumers:
+                    c.close()
+                consumers.clear()
+                gc.collect()
+            _expect_mock_apiversions(m)
+            m.allow_status("Fetch", "response_missing")
+    return m
+
+
 def _wait_assigned(c: Any, others: list[Any], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -664,6 +810,7 @@ DIAG_SCENARIOS: dict[str, tuple[ScenarioFn, frozenset[str]]] = {
                                               "offset_commit_failed", "offset_out_of_range"})),
     "diag-group-churn": (diag_group_churn, frozenset({"member_lost", "rebalance_storm", "heartbeat_error",
                                                       "group_rebalance"})),
+    "diag-kip848-member-lost": (diag_kip848_member_lost, frozenset({"member_lost"})),
     "diag-fetch-sessions": (diag_fetch_sessions, frozenset({"fetch_session_reset", "fetch_session_churn"})),
     "diag-metadata-storm": (diag_metadata_storm, frozenset({"metadata_storm", "connection_churn"})),
     "diag-leader-moves": (diag_leader_moves, frozenset({"leader_change", "error_burst"})),
@@ -672,7 +819,15 @@ DIAG_SCENARIOS: dict[str, tuple[ScenarioFn, frozenset[str]]] = {
 }
 
 
+# Fault-free scenarios of this module: their captures must raise no warning or error.
+CLEAN_DIAG_SCENARIOS: dict[str, ScenarioFn] = {
+    "diag-kip848-clean": diag_kip848_clean,
+}
+
+
 def run_diag_scenario(name: str, rig: Rig, workdir: str) -> Manifest:
+    if name in CLEAN_DIAG_SCENARIOS:
+        return CLEAN_DIAG_SCENARIOS[name](rig, workdir)
     return DIAG_SCENARIOS[name][0](rig, workdir)
 
 
@@ -684,7 +839,7 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append")
     args = ap.parse_args(argv)
     with Rig() as rig:
-        for name in args.only or list(DIAG_SCENARIOS):
+        for name in args.only or [*DIAG_SCENARIOS, *CLEAN_DIAG_SCENARIOS]:
             t0 = time.monotonic()
             m = run_diag_scenario(name, rig, args.out)
             print(f"{name}: {os.path.join(args.out, m.pcap)} ({time.monotonic() - t0:.1f} s)")

@@ -635,3 +635,53 @@ def test_two_clusters_in_one_capture_are_not_a_leader_change():
     assert w.kinds() == {}
     w.x(req, md("cluster-a", 3), 3.0, port=50001)
     assert w.only("leader_change").key["cluster_id"] == "cluster-a"
+
+
+def _cgh(w: Wire, t: float, member: str, req_epoch: int, resp_epoch: int, *, port: int, client: str,
+         partitions: list[int] | None = None, error: int = 0) -> None:
+    import uuid
+
+    from kio.schema.consumer_group_heartbeat.v0 import request as cgh_req
+    from kio.schema.consumer_group_heartbeat.v0 import response as cgh_resp
+
+    tid = uuid.UUID(int=7)
+    req = cgh_req.ConsumerGroupHeartbeatRequest(
+        group_id="g848", member_id=member, member_epoch=i32(req_epoch), instance_id=None, rack_id=None,
+        rebalance_timeout=i32Timedelta.parse(dt.timedelta(seconds=30)),
+        subscribed_topic_names=("orders",) if req_epoch == 0 else None, server_assignor=None, topic_partitions=None)
+    assignment = None if partitions is None else cgh_resp.Assignment(topic_partitions=(
+        cgh_resp.TopicPartitions(topic_id=tid, partitions=tuple(i32(p) for p in partitions)),))
+    resp = cgh_resp.ConsumerGroupHeartbeatResponse(
+        throttle_time=NO_THROTTLE, error_code=ErrorCode(error), error_message=None, member_id=member,
+        member_epoch=i32(resp_epoch), heartbeat_interval=i32Timedelta.parse(dt.timedelta(milliseconds=200)),
+        assignment=assignment)
+    w.x(req, resp, t, port=port, client=client)
+
+
+def test_kip848_member_that_stops_heartbeating_is_lost_and_one_that_leaves_is_not():
+    def run(victim_leaves: bool) -> Wire:
+        w = Wire()
+        _cgh(w, 1.0, "a", 0, 1, port=50001, client="ca", partitions=[0, 1, 2, 3])
+        _cgh(w, 1.2, "b", 0, 2, port=50002, client="cb", partitions=[2, 3])
+        _cgh(w, 1.3, "a", 1, 2, port=50001, client="ca", partitions=[0, 1])
+        for i in range(5):
+            _cgh(w, 1.4 + i * 0.2, "b", 2, 2, port=50002, client="cb")
+            _cgh(w, 1.4 + i * 0.2, "a", 2, 2, port=50001, client="ca")
+        if victim_leaves:
+            _cgh(w, 2.5, "b", -1, -1, port=50002, client="cb")
+        _cgh(w, 4.0, "a", 2, 3, port=50001, client="ca", partitions=[0, 1, 2, 3])  # b's partitions move to a
+        return w
+
+    f = run(victim_leaves=False).only("member_lost")
+    assert (f.key["member_id"], f.key["client_id"]) == ("b", "cb")
+    w = run(victim_leaves=True)
+    assert "member_lost" not in w.kinds()
+    (g,) = w.d.group_timelines()
+    assert g.members848["a"]["assignment"][0]["partitions"] == [0, 1, 2, 3]
+    assert [e.kind for e in g.events if e.member_id == "b"] == ["join", "leave"]
+
+
+def test_kip848_heartbeat_error():
+    w = Wire()
+    _cgh(w, 1.0, "a", 5, -1, port=50001, client="ca", error=110)  # FENCED_MEMBER_EPOCH
+    assert w.kinds() == {"heartbeat_error": "warning"}

@@ -18,7 +18,8 @@ KEYS = ["error_code", "api_keys", "api_key", "min_version", "max_version", "topi
         "v3_and_below_transactional_id", "transactions", "committed", "producer_id", "producer_epoch", "group_id",
         "member_id", "generation_id", "generation_id_or_member_epoch", "protocol_type", "protocols", "metadata",
         "members", "leader", "protocol_name", "assignments", "assignment", "committed_offset", "high_watermark",
-        "fetch_offset", "session_id", "session_epoch", "max_wait_ms", "throttle_time_ms"]
+        "fetch_offset", "session_id", "session_epoch", "max_wait_ms", "throttle_time_ms", "member_epoch",
+        "heartbeat_interval_ms", "topic_partitions", "subscribed_topic_names"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.integers(-2**40, 2**40),
                     st.text(max_size=5), st.binary(max_size=12))
@@ -43,7 +44,7 @@ def bodies(draw):
 
 @st.composite
 def exchanges(draw):
-    api = draw(st.sampled_from([0, 1, 3, 8, 9, 11, 12, 13, 14, 17, 18, 22, 24, 25, 26, 28, 36, None]))
+    api = draw(st.sampled_from([0, 1, 3, 8, 9, 11, 12, 13, 14, 17, 18, 22, 24, 25, 26, 28, 36, 68, None]))
     ver = draw(st.one_of(st.none(), st.integers(-1, 20)))
     ts = draw(st.floats(0, 100, allow_nan=False))
     status = draw(st.sampled_from(["paired", "response_missing", "request_missing", "no_response_expected"]))

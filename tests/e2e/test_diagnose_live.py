@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kwinspect.testing.diagnose_scenarios import DIAG_SCENARIOS
+from kwinspect.testing.diagnose_scenarios import CLEAN_DIAG_SCENARIOS, DIAG_SCENARIOS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("rig")]
 
@@ -79,3 +79,18 @@ def test_clean_rig_scenario_raises_no_warning(scenario_run, name):
     d, _refs = _diagnose(pcap, m.kafka_ports)
     loud = d.findings("warning")
     assert not loud, f"{name}: false alarms:\n" + "\n".join(f"  {f.severity} {f.kind}: {f.title}" for f in loud)
+
+
+@pytest.mark.parametrize("name", list(CLEAN_DIAG_SCENARIOS))
+def test_clean_diag_scenario_raises_no_warning(rig, tmp_path_factory, name):
+    import os
+
+    from kwinspect.testing.diagnose_scenarios import run_diag_scenario
+
+    workdir = str(tmp_path_factory.mktemp("diag-clean"))
+    m = run_diag_scenario(name, rig, workdir)
+    d, _refs = _diagnose(os.path.join(workdir, m.pcap), m.kafka_ports)
+    loud = d.findings("warning")
+    assert not loud, f"{name}: false alarms:\n" + "\n".join(f"  {f.severity} {f.kind}: {f.title}" for f in loud)
+    (g,) = [t for t in d.group_timelines() if t.group_id == m.group_ids[0]]
+    assert len(g.members848) == 2 and all(info["left"] for info in g.members848.values())

@@ -5,7 +5,10 @@ Kinds:
 - ``rebalance_storm`` (warning): ``REBALANCE_STORM_COUNT`` or more new generations of one
   group within ``REBALANCE_STORM_WINDOW_S`` seconds.
 - ``member_lost`` (warning): a member of generation N is missing from a later generation
-  and never sent LeaveGroup: it crashed, hung or hit its session timeout.
+  and never sent LeaveGroup: it crashed, hung or hit its session timeout. For KIP-848 groups
+  (ConsumerGroupHeartbeat): a member stopped heartbeating without leaving (member epoch
+  -1/-2) and, ``KIP848_LOST_INTERVALS`` heartbeat intervals or more later, another member's
+  assignment changed (the coordinator removed it and moved its partitions).
 - ``heartbeat_error`` (info for REBALANCE_IN_PROGRESS, the normal signal to rejoin;
   warning for UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID, ...).
 - ``group_error`` (warning): JoinGroup/SyncGroup/LeaveGroup errors other than the normal
@@ -43,6 +46,7 @@ from kwinspect.protocol.decode import decode_struct
 from kwinspect.protocol.errors import error_name
 
 FETCH, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 1, 8, 9, 11, 12, 13, 14
+CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848
 REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED = 27, 79
 
 # Rebalance storm: this many new generations of one group within this many seconds.
@@ -53,6 +57,10 @@ MAX_TIMELINE_EVENTS = 1000
 MAX_GROUPS = 10_000
 MAX_LAG_SAMPLES = 200  # per (group or client, topic, partition)
 MAX_LAG_KEYS = 100_000
+# KIP-848: a member is lost when another member's assignment changes at least this many of its
+# heartbeat intervals after the member's last heartbeat (and it never left with epoch -1/-2).
+KIP848_LOST_INTERVALS = 3
+MAX_MEMBERS = 10_000
 # Growing lag: at least this many records behind, and more than LAG_MIN_SAMPLES fetches ago.
 LAG_WARN_RECORDS = 1000
 LAG_MIN_SAMPLES = 3
@@ -102,6 +110,9 @@ class GroupTimeline:
     generations: OrderedDict = field(default_factory=OrderedDict)  # generation id -> Generation
     left: set = field(default_factory=set)  # member ids that sent LeaveGroup
     member_clients: dict = field(default_factory=dict)  # member id -> client id
+    # KIP-848 members: member id -> {client_id, epoch, assignment, last_ts, last_ev, interval_ms, left}
+    members848: dict = field(default_factory=dict)
+    epoch_bumps: deque = field(default_factory=lambda: deque(maxlen=MAX_TIMELINE_EVENTS))  # (ts, member, ev)
     clients: set = field(default_factory=set)
     commits: dict = field(default_factory=dict)  # (topic, partition) -> (offset, ts, Evidence)
     lag: dict = field(default_factory=dict)  # (topic, partition) -> deque[(ts, fetch_offset, high_watermark, Evidence)]
@@ -111,6 +122,8 @@ class GroupTimeline:
                 "events": [e.as_dict() for e in self.events],
                 "generations": [g.as_dict() for g in self.generations.values()],
                 "left": sorted(self.left), "member_clients": dict(self.member_clients),
+                "members_kip848": {m: {k: (v.as_dict() if isinstance(v, Evidence) else v) for k, v in info.items()}
+                                   for m, info in self.members848.items()},
                 "commits": [{"topic": t, "partition": p, "offset": o, "ts": ts}
                             for (t, p), (o, ts, _ev) in sorted(self.commits.items(), key=str)],
                 "lag": [{"topic": t, "partition": p,
@@ -162,6 +175,9 @@ class GroupAnalyzer:
         k = ex.api_key
         if k == FETCH:
             self._fetch(ex)
+            return
+        if k == CONSUMER_GROUP_HEARTBEAT:
+            self._consumer_group_heartbeat(ex)
             return
         if k not in (OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP):
             return
@@ -309,6 +325,94 @@ class GroupAnalyzer:
         g.events.append(GroupEvent(ts, kind, member, ex.client_id, gen if isinstance(gen, int) else None, err, ev,
                                    details))
 
+    def _consumer_group_heartbeat(self, ex: Exchange) -> None:
+        """KIP-848: membership, epochs and assignments all travel in ConsumerGroupHeartbeat."""
+        req = ex.request.body if ex.request is not None else None
+        resp = ex.response.body if ex.response is not None and ex.status == STATUS_PAIRED else None
+        if not isinstance(req, dict) or not isinstance(req.get("group_id"), str):
+            return
+        resp = resp if isinstance(resp, dict) else None
+        g = self._group(req["group_id"])
+        ev, ts = evidence_of(ex), ts_of(ex)
+        if ex.client_id:
+            g.clients.add(ex.client_id)
+            self.client_group[ex.client_id] = g.group_id
+        member = as_str(resp.get("member_id") if resp else None) or as_str(req.get("member_id"))
+        req_epoch = as_int(req.get("member_epoch"))
+        code = as_int(resp.get("error_code")) if resp else None
+        if not member:
+            return
+        info = g.members848.get(member)
+        if info is None:
+            if len(g.members848) >= MAX_MEMBERS:
+                return
+            info = g.members848[member] = {"client_id": ex.client_id, "epoch": None, "assignment": None,
+                                           "last_ts": None, "last_ev": None, "interval_ms": None, "left": False}
+            g.member_clients.setdefault(member, ex.client_id)
+        info["client_id"] = info["client_id"] or ex.client_id
+        if req_epoch in (-1, -2):
+            info["left"] = True
+            g.left.add(member)
+            g.events.append(GroupEvent(ts, "leave", member, ex.client_id, None, None, ev))
+            return
+        info["last_ts"], info["last_ev"] = ts, ev
+        if code:
+            err = error_name(code)
+            g.events.append(GroupEvent(ts, "heartbeat", member, ex.client_id, info["epoch"], err, ev))
+            self._add(("heartbeat_error", g.group_id, err), WARNING,
+                      f"group {g.group_id}: ConsumerGroupHeartbeat answered {err}",
+                      "The coordinator rejected this member's heartbeat (FENCED_MEMBER_EPOCH: it acted on a stale "
+                      "epoch; UNKNOWN_MEMBER_ID: it was removed, e.g. after its session timeout). It must rejoin "
+                      "with epoch 0 and loses its partitions meanwhile.", ev, group_id=g.group_id, error=err)
+            return
+        if not resp:
+            return
+        if as_int(resp.get("heartbeat_interval_ms")):
+            info["interval_ms"] = resp["heartbeat_interval_ms"]
+        epoch = as_int(resp.get("member_epoch"))
+        details: dict[str, Any] = {}
+        if req_epoch == 0:
+            details["subscribed_topics"] = req.get("subscribed_topic_names")
+        assignment = resp.get("assignment")
+        if isinstance(assignment, dict):
+            parts = []
+            for t in assignment.get("topic_partitions") or []:
+                if isinstance(t, dict):
+                    parts.append({"topic": name_of(t, self.topic_names), "partitions": t.get("partitions")})
+            info["assignment"] = details["assignment"] = parts
+        if epoch is not None and epoch != info["epoch"]:
+            if info["epoch"] is not None and epoch > info["epoch"]:
+                g.epoch_bumps.append((ts, member, ev))
+            info["epoch"] = epoch
+            details["member_epoch"] = epoch
+        if details:
+            g.events.append(GroupEvent(ts, "join" if req_epoch == 0 else "assignment", member, ex.client_id,
+                                       epoch, None, ev, details))
+
+    def _kip848_lost(self, g: GroupTimeline) -> list[Finding]:
+        out = []
+        for mid, info in g.members848.items():
+            if info["left"] or info["last_ts"] is None:
+                continue
+            quiet = KIP848_LOST_INTERVALS * (info["interval_ms"] or 5000) / 1000.0
+            later = next(((ts, m, ev) for ts, m, ev in g.epoch_bumps
+                          if m != mid and ts is not None and ts > info["last_ts"] + quiet), None)
+            if later is None:
+                continue
+            f = Finding("member_lost", WARNING,
+                        f"group {g.group_id}: member {mid} ({info['client_id'] or 'client unknown'}) stopped "
+                        "heartbeating without leaving; its partitions moved to other members",
+                        f"KIP-848 group: the member's last ConsumerGroupHeartbeat was {later[0] - info['last_ts']:.1f} s "
+                        "before another member's assignment changed, and it never left (member epoch -1). It "
+                        "crashed, was killed, or lost the network, and the coordinator removed it after the "
+                        "session timeout (group.consumer.session.timeout.ms).",
+                        key={"group_id": g.group_id, "member_id": mid, "client_id": info["client_id"],
+                             "protocol": "consumer (KIP-848)"})
+            f.add(info["last_ev"])
+            f.add(later[2])
+            out.append(f)
+        return out
+
     def _group_error(self, g: GroupTimeline, ex: Exchange, err: str | None, ev: Evidence) -> None:
         self._add(("group_error", g.group_id, ex.api_name, err), WARNING,
                   f"group {g.group_id}: {ex.api_name} answered {err}",
@@ -376,6 +480,7 @@ class GroupAnalyzer:
         out = list(self.findings.values())
         for g in self.groups.values():
             out.extend(self._lag(g))
+            out.extend(self._kip848_lost(g))
             gens = list(g.generations.values())
             for a, b in zip(gens, gens[1:], strict=False):
                 if not a.members or not b.members:
