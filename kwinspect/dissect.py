@@ -109,6 +109,8 @@ class DissectStats:
 class Dissector:
     """Feed packets, pull exchanges and errors."""
 
+    conversation_class = Conversation  # per-connection state; capture/parallel.py's workers record lookups
+
     def __init__(self, config: DissectConfig | None = None) -> None:
         self.config = config or DissectConfig()
         self.parser = PacketParser()
@@ -162,9 +164,20 @@ class Dissector:
         else:
             info.packets += _packets or 1
         if seg.ts >= self._next_idle_check:
-            self._next_idle_check = seg.ts + 60.0
-            for ev in self.tcp.flush_idle(seg.ts):
-                self._on_tcp(ev)
+            self._flush_idle(seg.ts)
+
+    def advance(self, ts: float) -> None:
+        """Capture time passes without a segment for this dissector: a TCP segment of a
+        connection another dissector decodes went by (--jobs workers see every packet).
+        Idle connections are flushed at the same packets as when every segment is fed."""
+        self._last_ts = ts
+        if ts >= self._next_idle_check:
+            self._flush_idle(ts)
+
+    def _flush_idle(self, ts: float) -> None:
+        self._next_idle_check = ts + 60.0
+        for ev in self.tcp.flush_idle(ts):
+            self._on_tcp(ev)
 
     def finish(self) -> None:
         """End of input: flush reassembly, framing and every in-flight request."""
@@ -371,8 +384,8 @@ class Dissector:
         conn.decided = True
         self._known_brokers.add(info.broker)
         self.stats.kafka_connections += 1
-        conv = Conversation(info.client, info.broker, shared=self.shared, redact=self.config.redact,
-                            max_in_flight=self.config.max_in_flight)
+        conv = self.conversation_class(info.client, info.broker, shared=self.shared, redact=self.config.redact,
+                                       max_in_flight=self.config.max_in_flight)
         info.conversation = conv
         conn.req_validator = RequestValidator(known_kafka=True)
         held_client = any(s == info.client for s, *_ in conn.held)
