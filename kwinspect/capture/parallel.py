@@ -1,0 +1,637 @@
+"""``--jobs N`` for the offline commands: TCP connections shared out over worker processes.
+
+Every worker reads the whole capture (reading and the header peek cost a few per cent
+of decoding) and hands only the packets of its own connections to its own
+``Dissector``; a connection belongs to worker ``crc32(sorted endpoints) % N``, decided
+from the link/IP/TCP headers (the parser's fast path, or a full parse for anything
+else: VLANs, IPv6, fragments), so each connection is reassembled, framed and decoded
+by exactly one worker. Every worker sees every packet's timestamp
+(``Dissector.advance``), so idle connections are flushed at the same packets as with
+one process. Every worker parses every packet, so the parser's counters (not TCP,
+unparseable, fragments) are whole in each; worker 0's are used.
+
+The main process merges the workers' events by (packet position, phase, first packet
+of the connection, worker order): the order one process emits them in. Phases: events
+of the packet's own connection, then idle flushes, then at the end of input the
+connections in the order they were opened, then the readers' issues.
+
+What crosses connections, and how the result stays identical to ``--jobs 1``:
+
+- ``SharedState.topic_names`` (topic id -> name, learned from Metadata responses)
+  labels an exchange's ``topics``, error rows and record-set issue rows when a body
+  names topics by id (Fetch v13+, Produce v13). Workers record every topic-id lookup an
+  exchange made with its answer. The main process keeps the global ``SharedState``,
+  learning from Metadata / FindCoordinator / DescribeCluster exchanges in capture
+  order (their bodies always travel), and re-checks each recorded answer against it.
+  When one differs (the name was learned on another worker's connection), the main
+  process rebuilds that exchange and its error rows with ``Conversation._emit`` and
+  the global state: the same code, with the state one process would have had.
+  The consumer sees ``run.dissector.shared`` as of the events it is handed, as with
+  one process (all events of a packet are settled before any is handed on).
+- ``broker_id`` (``SharedState.brokers``) is recomputed in the main process for every
+  exchange; the exchange ``index`` is renumbered in merge order.
+- ``Dissector._known_brokers`` (a broker endpoint proven on another connection decides
+  the direction of a connection on an undeclared port): workers record each test and
+  its answer. If one differs from the global answer, the parallel run is abandoned and
+  the capture is read again by one process, skipping the events already handed on
+  (identical up to there). Declaring the broker ports (``--kafka-ports``) or capturing
+  the handshakes avoids those tests.
+
+Known difference: connections flushed as idle (no packet for ``idle_timeout``) at the
+same packet by different workers come out in the order they were opened, not in the
+order of their last packet.
+"""
+
+from __future__ import annotations
+
+import heapq
+import multiprocessing as mp
+import os
+import socket
+import traceback
+import zlib
+from collections.abc import Iterator
+from operator import itemgetter
+from typing import Any
+
+from kwinspect.capture.files import FileRun, ProgressFn, _merged, dissect_files
+from kwinspect.capture.readers import open_capture
+from kwinspect.capture.tcp import StreamOpened
+from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
+from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
+from kwinspect.stream.conversation import (
+    DESCRIBE_CLUSTER,
+    FIND_COORDINATOR,
+    METADATA,
+    Conversation,
+    SharedState,
+)
+
+LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
+END = 1 << 62  # position of the events of finish()
+BATCH_PACKETS = 2048  # packets between two messages from a worker
+MAX_ROUTES = 1_000_000  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
+PHASE_PACKET, PHASE_IDLE, PHASE_FINISH, PHASE_CLOSE, PHASE_ISSUES, PHASE_MARK = 0, 1, 2, 3, 8, 9
+
+
+# ---------------------------------------------------------------------------
+# Worker side
+# ---------------------------------------------------------------------------
+
+
+class _TrackingNames(dict):
+    """topic id -> name that logs each lookup (id, answer) while ``log`` is a list."""
+
+    __slots__ = ("log",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list | None = None
+
+    def __bool__(self) -> bool:  # `topic_names or {}` must keep this dict even when empty
+        return True
+
+    def _look(self, tid: Any) -> Any:
+        value = dict.get(self, tid)
+        if self.log is not None:
+            self.log.append((tid, value))
+        return value
+
+    def get(self, tid: Any, default: Any = None) -> Any:
+        value = self._look(tid)
+        return default if value is None else value
+
+    def __getitem__(self, tid: Any) -> Any:
+        value = self._look(tid)
+        if value is None:
+            raise KeyError(tid)
+        return value
+
+    def __contains__(self, tid: Any) -> bool:
+        return self._look(tid) is not None
+
+
+class _TrackedConversation(Conversation):
+    """Marks each exchange whose labels looked up topic ids: ("grp", n, lookups, ...)."""
+
+    def _emit(self, req, resp, req_first, req_last, resp_first, resp_last, status, api_label=None) -> None:
+        names = self.shared.topic_names
+        log: list = []
+        names.log = log
+        n = len(self._events)
+        try:
+            super()._emit(req, resp, req_first, req_last, resp_first, resp_last, status, api_label)
+        finally:
+            names.log = None
+        if log:
+            self._events.insert(n, ("grp", len(self._events) - n, tuple(log), self.client, self.broker,
+                                    (req_first, req_last, resp_first, resp_last, status, api_label)))
+
+
+class _RecordingSet(set):
+    """Dissector._known_brokers that leaves ("kb+", ep) / ("kb?", ep, answer) in the event list
+    (not while ``quiet``: the worker's shadow dissector shares the set)."""
+
+    def __init__(self, dissector: Dissector) -> None:
+        super().__init__()
+        self._d = dissector
+        self.quiet = False
+
+    def __contains__(self, ep: Any) -> bool:
+        answer = set.__contains__(self, ep)
+        if not self.quiet:
+            self._d._events.append(("kb?", ep, answer))
+        return answer
+
+    def add(self, ep: Any) -> None:
+        set.add(self, ep)
+        if not self.quiet:
+            self._d._events.append(("kb+", ep))
+
+
+class _WorkerDissector(Dissector):
+    """A Dissector that tags each event with (phase, first packet of its connection)."""
+
+    conversation_class = _TrackedConversation
+
+    def __init__(self, config: DissectConfig | None) -> None:
+        super().__init__(config)
+        self.shared.topic_names = _TrackingNames()
+        self._known_brokers = _RecordingSet(self)
+        self.pos = 0
+        self.phase = PHASE_PACKET
+        self.first_pos: dict[Any, int] = {}
+        self.tags: list[tuple[int, int]] = []
+        self._depth = 0
+
+    def _flush_idle(self, ts: float) -> None:
+        self.phase = PHASE_IDLE
+        super()._flush_idle(ts)
+
+    def finish(self) -> None:
+        self.phase = PHASE_FINISH
+        super().finish()
+
+    def _tagged(self, fn, conn_id, *args) -> None:
+        self._depth += 1
+        n = len(self._events)
+        try:
+            fn(*args)
+        finally:
+            self._depth -= 1
+        added = len(self._events) - n
+        if added and self._depth == 0:
+            self.tags.extend([(self.phase, self.first_pos.get(conn_id, self.pos))] * added)
+
+    def _on_tcp(self, ev) -> None:
+        if type(ev) is StreamOpened:
+            self.first_pos.setdefault(ev.conn_id, self.pos)
+        self._tagged(super()._on_tcp, ev.conn_id, ev)
+
+    def _close(self, conn_id, ts: float, reason: str) -> None:
+        if self._depth == 0 and self.phase == PHASE_FINISH:
+            self.phase = PHASE_CLOSE  # Dissector.finish's own loop after the reassembler's
+        self._tagged(super()._close, conn_id, conn_id, ts, reason)
+
+    def pop_tagged(self) -> tuple[list, list]:
+        events, tags = self.pop_events(), self.tags
+        self.tags = []
+        return events, tags
+
+
+class _ConversationStub:
+    """What a merged ConnectionInfo keeps of its conversation (the stream name)."""
+
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+
+
+_EP_BYTES: dict[Endpoint, bytes] = {}
+
+
+def _ep_key(ep: Endpoint) -> bytes:
+    key = _EP_BYTES.get(ep)
+    if key is None:
+        if len(_EP_BYTES) > 100_000:
+            _EP_BYTES.clear()
+        fam = socket.AF_INET6 if ":" in ep.ip else socket.AF_INET
+        key = _EP_BYTES[ep] = socket.inet_pton(fam, ep.ip) + ep.port.to_bytes(2, "big")
+    return key
+
+
+def _ship(ev: Any, keep_body: bool) -> Any:
+    if not keep_body and type(ev) is Exchange and ev.api_key not in LEARN_APIS:
+        ev.request = ev.response = None
+    return ev
+
+
+def _worker(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool,
+            mode: str = "balance") -> None:
+    try:
+        _work(paths, config, jobs, me, out, bodies, mode)
+    except BaseException:  # noqa: BLE001 - reported to the main process, which raises
+        out.send(("error", traceback.format_exc()))
+    finally:
+        out.close()
+
+
+class _Router:
+    """Which worker owns a connection, the same answer in every worker.
+
+    Keys are (source ip, destination ip, source port, destination port) bytes, as they
+    sit at offset 26 of an Ethernet/IPv4 frame; both directions are stored on first
+    sight. ``balance`` (the default) gives a new connection to the worker with the
+    fewest captured bytes so far (every worker counts every packet, so all agree);
+    ``hash`` uses crc32 of the 4-tuple.
+    """
+
+    def __init__(self, jobs: int, mode: str) -> None:
+        self.jobs = jobs
+        self.mode = mode
+        self.owners: dict[bytes, int] = {}
+        self.load = [0] * jobs
+
+    def assign(self, key: bytes, rkey: bytes) -> int:
+        if self.mode == "hash" or len(self.owners) >= MAX_ROUTES:
+            # past MAX_ROUTES, new connections are hashed and not remembered (every
+            # worker passes the limit at the same packet, so all still agree)
+            w = zlib.crc32(key if key <= rkey else rkey) % self.jobs
+            if self.mode == "hash" and len(self.owners) < MAX_ROUTES:
+                self.owners[key] = self.owners[rkey] = w
+            return w
+        load = self.load
+        w = load.index(min(load))
+        self.owners[key] = self.owners[rkey] = w
+        return w
+
+
+def _seg_keys(seg) -> tuple[bytes, bytes]:
+    a, b = _ep_key(seg.src), _ep_key(seg.dst)
+    return a[:-2] + b[:-2] + a[-2:] + b[-2:], b[:-2] + a[:-2] + b[-2:] + a[-2:]
+
+
+def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool,
+          mode: str = "balance") -> None:
+    sources = [open_capture(p) for p in paths]
+    d = _WorkerDissector(config)
+    parser = d.parser
+    pst = parser.stats
+    router = _Router(jobs, mode)
+    owners = router.owners
+    load = router.load
+    balance = mode != "hash"
+    # The shadow sees the other workers' connections only until it has decided what they
+    # carry, so that this worker's set of proven broker endpoints (shared with the shadow)
+    # is the whole capture's, as one process has it. Its events are dropped.
+    shadow = Dissector(config)
+    known = d._known_brokers
+    shadow._known_brokers = known
+    spst = shadow.parser.stats
+    decided: set[bytes] = set()
+
+    def to_shadow(raw, key: bytes, rkey: bytes) -> None:
+        known.quiet = True
+        try:
+            before = spst.tcp
+            seg = shadow.parser.parse(raw)
+            if seg is None:
+                return
+            shadow.feed_segment(seg, _packets=max(1, spst.tcp - before))
+            pair = (seg.src, seg.dst) if seg.src <= seg.dst else (seg.dst, seg.src)
+            info = shadow._conn_by_tuple.get(pair)
+            if info is not None and info.kind != "undecided" and key:
+                decided.add(key)
+                decided.add(rkey)
+        finally:
+            known.quiet = False
+            shadow._events.clear()
+
+    items: list = []
+    seq = 0
+    pos = 0
+    last_ts = None
+    keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
+
+    def collect() -> None:
+        nonlocal seq, keep
+        events, tags = d.pop_tagged()
+        for ev, (phase, order) in zip(events, tags, strict=True):
+            seq += 1
+            if type(ev) is tuple and ev[0] == "grp":
+                keep = ev[1]
+            elif keep:
+                keep -= 1
+            else:
+                ev = _ship(ev, bodies)
+            items.append(((d.pos, phase, order, seq), ev))
+
+    try:
+        for raw in _merged(sources):
+            pos += 1
+            d.pos = pos
+            d.phase = PHASE_PACKET
+            data = raw.data
+            # The parser's fast path (Ethernet, IPv4 without options or fragments, TCP):
+            # the owner comes from the header bytes, and the packets of other workers
+            # are only counted, as the parser would count them.
+            if (raw.linktype == 1 and len(data) >= 54 and data[12] == 8 and data[13] == 0
+                    and data[14] == 0x45 and data[23] == 6 and not (data[20] & 0x3F or data[21])
+                    and 40 <= (total := (data[16] << 8) | data[17]) <= len(data) - 14
+                    and 20 <= (data[46] >> 4) * 4 <= total - 20):
+                key = data[26:38]
+                w = owners.get(key)
+                if w is None:
+                    rkey = data[30:34] + data[26:30] + data[36:38] + data[34:36]
+                    w = router.assign(key, rkey)
+                if balance:
+                    load[w] += len(data)
+                ts = raw.ts
+                last_ts = ts
+                if w == me:
+                    d.feed_packet(raw)
+                    if ts >= shadow._next_idle_check:
+                        shadow.advance(ts)
+                else:
+                    d.stats.packets += 1
+                    pst.packets += 1
+                    pst.tcp += 1
+                    if ts >= d._next_idle_check:
+                        d.advance(ts)
+                    if key in decided and not data[47] & 0x02:  # SYN: the 4-tuple starts over
+                        if ts >= shadow._next_idle_check:
+                            shadow.advance(ts)
+                    else:
+                        to_shadow(raw, key, data[30:34] + data[26:30] + data[36:38] + data[34:36])
+            else:
+                d.stats.packets += 1
+                tcp_before = pst.tcp
+                seg = parser.parse(raw)
+                if seg is not None:
+                    key, rkey = _seg_keys(seg)
+                    w = owners.get(key)
+                    if w is None:
+                        w = router.assign(key, rkey)
+                    if balance:
+                        load[w] += len(data)
+                    last_ts = seg.ts
+                    if w == me:
+                        d.feed_segment(seg, _packets=max(1, pst.tcp - tcp_before))
+                        shadow.advance(seg.ts)
+                    else:
+                        d.advance(seg.ts)
+                        if key in decided and not seg.flags & 0x02:
+                            shadow.advance(seg.ts)
+                        else:
+                            to_shadow(raw, key, rkey)
+                else:
+                    to_shadow(raw, b"", b"")  # IP fragments: the shadow needs every one
+            if d._events:
+                collect()
+            if pos % BATCH_PACKETS == 0:
+                items.append(((pos, PHASE_MARK, 0, seq), None))  # nothing more at or before pos
+                out.send(("items", items, sum(s.stats.file_bytes for s in sources)))
+                items = []
+        if last_ts is not None:
+            d._last_ts = last_ts  # advance() is only called when an idle check is due
+        d.pos = END
+        d.finish()
+        collect()
+        issues = []
+        if me == 0:
+            for path, src in zip(paths, sources, strict=True):
+                for issue in src.issues:
+                    issues.append((path, issue))
+                    seq += 1
+                    items.append(((END, PHASE_ISSUES, 0, seq),
+                                  ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None)))
+        out.send(("items", items, sum(s.stats.file_bytes for s in sources)))
+        counts = d.packet_counts()
+        conns = []
+        for conn_id, info in d.connections.items():
+            if info.conversation is not None:
+                info.conversation = _ConversationStub(info.conversation.stream)
+            conns.append((d.first_pos.get(conn_id, 0), conn_id.serial, info))
+        if os.environ.get("KWINSPECT_JOBS_DEBUG"):
+            import resource
+            import sys
+
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            print(f"kwinspect job {me}: cpu {ru.ru_utime + ru.ru_stime:.2f} s, packets {pos}, "
+                  f"kafka packets {counts['kafka']}, events {seq}, load {load}", file=sys.stderr)
+        out.send(("done", counts, conns, issues))
+    finally:
+        for src in sources:
+            src.close()
+
+
+# ---------------------------------------------------------------------------
+# Main process
+# ---------------------------------------------------------------------------
+
+
+class _Fallback(Exception):
+    """A cross-connection decision differs from one process's: read again with one process."""
+
+
+class MergedDissector:
+    """What FileRun.dissector offers the commands after a parallel run: the global
+    SharedState (as of the events handed on), packet_counts() and connections."""
+
+    def __init__(self, bodies: bool) -> None:
+        self.shared = SharedState()
+        self.connections: dict[Any, ConnectionInfo] = {}
+        self._known: set[Endpoint] = set()
+        self._bodies = bodies
+        self._endpoints: dict[str, Endpoint] = {}
+        self._counts: list[dict[str, int] | None] = []
+        self._conns: list[tuple[int, int, int, ConnectionInfo]] = []
+        self.rebuilt = 0  # exchanges relabelled with the global state (for tests and benchmarks)
+
+    # -- end of the run ------------------------------------------------------------
+    def _final(self, worker: int, counts: dict[str, int], conns: list) -> None:
+        while len(self._counts) <= worker:
+            self._counts.append(None)
+        self._counts[worker] = counts
+        self._conns.extend((first, w_serial, worker, info) for first, w_serial, info in conns)
+
+    def _settle_connections(self) -> None:
+        self._conns.sort(key=lambda c: (c[0], c[2], c[1]))
+        self.connections = {i: c[3] for i, c in enumerate(self._conns)}
+
+    def packet_counts(self) -> dict[str, int]:
+        counts = [c for c in self._counts if c is not None]
+        if not counts:
+            return {"packets": 0, "kafka": 0, "non_kafka": 0, "not_tcp": 0, "unparseable": 0,
+                    "fragments_pending": 0}
+        first = counts[0]
+        return {
+            "packets": first["packets"],
+            "kafka": sum(c["kafka"] for c in counts),
+            "non_kafka": sum(c["non_kafka"] for c in counts),
+            "not_tcp": first["not_tcp"],
+            "unparseable": first["unparseable"],
+            "fragments_pending": first["fragments_pending"],
+        }
+
+    def packet_accounting_error(self) -> str | None:
+        c = self.packet_counts()
+        parts = c["kafka"] + c["non_kafka"] + c["not_tcp"] + c["unparseable"] + c["fragments_pending"]
+        return None if parts == c["packets"] else f"packet counts do not add up: {c}"
+
+    # -- settling one packet's events ----------------------------------------------
+    def _endpoint(self, text: str) -> Endpoint:
+        ep = self._endpoints.get(text)
+        if ep is None:
+            host, _sep, port = text.rpartition(":")
+            ep = self._endpoints[text] = Endpoint(host[1:-1] if host.startswith("[") else host, int(port))
+        return ep
+
+    def _learn(self, ex: Exchange) -> None:
+        if ex.status == STATUS_PAIRED and ex.api_key in LEARN_APIS and ex.response is not None:
+            self.shared.learn(ex.api_key, ex.response.body)
+
+    def _number(self, ex: Exchange) -> None:
+        shared = self.shared
+        shared.exchange_counter += 1
+        ex.index = shared.exchange_counter
+        ex.broker_id = shared.broker_id_for(self._endpoint(ex.broker))
+
+    def _strip(self, ex: Any) -> None:
+        if not self._bodies and type(ex) is Exchange and ex.api_key not in LEARN_APIS:
+            ex.request = ex.response = None
+
+    def settle(self, batch: list) -> list[Event]:
+        """The events of one packet position, in order, with the global state applied."""
+        out: list[Event] = []
+        i = 0
+        n = len(batch)
+        while i < n:
+            ev = batch[i]
+            i += 1
+            if type(ev) is tuple:
+                tag = ev[0]
+                if tag == "kb+":
+                    self._known.add(ev[1])
+                elif tag == "kb?":
+                    if (ev[1] in self._known) != ev[2]:
+                        raise _Fallback(f"known broker {ev[1]}")
+                else:  # "grp": an exchange (and its error rows) labelled with topic-id lookups
+                    _tag, count, lookups, client, broker, args = ev
+                    group = batch[i:i + count]
+                    i += count
+                    ex = group[0]
+                    self._learn(ex)
+                    names = self.shared.topic_names
+                    if all(names.get(tid) == answer for tid, answer in lookups):
+                        self._number(ex)
+                    else:
+                        conv = Conversation(client, broker, shared=self.shared)
+                        req_first, req_last, resp_first, resp_last, status, api_label = args
+                        conv._emit(ex.request, ex.response, req_first, req_last, resp_first, resp_last,
+                                   status, api_label)
+                        group = conv.pop_events()
+                        self.rebuilt += 1
+                    self._strip(group[0])
+                    out.extend(group)
+                continue
+            if type(ev) is Exchange:
+                self._learn(ev)
+                self._number(ev)
+            out.append(ev)
+        return out
+
+
+def _receive(conn, worker: int, merged: MergedDissector, progress: list) -> Iterator[tuple]:
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            raise RuntimeError(f"--jobs worker {worker} ended without a result") from None
+        kind = msg[0]
+        if kind == "items":
+            if worker == 0:
+                progress[0] = msg[2]
+            yield from msg[1]
+        elif kind == "done":
+            merged._final(worker, msg[1], msg[2])
+            if worker == 0:
+                progress[1] = msg[3]
+            return
+        else:
+            raise RuntimeError(f"--jobs worker {worker} failed:\n{msg[1]}")
+
+
+def dissect_files_parallel(paths, config: DissectConfig | None = None, run: FileRun | None = None,
+                           progress: ProgressFn | None = None, *, jobs: int = 2,
+                           bodies: bool = True, mode: str = "balance") -> Iterator[Event]:
+    """``capture.files.dissect_files`` over ``jobs`` worker processes: the same events in
+    the same order. ``bodies=False``: exchanges come without request/response messages
+    (for consumers that only read the columns; Metadata-like ones keep theirs), which
+    saves shipping the decoded bodies between processes."""
+    run = run if run is not None else FileRun()
+    paths = [os.fspath(p) for p in paths]
+    if jobs <= 1:
+        yield from dissect_files(paths, config, run=run, progress=progress)
+        return
+    run.paths = paths
+    for p in paths:  # unreadable input fails here, before anything is yielded, as with one process
+        open_capture(p).close()
+    run.total_bytes = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    merged = MergedDissector(bodies)
+    run.dissector = merged  # type: ignore[assignment]
+    ctx = mp.get_context("fork")
+    procs, pipes = [], []
+    yielded = 0
+    try:
+        for i in range(jobs):
+            r, w = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_worker, args=(paths, config, jobs, i, w, bodies, mode), daemon=True,
+                            name=f"kwinspect-job-{i}")
+            p.start()
+            w.close()
+            procs.append(p)
+            pipes.append(r)
+        prog: list = [0, []]
+        streams = [_receive(r, i, merged, prog) for i, r in enumerate(pipes)]
+        batch: list = []
+        batch_pos = None
+        done_bytes = 0
+        for key, ev in heapq.merge(*streams, key=itemgetter(0)):
+            if key[0] != batch_pos:
+                if batch:
+                    for out in merged.settle(batch):
+                        yield out
+                        yielded += 1
+                    batch = []
+                batch_pos = key[0]
+                if progress is not None and prog[0] != done_bytes:
+                    done_bytes = prog[0]
+                    progress(done_bytes, run.total_bytes)
+            if ev is not None:
+                batch.append(ev)
+        for out in merged.settle(batch):
+            yield out
+            yielded += 1
+        merged._settle_connections()
+        run.issues.extend(prog[1])
+    except _Fallback:
+        _stop(procs)
+        for n, ev in enumerate(dissect_files(paths, config, run=run, progress=progress)):
+            if n >= yielded:
+                yield ev
+        return
+    finally:
+        _stop(procs)
+    if progress is not None:
+        progress(run.total_bytes, run.total_bytes)
+
+
+def _stop(procs: list) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(5)
+    procs.clear()

@@ -1,0 +1,154 @@
+"""--jobs N: the same rows as one process, on every shipped capture.
+
+No timing here (bench/run.py measures the speed-up); these tests pin the output.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from kwinspect import cli
+from kwinspect.analyze.records import records_from_exchange
+from kwinspect.capture import parallel
+from kwinspect.capture.files import FileRun, dissect_files
+from kwinspect.capture.parallel import MergedDissector, dissect_files_parallel
+from kwinspect.dissect import DissectConfig
+from kwinspect.model import Exchange
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CAPTURES = sorted(glob.glob(os.path.join(ROOT, "captures", "*.pcap")))
+PUBLIC = sorted(glob.glob(os.path.join(ROOT, "..", "shared", "captures-public", "**", "*.pcap*"), recursive=True))
+
+
+def _rows(events, run: FileRun) -> list:
+    """Every event's row, plus what the rows do not show (index, broker_id) and the
+    records labelled with the topic names known at that point, as the CLI does."""
+    out = []
+    for ev in events:
+        out.append(ev.row())
+        if isinstance(ev, Exchange):
+            out.append((ev.index, ev.broker_id))
+            names = run.dissector.shared.topic_names
+            out.extend(r.row() for r in records_from_exchange(ev, values="auto", topic_names=names))
+    return out
+
+
+def _sequential(path: str, config: DissectConfig | None = None):
+    run = FileRun()
+    rows = _rows(dissect_files([path], config, run=run), run)
+    return rows, run
+
+
+def test_shipped_captures_exist():
+    assert len(CAPTURES) >= 10
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=os.path.basename)
+def test_cli_exchanges_jobs_2_equals_jobs_1(path, tmp_path):
+    one, two = tmp_path / "j1.jsonl", tmp_path / "j2.jsonl"
+    assert cli.main(["exchanges", "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+    assert cli.main(["exchanges", "-q", "--jobs", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+    assert one.read_bytes() == two.read_bytes()
+    assert one.read_bytes().count(b"\n") > 0
+
+
+@pytest.mark.parametrize("table", ["records", "errors"])
+def test_cli_other_tables_jobs_2(table, tmp_path):
+    for path in CAPTURES:
+        one, two = tmp_path / "j1.jsonl", tmp_path / "j2.jsonl"
+        assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+        assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+        assert one.read_bytes() == two.read_bytes(), path
+
+
+def test_cli_summary_json_jobs_2(capsys):
+    path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    assert cli.main(["summary", "-q", "-F", "json", path]) == 0
+    one = capsys.readouterr().out
+    assert cli.main(["summary", "-q", "-F", "json", "-j", "2", path]) == 0
+    assert capsys.readouterr().out == one
+
+
+def test_parallel_events_state_and_counts_equal_on_every_capture():
+    """Rows, exchange index and broker id, records named with the topic ids known at that
+    point, packet accounting and connections: as one process, with 2 and 3 workers and
+    both ways of sharing connections out. The cross-connection state is really exercised
+    (some exchanges are relabelled with what other workers learned) and the shadow
+    dissectors keep the known-broker decisions exact (no fallback to one process)."""
+    rebuilt = 0
+    for path in CAPTURES + PUBLIC:
+        want, run1 = _sequential(path)
+        for jobs in (2, 3):
+            for mode in ("balance", "hash"):
+                run2 = FileRun()
+                got = _rows(dissect_files_parallel([path], None, run=run2, jobs=jobs, mode=mode), run2)
+                assert got == want, (path, jobs, mode)
+                assert isinstance(run2.dissector, MergedDissector), (path, jobs, mode, "fell back")
+                rebuilt += run2.dissector.rebuilt
+                assert run2.dissector.packet_counts() == run1.dissector.packet_counts(), path
+                assert run2.dissector.packet_accounting_error() is None
+                assert ([(i.stream, i.kind, i.closed, i.packets) for i in run2.dissector.connections.values()]
+                        == [(i.stream, i.kind, i.closed, i.packets) for i in run1.dissector.connections.values()])
+                assert dict(run2.dissector.shared.topic_names) == dict(run1.dissector.shared.topic_names)
+                assert run2.dissector.shared.brokers == run1.dissector.shared.brokers
+    assert rebuilt > 0
+
+
+def test_parallel_with_declared_ports_and_several_files():
+    paths = [os.path.join(ROOT, "captures", n) for n in ("tansu-produce-consume.pcap", "tansu-admin.pcap")]
+    config = DissectConfig(kafka_ports=frozenset({9092, 53165}))
+    run1 = FileRun()
+    want = _rows(dissect_files(paths, config, run=run1), run1)
+    run2 = FileRun()
+    assert _rows(dissect_files_parallel(paths, config, run=run2, jobs=2), run2) == want
+
+
+def test_fallback_to_one_process_gives_the_same_events(monkeypatch):
+    """When a cross-connection check fails, the capture is read again by one process and
+    the events already handed on are skipped: the stream is still exactly --jobs 1's."""
+    path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    want, _run = _sequential(path)
+    real = MergedDissector.settle
+    calls = {"n": 0}
+
+    def settle(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 40:
+            raise parallel._Fallback("forced by the test")
+        return real(self, batch)
+
+    monkeypatch.setattr(MergedDissector, "settle", settle)
+    run = FileRun()
+    got = _rows(dissect_files_parallel([path], None, run=run, jobs=2), run)
+    assert calls["n"] >= 40
+    assert not isinstance(run.dissector, MergedDissector)
+    assert got == want
+
+
+def test_bodies_false_keeps_rows_and_metadata_bodies():
+    path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    want = [ev.row() for ev in dissect_files([path])]
+    events = list(dissect_files_parallel([path], None, jobs=2, bodies=False))
+    assert [ev.row() for ev in events] == want
+    for ev in events:
+        if isinstance(ev, Exchange) and ev.api_key not in parallel.LEARN_APIS:
+            assert ev.request is None and ev.response is None
+
+
+def test_unreadable_input_fails_before_workers_start(tmp_path):
+    bad = tmp_path / "not.pcap"
+    bad.write_bytes(b"not a capture at all")
+    assert cli.main(["exchanges", "-q", "-j", "2", str(bad)]) == 1
+
+
+def test_jobs_flag_values(capsys):
+    p = cli.build_parser()
+    assert p.parse_args(["exchanges", "-j", "3", "x.pcap"]).jobs == 3
+    assert p.parse_args(["exchanges", "x.pcap"]).jobs == 1
+    assert p.parse_args(["summary", "--jobs", "0", "x.pcap"]).jobs == (os.cpu_count() or 1)
+    with pytest.raises(SystemExit):
+        p.parse_args(["exchanges", "-j", "-1", "x.pcap"])
+    capsys.readouterr()
