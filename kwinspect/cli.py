@@ -91,6 +91,19 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+") -> None:
     g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
+                   help="decode with N processes, TCP connections shared out among them; same output "
+                        "as one (default 1; 0 = one per CPU)")
+
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of processes: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("--jobs must be 0 (one per CPU) or more")
+    return n or (os.cpu_count() or 1)
 
 
 def _output_options(p: argparse.ArgumentParser, formats=TABLE_FORMATS, filterable=True) -> None:
@@ -231,6 +244,14 @@ def _events(args, run: FileRun) -> Iterator[Exchange | ErrorRow]:
     _check_inputs(args.pcap)
     total = sum(os.path.getsize(p) for p in args.pcap)
     with Progress(total, "reading", enabled=False if args.quiet else None) as progress:
+        if getattr(args, "jobs", 1) > 1:
+            from kwinspect.capture.parallel import dissect_files_parallel
+
+            # exchanges/errors rows need no decoded bodies: do not ship them between processes
+            yield from dissect_files_parallel(args.pcap, _config(args), run=run,
+                                              progress=lambda done, _total: progress.update(done),
+                                              jobs=args.jobs, bodies=args.command not in ("exchanges", "errors"))
+            return
         yield from dissect_files(args.pcap, _config(args), run=run,
                                  progress=lambda done, _total: progress.update(done))
 
