@@ -1,0 +1,311 @@
+"""Offline-command benchmark: kwinspect vs tshark on the reference captures (`make bench`).
+
+    .venv/bin/python bench/run.py                  # (a), (b) and the memory run on (c), 3 runs each
+    .venv/bin/python bench/run.py --inputs a --runs 5
+    .venv/bin/python bench/run.py --update-docs    # also rewrite the two sections of docs/benchmarks.md
+
+Inputs are made by bench/make_inputs.py with the real-traffic rig and cached in
+bench/data/ (missing ones are made first; that needs root, tcpdump and, for (a),
+network namespaces).
+
+Every command runs in a fresh process; per command we report the median over
+``--runs`` of wall time and CPU time (user + sys of the child, from wait4), MB/s,
+packets/s, exchanges/s and records/s (from wall time), and the largest peak RSS
+(ru_maxrss). tshark does the equivalent work when it is installed:
+
+- exchanges / summary: ``tshark -r F -d tcp.port==P,kafka ... -Y kafka -T fields
+  -e frame.number -e kafka.request_key -e kafka.correlation_id`` (every Kafka PDU
+  dissected, one line each; tshark pairs responses with requests too);
+- records: the same plus ``-e kafka.topic_name -e kafka.partition_id
+  -e kafka.message_key -e kafka.message_value -e kafka.message_timestamp``
+  (tshark decompresses and dissects every record to print them).
+
+Ratio = kwinspect wall / tshark wall (<= 1.0: kwinspect is as fast or faster).
+Numbers on a shared machine are noisy: the load average before and after each
+input is recorded, and CPU time is shown next to wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+import make_inputs  # noqa: E402
+
+OUT = os.path.join(HERE, "out")
+DOCS = os.path.join(ROOT, "docs", "benchmarks.md")
+KWINSPECT = [sys.executable, "-m", "kwinspect.cli"]
+TSHARK_BASE_FIELDS = ["frame.number", "kafka.request_key", "kafka.correlation_id"]
+TSHARK_RECORD_FIELDS = ["kafka.topic_name", "kafka.partition_id", "kafka.message_key", "kafka.message_value",
+                        "kafka.message_timestamp"]
+
+
+# ---------------------------------------------------------------------------
+# Measuring one process
+# ---------------------------------------------------------------------------
+
+
+def measure(cmd: list[str], stdout_path: str | None = None) -> dict:
+    """Run `cmd`; wall time, CPU time (user+sys) and peak RSS of that child alone."""
+    out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=ROOT)
+        stderr = proc.stderr.read() if proc.stderr else b""
+        _pid, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        if stdout_path:
+            out.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {stderr.decode(errors='replace')[-800:]}")
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024}
+
+
+def count_lines(path: str) -> int:
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            n += chunk.count(b"\n")
+    return n
+
+
+def count_packets(path: str) -> int:
+    """Records of a classic pcap (what make_inputs writes), by walking the record headers."""
+    n = 0
+    with open(path, "rb") as f:
+        head = f.read(24)
+        endian = "<" if head[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+        hdr = struct.Struct(endian + "IIII")
+        while True:
+            rec = f.read(16)
+            if len(rec) < 16:
+                return n
+            incl = hdr.unpack(rec)[2]
+            f.seek(incl, 1)
+            n += 1
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+# ---------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------
+
+
+def kw_supports_jobs() -> bool:
+    res = subprocess.run([*KWINSPECT, "exchanges", "--help"], capture_output=True, text=True, cwd=ROOT)
+    return "--jobs" in res.stdout
+
+
+def commands(path: str, ports: list[int], jobs: list[int]) -> list[tuple[str, list[str], str | None, str]]:
+    """(label, argv, what its stdout/output counts, kind) for one input."""
+    p = ",".join(map(str, ports))
+    common = ["-q", "--kafka-ports", p, path]
+    cmds = [
+        ("exchanges", [*KWINSPECT, "exchanges", "-F", "jsonl", "-o", "{out}", *common], "exchanges", "kw"),
+        ("summary", [*KWINSPECT, "summary", "-F", "json", *common], None, "kw"),
+        ("records", [*KWINSPECT, "records", "-F", "jsonl", "-o", "{out}", *common], "records", "kw"),
+    ]
+    for j in jobs:
+        cmds.append((f"exchanges -j {j}", [*KWINSPECT, "exchanges", "-j", str(j), "-F", "jsonl", "-o", "{out}",
+                                           *common], "exchanges", "kw"))
+        cmds.append((f"summary -j {j}", [*KWINSPECT, "summary", "-j", str(j), "-F", "json", *common], None, "kw"))
+        cmds.append((f"records -j {j}", [*KWINSPECT, "records", "-j", str(j), "-F", "jsonl", "-o", "{out}",
+                                         *common], "records", "kw"))
+    tshark = shutil.which("tshark")
+    if tshark:
+        decode_as = [x for port in ports for x in ("-d", f"tcp.port=={port},kafka")]
+        base = [tshark, "-r", path, *decode_as, "-Y", "kafka", "-T", "fields"]
+        cmds.append(("tshark (exchanges/summary)", [*base, *[x for f in TSHARK_BASE_FIELDS for x in ("-e", f)]],
+                     None, "tshark"))
+        cmds.append(("tshark (records)", [*base, *[x for f in TSHARK_BASE_FIELDS + TSHARK_RECORD_FIELDS
+                                                   for x in ("-e", f)]], None, "tshark"))
+    return cmds
+
+
+def run_input(key: str, runs: int, jobs: list[int], log=print, with_tshark: bool = True,
+              only: set[str] | None = None) -> dict:
+    path = make_inputs.path_of(key)
+    meta = make_inputs.meta_of(key)
+    size = os.path.getsize(path)
+    counts = meta.setdefault("counts", {})
+    if "packets" not in counts:
+        counts["packets"] = count_packets(path)
+    os.makedirs(OUT, exist_ok=True)
+    result = {"input": key, "file": os.path.basename(path), "bytes": size, "meta": meta,
+              "load_before": loadavg(), "rows": []}
+    for label, argv, counted, kind in commands(path, meta["kafka_ports"], jobs):
+        if kind == "tshark" and not with_tshark:
+            continue
+        if only and label.split(" (")[0] not in only and label not in only:
+            continue
+        samples = []
+        for i in range(runs):
+            out = os.path.join(OUT, f"{key}-{re.sub(r'[^A-Za-z0-9.-]+', '_', label)}.out")
+            cmd = [a.replace("{out}", out) for a in argv]
+            stdout_path = out if "{out}" not in " ".join(argv) else None
+            m = measure(cmd, stdout_path)
+            if i == 0 and kind == "tshark":
+                counts.setdefault("tshark_lines_" + label.split("(")[1].rstrip(")"), count_lines(out))
+            if i == 0 and counted:
+                n = count_lines(out)
+                prev = counts.get(counted)
+                if prev is not None and prev != n:
+                    log(f"  warning: {label} gave {n} {counted}, an earlier command {prev}")
+                counts[counted] = n
+            os.unlink(out)
+            samples.append(m)
+            log(f"  ({key}) {label:28s} run {i + 1}: {m['wall']:7.2f} s wall {m['cpu']:7.2f} s cpu "
+                f"{m['rss_mb']:7.0f} MB  load {loadavg()}")
+        result["rows"].append({"command": label, "kind": kind,
+                               "wall": statistics.median(s["wall"] for s in samples),
+                               "cpu": statistics.median(s["cpu"] for s in samples),
+                               "rss_mb": max(s["rss_mb"] for s in samples),
+                               "walls": [round(s["wall"], 2) for s in samples]})
+    result["counts"] = counts
+    result["load_after"] = loadavg()
+    with open(make_inputs.path_of(key)[:-5] + ".json", "w") as f:
+        json.dump(meta, f, indent=2)
+    return result
+
+
+# ---------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    tshark = shutil.which("tshark")
+    tver = subprocess.run([tshark, "-v"], capture_output=True, text=True).stdout.splitlines()[0] if tshark else "-"
+    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.platform()}, "
+            f"Python {platform.python_version()}, {tver}")
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| input | command | wall s (median) | cpu s | MB/s | packets/s | exchanges/s | records/s | "
+             "peak RSS MB | vs tshark (wall) | vs tshark (cpu) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for res in results:
+        c = res["counts"]
+        tsh = {r["command"]: r for r in res["rows"] if r["kind"] == "tshark"}
+        for r in res["rows"]:
+            wall = r["wall"]
+            ref = None
+            if r["kind"] == "kw":
+                ref = tsh.get("tshark (records)" if r["command"].startswith("records")
+                              else "tshark (exchanges/summary)")
+            ratio_w = f"{wall / ref['wall']:.2f}" if ref else ""
+            ratio_c = f"{r['cpu'] / ref['cpu']:.2f}" if ref else ""
+            ex = c.get("exchanges")
+            rec = c.get("records")
+            lines.append(
+                f"| ({res['input']}) {res['bytes'] / 1e6:.0f} MB | {r['command']} | {wall:.2f} | {r['cpu']:.2f} | "
+                f"{res['bytes'] / 1e6 / wall:.1f} | {c['packets'] / wall:,.0f} | "
+                f"{(ex or 0) / wall:,.0f} | {(rec or 0) / wall if r['command'].startswith(('records', 'tshark (rec')) else 0:,.0f} | "
+                f"{r['rss_mb']:.0f} | {ratio_w} | {ratio_c} |")
+    return "\n".join(lines)
+
+
+def inputs_table(results: list[dict]) -> str:
+    lines = ["| input | file | size | packets | exchanges | records | how it was made |", "|---|---|---:|---:|---:|---:|---|"]
+    for res in results:
+        c, m = res["counts"], res["meta"]
+        lines.append(f"| ({res['input']}) | {res['file']} | {res['bytes'] / 1e6:.0f} MB | {c['packets']:,} | "
+                     f"{c.get('exchanges', 0):,} | {c.get('records', 0):,} | {m.get('what', '')} |")
+    return "\n".join(lines)
+
+
+def update_docs(section: str, body: str) -> None:
+    """Replace (or append) one `## ` section of docs/benchmarks.md, leaving the others alone."""
+    text = open(DOCS).read() if os.path.exists(DOCS) else "# Benchmarks\n"
+    head = f"## {section}\n"
+    start = text.find(head)
+    new = head + "\n" + body.strip() + "\n\n"
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + new
+    else:
+        end = text.find("\n## ", start + len(head))
+        text = text[:start] + new + (text[end + 1:] if end >= 0 else "")
+    with open(DOCS, "w") as f:
+        f.write(text.rstrip("\n") + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--inputs", default="a,b", help="comma-separated inputs to time (default a,b)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per command, median reported (default 3)")
+    ap.add_argument("--jobs", default="2", help="--jobs values to time besides 1 (default 2; '' for none)")
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory run on (c)")
+    ap.add_argument("--memory-runs", type=int, default=1, help="runs per command on (c) (default 1)")
+    ap.add_argument("--only", default="", help="only these commands (e.g. exchanges,tshark)")
+    ap.add_argument("--update-docs", action="store_true", help="rewrite the two sections of docs/benchmarks.md")
+    args = ap.parse_args(argv)
+    keys = [k for k in args.inputs.split(",") if k]
+    need = keys + ([] if args.no_memory else ["c"])
+    make_inputs.ensure(need)
+    jobs = [int(j) for j in args.jobs.split(",") if j] if kw_supports_jobs() else []
+    only = set(args.only.split(",")) - {""} or None
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    desc = machine()
+    print(f"machine: {desc}\nload average: {loadavg()}")
+    results = [run_input(k, args.runs, jobs, only=only) for k in keys]
+    mem = None
+    if not args.no_memory:
+        mem = run_input("c", args.memory_runs, jobs, with_tshark=False,
+                        only=only or {"exchanges", "summary", f"exchanges -j {jobs[0]}" if jobs else "exchanges"})
+    print()
+    print(inputs_table(results + ([mem] if mem else [])))
+    print()
+    print(table(results))
+    if mem:
+        print()
+        print(table([mem]))
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump({"started": started, "machine": desc, "results": results, "memory": mem}, f, indent=2)
+    if args.update_docs:
+        loads = "; ".join(f"({r['input']}) {r['load_before']} -> {r['load_after']}"
+                          for r in results + ([mem] if mem else []))
+        update_docs("Offline commands vs tshark", (
+            f"`make bench` (bench/run.py; inputs from bench/make_inputs.py). Run {started} on {desc}. "
+            f"Median of {args.runs} runs per command; each command is a fresh process writing jsonl "
+            f"(summary: json) to a file; tshark prints fields for every Kafka PDU. "
+            f"Load average (1/5/15 min) before -> after each input: {loads}.\n\n"
+            + inputs_table(results + ([mem] if mem else [])) + "\n\n" + table(results)))
+        if mem:
+            update_docs("Memory", (
+                f"Peak RSS (ru_maxrss of the child) on ({mem['input']}), {mem['bytes'] / 1e9:.1f} GB "
+                f"({mem['meta'].get('what', '')}), {args.memory_runs} run(s):\n\n" + table([mem])))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
