@@ -125,7 +125,9 @@ class _ChunkReader:
         have = 0
         while have < n and self.error is None:
             try:
-                chunk = self._f.read(max(_CHUNK, n - have))
+                # at most 4 MiB per read(): a file claiming a 64 MiB record but holding a few
+                # bytes must not make read() allocate the claimed size up front
+                chunk = self._f.read(min(max(_CHUNK, n - have), 4 * _CHUNK))
             except (EOFError, OSError, zlib.error) as e:
                 # gzip raises EOFError for a stream cut before its end marker
                 self.error = f"{type(e).__name__}: {e}"

@@ -293,3 +293,24 @@ def test_orphan_responses_do_not_try_hundreds_of_schemas():
         conversation_module.decode_response = real
     assert len(calls) <= MAX_ORPHAN_CANDIDATES
     assert any(getattr(e, "status", None) == "request_missing" for e in conv.pop_events())
+
+
+def test_a_record_claiming_60_mib_in_a_small_gzip_file_costs_little_memory():
+    # found by make fuzz (tracemalloc peak 64 MiB on an 8 KB input): the reader asked
+    # the gzip stream for the whole claimed record in one read()
+    import io
+
+    from kwinspect.capture.readers import open_capture
+
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 1 << 26, 1)
+    record = struct.pack("<IIII", 1, 0, 60 << 20, 60 << 20) + b"\x00" * 500
+    data = gzip.compress(header + record)
+
+    def run():
+        src = open_capture(io.BytesIO(data))
+        packets = list(src)
+        return src, packets
+
+    (src, packets), peak = _peak(run)
+    assert peak < 16 << 20, peak
+    assert [i.kind for i in src.issues if i.kind == "truncated_packet"] == ["truncated_packet"]
