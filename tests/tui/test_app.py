@@ -145,7 +145,7 @@ async def test_jump_from_error_to_its_exchange(errors_capture):
         got = app.store.row_dict(row)
         assert "NOT_ENOUGH_REPLICAS" in got["error_names"]
         assert got["correlation_id"] == err.correlation_id and got["stream"] == err.stream
-        assert main.detail.row == row
+        await wait_for(pilot, lambda: main.detail.row == row, "detail of the exchange")
 
 
 async def test_quick_toggles_and_latency_sort(errors_capture):

@@ -270,7 +270,7 @@ class MainScreen(Screen):
         if self.has_class("-no-detail"):
             return
         detail = self.detail
-        if detail.row != row:
+        if detail.loading != row:
             detail.show(row)
 
     def on_exchange_list_selected(self, event: ExchangeList.Selected) -> None:
@@ -290,7 +290,7 @@ class MainScreen(Screen):
     def action_tab(self, tab: str) -> None:
         self.detail.active = tab
         self.remove_class("-no-detail")
-        if self.detail.row != self.list.current_row:
+        if self.detail.loading != self.list.current_row:
             self.detail.show(self.list.current_row)
 
     def action_hex_side(self) -> None:

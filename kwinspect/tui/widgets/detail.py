@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -198,7 +199,8 @@ class DetailPane(Vertical):
     def __init__(self, store: ExchangeStore, **kw) -> None:
         super().__init__(**kw)
         self.store = store
-        self.row: int | None = None
+        self.row: int | None = None  # the exchange shown
+        self.loading: int | None = None  # the exchange asked for (decoding in a worker)
         self.frames: dict[str, bytes | None] = {"request": None, "response": None}
         self.issue_offsets: dict[str, int | None] = {"request": None, "response": None}
         self.hex_side = "request"
@@ -225,58 +227,86 @@ class DetailPane(Vertical):
         self.query_one("#tabs", TabbedContent).active = tab
 
     def show(self, row: int | None) -> None:
+        """Show an exchange: decoding runs in a thread worker, the widgets fill in when it is done."""
+        self.loading = row
+        if row is None or not self.store.has(row):
+            self._apply(row, None)
+            return
+        self._load(row)
+
+    @work(thread=True, exclusive=True, group="detail")
+    def _load(self, row: int) -> None:
+        try:
+            data = self._compute(row)
+        except Exception as exc:  # noqa: BLE001 - a core bug must not take the app down
+            data = {"error": f"{type(exc).__name__}: {exc}"}
+        self.app.call_from_thread(self._apply, row, data)
+
+    def _compute(self, row: int) -> dict:
+        """Everything slow (re-decode, JSON rendering, record decoding), off the UI thread."""
+        from kwinspect.analyze.render import message_json
+
+        store = self.store
+        req, resp = store.messages(row)
+        raw = store.raw_visible(row)
+        frames = store.frames(row) if raw else (None, None)
+        return {
+            "req": req, "resp": resp, "status": store.status(row),
+            "req_json": message_json(req, store.values), "resp_json": message_json(resp, store.values),
+            "frames": frames, "records": self._records(row, req, resp),
+        }
+
+    def _apply(self, row: int | None, data: dict | None) -> None:
+        if row != self.loading:
+            return  # the user moved on
         self.row = row
         req_tree = self.query_one("#tree-request", MessageTree)
         resp_tree = self.query_one("#tree-response", MessageTree)
         table = self.query_one("#records", DataTable)
         table.clear(columns=True)
         self.record_count = 0
-        if row is None or not self.store.has(row):
-            req_tree.show_message(None, None, "no exchange selected")
+        self.highlight = None
+        if data is None or "error" in data:
+            note = "no exchange selected" if data is None else term_safe(f"could not decode: {data['error']}", 300)
+            req_tree.show_message(None, None, note)
             resp_tree.show_message(None, None, "")
             self.frames = {"request": None, "response": None}
             self._render_hex()
             return
-        from kwinspect.analyze.render import message_json
-
-        store = self.store
-        req, resp = store.messages(row)
-        status = store.status(row)
+        req, resp, status = data["req"], data["resp"], data["status"]
         req_note = None if req is not None else (
             "request not in the capture" if status == "request_missing" else "request frame not kept")
         resp_note = None if resp is not None else {
             "response_missing": "no response in the capture",
             "no_response_expected": "no response expected (acks=0)",
         }.get(status, "response frame not kept" if status == "paired" else "no response")
-        req_tree.show_message(req, message_json(req, store.values), req_note)
-        resp_tree.show_message(resp, message_json(resp, store.values), resp_note)
-        if store.raw_visible(row):
-            req_f, resp_f = store.frames(row)
-        else:
-            req_f = resp_f = None
-        self.frames = {"request": req_f, "response": resp_f}
-        self.issue_offsets = {
-            "request": _first_issue_offset(req), "response": _first_issue_offset(resp)}
-        self.highlight = None
+        req_tree.show_message(req, data["req_json"], req_note)
+        resp_tree.show_message(resp, data["resp_json"], resp_note)
+        self.frames = {"request": data["frames"][0], "response": data["frames"][1]}
+        self.issue_offsets = {"request": _first_issue_offset(req), "response": _first_issue_offset(resp)}
         self._render_hex()
-        self._fill_records(table, row, req, resp)
+        self._fill_records(table, data["records"])
 
-    def _fill_records(self, table: DataTable, row: int, req, resp) -> None:  # noqa: ANN001
+    def _records(self, row: int, req, resp) -> list | str:  # noqa: ANN001
         from kwinspect.analyze.records import records_from_fetch, records_from_produce
 
         key = self.store.cell("api_key", row)
-        rows = []
         try:
             if key == 0 and req is not None and req.body:
-                rows = records_from_produce(req.body, resp.body if resp else None, correlation_id=None,
+                return records_from_produce(req.body, resp.body if resp else None, correlation_id=None,
                                             stream=None, values=self.store.values)
-            elif key == 1 and resp is not None and resp.body:
-                rows = records_from_fetch(resp.body, correlation_id=None, stream=None, values=self.store.values,
+            if key == 1 and resp is not None and resp.body:
+                return records_from_fetch(resp.body, correlation_id=None, stream=None, values=self.store.values,
                                           topic_names=self.store.topic_names,
                                           request_body=req.body if req is not None else None)
         except Exception as exc:  # noqa: BLE001 - show, never crash the app
+            return f"records could not be listed: {exc}"
+        return []
+
+    def _fill_records(self, table: DataTable, rows: list | str) -> None:
+        if isinstance(rows, str):
             table.add_column("error")
-            table.add_row(term_safe(f"records could not be listed: {exc}", 200))
+            table.add_row(term_safe(rows, 200))
             return
         self.record_count = len(rows)
         cols = ("topic", "partition", "offset", "timestamp", "key", "value", "headers", "compression", "crc_ok")
