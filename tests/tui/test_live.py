@@ -111,3 +111,26 @@ async def test_q_quits(errors_capture):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, "exit")
+
+
+async def test_following_survives_a_toggle(errors_capture):
+    exchanges = [e for e in events(errors_capture) if isinstance(e, Exchange)]
+    q: queue.Queue = queue.Queue()
+    app = KwinspectApp(live=q)
+    async with app.run_test(size=(200, 12)) as pilot:
+        main = app.screen
+        lst = main.list
+        half = len(exchanges) // 2
+        for ev in exchanges[:half]:
+            q.put(ev)
+        await wait_for(pilot, lambda: lst.count == half, "first half")
+        assert lst.follow
+        await pilot.press("E")
+        await wait_for(pilot, lambda: main.result is not None and main.computing is None, "errors only")
+        for ev in exchanges[half:]:
+            q.put(ev)
+        q.put(END)
+        want = sum(1 for e in exchanges if e.error_codes or e.status not in ("paired", "no_response_expected"))
+        await wait_for(pilot, lambda: lst.count == want and app.indexer.done.is_set(), "all error rows")
+        await wait_for(pilot, lambda: lst.cursor == lst.count - 1, "cursor on the newest row")
+        assert lst.follow

@@ -146,6 +146,8 @@ class MainScreen(Screen):
         if ix is not None and not ix.done.is_set():
             prog = ix.progress
             parts.append(Text(f"  indexing {prog:.0%}" if prog is not None else "  live", style="yellow"))
+        elif app.live is not None:
+            parts.append(Text("  feed ended", style="dim"))
         if ix is not None and ix.error:
             parts.append(Text("  " + term_safe(ix.error, 100), style="bold red"))
         lst = self.list

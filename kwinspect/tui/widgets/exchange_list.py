@@ -268,6 +268,7 @@ class ExchangeList(ScrollView, can_focus=True):
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
-        # scrolling away from the tail (wheel, scrollbar) stops following
-        if new_value < old_value and self.follow and self.count > self.size.height:
+        # scrolling away from the tail (wheel, scrollbar) stops following; a view that
+        # shrank (clamped to its new bottom) does not
+        if new_value < old_value and self.follow and new_value < self.max_scroll_y - 1:
             self.follow = False
