@@ -102,3 +102,88 @@ def test_idle_schedule_matches_the_dissector(seed):
         ts.append(t)
     got = [pos[3] for pos, _ts in idle_checks(np.array(ts), lambda i: (ts[i], 0, 0, i))]
     assert got == _checks_spec(ts)
+
+
+# ---------------------------------------------------------------------------
+# Stage 1 + stage 2 without Spark, on a capture where the idle schedule matters
+# ---------------------------------------------------------------------------
+
+def _api_versions_request(cid: int) -> bytes:
+    body = struct.pack(">hhih", 18, 0, cid, 1) + b"x"
+    return struct.pack(">i", len(body)) + body
+
+
+def _api_versions_response(cid: int) -> bytes:
+    body = struct.pack(">ihi", cid, 0, 0)
+    return struct.pack(">i", len(body)) + body
+
+
+def _idle_capture(path) -> None:
+    """A's request is answered 1300 s later; B talks just before that answer arrives.
+
+    Single-process, B's segment at t0+1300 triggers an idle check that closes A
+    (response_missing), and A's late answer starts a new connection
+    (request_missing).  A per-connection dissector that only checked at its own
+    segments would pair them instead.
+    """
+    from tests.helpers.pcapgen import conversation, write_pcap
+
+    a = conversation(("10.0.0.1", 40000), ("10.0.0.9", 9092),
+                     [("c", _api_versions_request(1)), ("s", _api_versions_response(1))])
+    b = conversation(("10.0.0.2", 40001), ("10.0.0.9", 9092),
+                     [("c", _api_versions_request(1)), ("s", _api_versions_response(1)),
+                      ("c", _api_versions_request(2)), ("s", _api_versions_response(2))], ts0=1_700_000_000.0005)
+    late_a = next(i for i, s in enumerate(a) if s.payload and s.src.port == 9092)
+    late_b = [i for i, s in enumerate(b) if s.payload and s.src.port == 40001][1]
+    a = [s._replace(ts=s.ts + (1300.5 if i >= late_a else 0.0)) for i, s in enumerate(a)]
+    b = [s._replace(ts=s.ts + (1300.0 if i >= late_b else 0.0)) for i, s in enumerate(b)]
+    segs = sorted(a + b, key=lambda s: s.ts)
+    write_pcap(path, [s._replace(index=i + 1) for i, s in enumerate(segs)])
+
+
+def _mini_pipeline(path, use_schedule: bool):
+    import numpy as np
+    import pyarrow as pa
+
+    from kwinspect.dissect import DissectConfig
+    from kwinspect.spark.connection import dissect_partition, pos_of
+
+    tbl = pa.Table.from_batches(list(read_range(str(path), 0, 0, 1, 1 << 30)))
+    segs = [r for r in tbl.to_pylist() if r["kind"] == "seg"]
+    for r in segs:
+        r["kts"] = r["lpm"]
+    order = sorted(segs, key=lambda r: (r["kts"], r["file"], r["rng"], r["idx"]))
+    checks = idle_checks(np.array([r["ts"] for r in order]),
+                         lambda i: pos_of(order[i]["kts"], 0, 0, order[i]["idx"])) if use_schedule else None
+    by_conn = sorted(segs, key=lambda r: (r["conn"], r["kts"], r["file"], r["rng"], r["idx"]))
+    batch = pa.Table.from_pylist(by_conn).to_batches()
+    out = pa.Table.from_batches(list(dissect_partition(
+        batch, config=DissectConfig(), values="auto", want_records=False, checks=checks,
+        names={}, brokers={}, meta=False)))
+    return _as_rows(out.to_pylist())
+
+
+def _as_rows(dicts):
+    from kwinspect.spark.connection import TABLE_COLUMNS
+
+    rows = []
+    for d in dicts:
+        if d["table"] in ("exchanges", "errors"):
+            rows.append((d["table"],) + tuple(repr(d[c]) for c in TABLE_COLUMNS[d["table"]]))
+    return sorted(rows)
+
+
+def test_idle_schedule_is_replayed_per_connection(tmp_path):
+    from kwinspect.capture.files import dissect_files
+    from kwinspect.model import Exchange
+    from kwinspect.spark.connection import EventBuffer
+
+    path = tmp_path / "idle.pcap"
+    _idle_capture(path)
+    buf = EventBuffer()
+    for ev in dissect_files([str(path)]):
+        buf.add("exchanges" if isinstance(ev, Exchange) else "errors", "", ev.row())
+    expected = _as_rows(buf.batch().to_pylist())
+    assert any(r[0] == "errors" and "'response_missing'" in r for r in expected)
+    assert _mini_pipeline(path, use_schedule=True) == expected
+    assert _mini_pipeline(path, use_schedule=False) != expected  # the scenario needs the schedule
