@@ -132,8 +132,12 @@ def get_session(master: str | None = None, partitions: int | None = None,
     if master and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    import warnings
+
     from pyspark.sql import SparkSession
 
+    # pyspark warns about pandas 3 on every Arrow job; the pipeline does not use pandas
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     b = SparkSession.builder.appName(app_name)
     if master:
         b = b.master(master)
