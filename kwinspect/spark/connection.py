@@ -336,16 +336,10 @@ def idle_checks(ts: Any, positions: Callable[[int], Pos]) -> list[tuple[Pos, flo
 
 
 def records_of(ex: Exchange, values: str, topic_names: Mapping[str, str] | None) -> list[RecordRow]:
-    """The records table rows of one exchange, as `kwinspect records` makes them (cli.records_of)."""
-    from kwinspect.analyze.records import records_from_fetch, records_from_produce
+    """The records table rows of one exchange, exactly as `kwinspect records` makes them."""
+    from kwinspect.analyze.records import records_from_exchange
 
-    if ex.api_key == 0 and ex.request is not None and ex.request.body:
-        return records_from_produce(ex.request.body, ex.response.body if ex.response else None,
-                                    correlation_id=ex.correlation_id, stream=ex.stream, values=values)
-    if ex.api_key == 1 and ex.response is not None and ex.response.body:
-        return records_from_fetch(ex.response.body, correlation_id=ex.correlation_id, stream=ex.stream,
-                                  values=values, topic_names=topic_names)
-    return []
+    return records_from_exchange(ex, values=values, topic_names=topic_names)
 
 
 class ConnRun:
