@@ -115,6 +115,7 @@ class Conversation:
         self.client = client
         self.broker = broker
         self.stream = stream_name(client, broker)
+        self._client_text, self._broker_text = str(client), str(broker)  # once, not per exchange
         self.shared = shared or SharedState()
         self.redact = redact
         self.max_in_flight = max_in_flight
@@ -325,7 +326,7 @@ class Conversation:
                    if req_last is not None and resp_first is not None else None)
         self.shared.exchange_counter += 1
         ex = Exchange(
-            stream=self.stream, client=str(self.client), broker=str(self.broker),
+            stream=self.stream, client=self._client_text, broker=self._broker_text,
             api_key=api_key, api_name=name,
             api_version=ref.api_version if ref else None,
             correlation_id=cid,
