@@ -61,7 +61,7 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
                 yield from events
             count += 1
             if progress is not None and count & 0x3FF == 0:
-                progress(sum(s.stats.file_bytes for s in sources), run.total_bytes)
+                progress(sum(s.position() for s in sources), run.total_bytes)
         dissector.finish()
         yield from dissector.pop_events()
         for path, src in zip(run.paths, sources, strict=True):

@@ -169,6 +169,8 @@ class PacketSource:
         self.stats = CaptureStats(format=fmt, compressed=compressed)
         self._f = f
         self._owns = owns
+        # the file as opened (before any gzip wrapper): its position drives progress bars
+        self._raw = owns[0] if owns else f
         self._reader = _ChunkReader(f, prefix)
         self._started = False
         self.format = fmt
@@ -176,6 +178,13 @@ class PacketSource:
         # pcap: the file's link type (known at open); pcapng: the first interface's,
         # known once iteration has reached the first interface block
         self.linktype = linktype
+
+    def position(self) -> int:
+        """Bytes of the input file read so far (compressed bytes for .gz); 0 if unknown."""
+        try:
+            return self._raw.tell()
+        except (OSError, ValueError, AttributeError):
+            return 0
 
     # context manager -------------------------------------------------------
     def __enter__(self) -> PacketSource:
