@@ -11,6 +11,7 @@ live capture, the TUI and Spark executors all run this same code.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,10 @@ class DissectConfig:
     redact: bool = True
     max_in_flight: int = 10_000
     idle_timeout: float = 600.0  # seconds of capture time before an idle connection is flushed
+    # Closed connections whose ConnectionInfo (and conversation state) stays in
+    # `Dissector.connections`; older ones are dropped so memory does not grow
+    # with capture length. Their packets stay counted.
+    keep_closed_connections: int = 10_000
 
 
 @dataclass
@@ -123,6 +128,8 @@ class Dissector:
         self._last_ts = 0.0
         self._next_idle_check = 0.0
         self._known_brokers: set[Endpoint] = set()  # broker endpoints proven on other connections
+        self._closed_order: deque = deque()  # closed connection ids, oldest first
+        self._pruned_packets = {"kafka": 0, "non_kafka": 0}  # of closed connections dropped from memory
         # No silent loss: every packet is counted once, see packet_counts().
         self._conn_by_tuple: dict[tuple[Endpoint, Endpoint], ConnectionInfo] = {}
         self._stray_packets = 0  # TCP segments the reassembler ignored (e.g. RST of an unknown connection)
@@ -208,7 +215,7 @@ class Dissector:
         types, IP fragments that never completed; ``fragments_pending``: IP fragments
         still waiting for their datagram (0 after finish()).
         """
-        kafka = non_kafka = 0
+        kafka, non_kafka = self._pruned_packets["kafka"], self._pruned_packets["non_kafka"]
         for info in self.connections.values():
             if info.kind == "kafka":
                 kafka += info.packets
@@ -446,3 +453,8 @@ class Dissector:
         if info.conversation is not None:
             info.conversation.close(ts)
             self._events.extend(info.conversation.pop_events())
+        self._closed_order.append(conn_id)
+        while len(self._closed_order) > self.config.keep_closed_connections:
+            old = self.connections.pop(self._closed_order.popleft(), None)
+            if old is not None:
+                self._pruned_packets["kafka" if old.kind == "kafka" else "non_kafka"] += old.packets
