@@ -256,6 +256,16 @@ def _events(args, run: FileRun) -> Iterator[Exchange | ErrorRow]:
                                  progress=lambda done, _total: progress.update(done))
 
 
+def _consume(args, run: FileRun, handle: Callable[[Any], Any]) -> bool:
+    """Feed every event of the inputs to handle(); True when Ctrl-C cut the input short."""
+    try:
+        for ev in _events(args, run):
+            handle(ev)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
 def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None) -> list[RecordRow]:
     """The records a Produce request or Fetch response carries, as table rows."""
     from kwinspect.analyze.records import records_from_exchange
@@ -320,18 +330,17 @@ def cmd_summary(args) -> int:
 
     builder = SummaryBuilder()
     run = FileRun()
-    interrupted = False
-    try:
-        for ev in _events(args, run):
-            builder.add(ev)
-            if isinstance(ev, Exchange) and ev.api_key in (0, 1):
-                msg = ev.request if ev.api_key == 0 else ev.response
-                direction = "produce" if ev.api_key == 0 else "fetch"
-                names = run.dissector.shared.topic_names if run.dissector else None
-                for topic, _part, rs in iter_record_sets(ev.api_key, msg.body if msg else None, names):
-                    builder.add_topic_volume(topic, direction, rs.record_count, rs.size)
-    except KeyboardInterrupt:
-        interrupted = True
+
+    def add(ev) -> None:
+        builder.add(ev)
+        if isinstance(ev, Exchange) and ev.api_key in (0, 1):
+            msg = ev.request if ev.api_key == 0 else ev.response
+            direction = "produce" if ev.api_key == 0 else "fetch"
+            names = run.dissector.shared.topic_names if run.dissector else None
+            for topic, _part, rs in iter_record_sets(ev.api_key, msg.body if msg else None, names):
+                builder.add_topic_volume(topic, direction, rs.record_count, rs.size)
+
+    interrupted = _consume(args, run, add)
     summary = builder.build(sources=args.pcap, interrupted=interrupted,
                             packet_counts=run.dissector.packet_counts() if run.dissector else None)
     if args.format == "json":
@@ -348,13 +357,8 @@ def cmd_latency(args) -> int:
     stats = LatencyStats(args.by, keep_series=bool(args.plot))
     keep = _compile_filter(args.filter, EXCHANGE_COLUMNS)
     run = FileRun()
-    interrupted = False
-    try:
-        for ev in _events(args, run):
-            if isinstance(ev, Exchange) and (keep is None or keep(ev.row())):
-                stats.add(ev)
-    except KeyboardInterrupt:
-        interrupted = True
+    interrupted = _consume(args, run, lambda ev: (
+        stats.add(ev) if isinstance(ev, Exchange) and (keep is None or keep(ev.row())) else None))
     fmt = _output_format(args)
     if fmt == "table":
         render_latency(stats)
@@ -581,12 +585,7 @@ def cmd_diagnose(args) -> int:
 
     diagnoser = Diagnoser()
     run = FileRun()
-    interrupted = False
-    try:
-        for ev in _events(args, run):
-            diagnoser.add(ev)
-    except KeyboardInterrupt:
-        interrupted = True
+    interrupted = _consume(args, run, diagnoser.add)
     for info in (run.dissector.connections.values() if run.dissector else ()):
         if info.conversation is not None and info.closed:
             diagnoser.connection_ended(info.conversation.stream, info.closed)
