@@ -152,3 +152,12 @@ def test_jobs_flag_values(capsys):
     with pytest.raises(SystemExit):
         p.parse_args(["exchanges", "-j", "-1", "x.pcap"])
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=os.path.basename)
+def test_cli_summary_json_jobs_2_every_capture(path, capsys):
+    """summary -j 2 ships record-set counts and sizes only; the summary is the same."""
+    assert cli.main(["summary", "-q", "-F", "json", path]) == 0
+    one = capsys.readouterr().out
+    assert cli.main(["summary", "-q", "-F", "json", "-j", "2", path]) == 0
+    assert capsys.readouterr().out == one

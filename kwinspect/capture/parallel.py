@@ -47,6 +47,7 @@ order of their last packet.
 
 from __future__ import annotations
 
+import copy
 import heapq
 import multiprocessing as mp
 import os
@@ -228,13 +229,60 @@ def _ep_key(ep: Endpoint) -> bytes:
     return key
 
 
-def _ship(ev: Any, keep_body: bool) -> Any:
-    if not keep_body and type(ev) is Exchange and ev.api_key not in LEARN_APIS:
-        ev.request = ev.response = None
+class _RecordSetSummary:
+    """What ``summary`` reads of a RecordSet (count and size), without the record bytes."""
+
+    __slots__ = ("batches", "record_count", "size")
+
+    def __init__(self, rs: Any) -> None:
+        self.batches = ()
+        self.record_count = rs.record_count
+        self.size = rs.size
+
+
+def _record_set_summaries(api_key: int, body: Any) -> dict:
+    """A Produce request / Fetch response body cut down to what iter_record_sets reads."""
+    key_t, key_p = ("topic_data", "partition_data") if api_key == 0 else ("responses", "partitions")
+    topics = []
+    for t in body.get(key_t) or ():
+        if not isinstance(t, dict):
+            continue
+        parts = []
+        for part in t.get(key_p) or ():
+            rs = part.get("records") if isinstance(part, dict) else None
+            if rs is not None and hasattr(rs, "batches"):
+                light = {k: part[k] for k in ("index", "partition_index") if k in part}
+                light["records"] = _RecordSetSummary(rs)
+                parts.append(light)
+        light_t = {k: t[k] for k in ("name", "topic", "topic_id") if k in t}
+        light_t[key_p] = parts
+        topics.append(light_t)
+    return {key_t: topics}
+
+
+def _lighten(ev: Any, bodies: bool | str) -> Any:
+    """What travels between processes: ``bodies=False`` no messages, ``"summary"`` only
+    what the summary reads (ApiVersions requests, record-set counts and sizes); the bodies
+    of Metadata-like exchanges always (the main process learns from them)."""
+    if bodies is True or type(ev) is not Exchange or ev.api_key in LEARN_APIS:
+        return ev
+    if bodies == "summary":
+        if ev.api_key == 18:
+            ev.response = None
+            return ev
+        if ev.api_key in (0, 1):
+            msg = ev.request if ev.api_key == 0 else ev.response
+            if msg is not None and isinstance(msg.body, dict):
+                msg = copy.copy(msg)
+                msg.body = _record_set_summaries(ev.api_key, msg.body)
+                msg.raw_body = None
+            ev.request, ev.response = (msg, None) if ev.api_key == 0 else (None, msg)
+            return ev
+    ev.request = ev.response = None
     return ev
 
 
-def _worker(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool,
+def _worker(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
             mode: str = "balance") -> None:
     try:
         _work(paths, config, jobs, me, out, bodies, mode)
@@ -279,7 +327,7 @@ def _seg_keys(seg) -> tuple[bytes, bytes]:
     return a[:-2] + b[:-2] + a[-2:] + b[-2:], b[:-2] + a[:-2] + b[-2:] + a[-2:]
 
 
-def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool,
+def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
           mode: str = "balance") -> None:
     sources = [open_capture(p) for p in paths]
     d = _WorkerDissector(config)
@@ -331,7 +379,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
             elif keep:
                 keep -= 1
             else:
-                ev = _ship(ev, bodies)
+                ev = _lighten(ev, bodies)
             items.append(((d.pos, phase, order, seq), ev))
 
     try:
@@ -446,7 +494,7 @@ class MergedDissector:
     """What FileRun.dissector offers the commands after a parallel run: the global
     SharedState (as of the events handed on), packet_counts() and connections."""
 
-    def __init__(self, bodies: bool) -> None:
+    def __init__(self, bodies: bool | str) -> None:
         self.shared = SharedState()
         self.connections: dict[Any, ConnectionInfo] = {}
         self._known: set[Endpoint] = set()
@@ -506,8 +554,7 @@ class MergedDissector:
         ex.broker_id = shared.broker_id_for(self._endpoint(ex.broker))
 
     def _strip(self, ex: Any) -> None:
-        if not self._bodies and type(ex) is Exchange and ex.api_key not in LEARN_APIS:
-            ex.request = ex.response = None
+        _lighten(ex, self._bodies)
 
     def settle(self, batch: list) -> list[Event]:
         """The events of one packet position, in order, with the global state applied."""
@@ -621,11 +668,12 @@ def _receive(pump: _Pump, worker: int, merged: MergedDissector, progress: list) 
 
 def dissect_files_parallel(paths, config: DissectConfig | None = None, run: FileRun | None = None,
                            progress: ProgressFn | None = None, *, jobs: int = 2,
-                           bodies: bool = True, mode: str = "balance") -> Iterator[Event]:
+                           bodies: bool | str = True, mode: str = "balance") -> Iterator[Event]:
     """``capture.files.dissect_files`` over ``jobs`` worker processes: the same events in
     the same order. ``bodies=False``: exchanges come without request/response messages
-    (for consumers that only read the columns; Metadata-like ones keep theirs), which
-    saves shipping the decoded bodies between processes."""
+    (for consumers that only read the columns; Metadata-like ones keep theirs);
+    ``bodies="summary"``: only what ``kwinspect summary`` reads (see ``_lighten``).
+    Both save shipping decoded bodies between processes."""
     run = run if run is not None else FileRun()
     paths = [os.fspath(p) for p in paths]
     if jobs <= 1:
