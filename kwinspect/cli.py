@@ -247,10 +247,12 @@ def _events(args, run: FileRun) -> Iterator[Exchange | ErrorRow]:
         if getattr(args, "jobs", 1) > 1:
             from kwinspect.capture.parallel import dissect_files_parallel
 
-            # exchanges/errors rows need no decoded bodies: do not ship them between processes
+            # exchanges/errors rows need no decoded bodies, summary only record counts and sizes:
+            # do not ship the rest between processes
+            bodies = {"exchanges": False, "errors": False, "summary": "summary"}.get(args.command, True)
             yield from dissect_files_parallel(args.pcap, _config(args), run=run,
                                               progress=lambda done, _total: progress.update(done),
-                                              jobs=args.jobs, bodies=args.command not in ("exchanges", "errors"))
+                                              jobs=args.jobs, bodies=bodies)
             return
         yield from dissect_files(args.pcap, _config(args), run=run,
                                  progress=lambda done, _total: progress.update(done))
