@@ -78,7 +78,8 @@ LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
 END = 1 << 62  # position of the events of finish()
 BATCH_PACKETS = 2048  # packets between two messages from a worker
 PUMP_BYTES = 64 << 20  # how far (pickled bytes) a worker may run ahead of the merge
-MAX_ROUTES = 1_000_000  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
+MAX_ROUTES = 1_000_000
+VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
 PHASE_PACKET, PHASE_IDLE, PHASE_FINISH, PHASE_CLOSE, PHASE_ISSUES, PHASE_MARK = 0, 1, 2, 3, 8, 9
 
 
@@ -298,7 +299,8 @@ class _Router:
     Keys are (source ip, destination ip, source port, destination port) bytes, as they
     sit at offset 26 of an Ethernet/IPv4 frame; both directions are stored on first
     sight. ``balance`` (the default) gives a new connection to the worker with the
-    fewest captured bytes so far (every worker counts every packet, so all agree);
+    fewest captured bytes so far, counting each connection the mean bytes per connection
+    when it is assigned (every worker counts every packet, so all agree);
     ``hash`` uses crc32 of the 4-tuple.
     """
 
@@ -307,6 +309,7 @@ class _Router:
         self.mode = mode
         self.owners: dict[bytes, int] = {}
         self.load = [0] * jobs
+        self.connections = 0
 
     def assign(self, key: bytes, rkey: bytes) -> int:
         if self.mode == "hash" or len(self.owners) >= MAX_ROUTES:
@@ -318,6 +321,11 @@ class _Router:
             return w
         load = self.load
         w = load.index(min(load))
+        # A new connection is charged the mean bytes per connection so far up front: the
+        # producer's connections to every broker open within a millisecond, when they
+        # have no bytes yet, and would otherwise all go to the same worker.
+        load[w] += max(VIRTUAL_CHARGE, sum(load) // max(1, self.connections))
+        self.connections += 1
         self.owners[key] = self.owners[rkey] = w
         return w
 
