@@ -455,6 +455,12 @@ class Dissector:
             self._events.extend(info.conversation.pop_events())
         self._closed_order.append(conn_id)
         while len(self._closed_order) > self.config.keep_closed_connections:
-            old = self.connections.pop(self._closed_order.popleft(), None)
+            old_id = self._closed_order.popleft()
+            old = self.connections.pop(old_id, None)
             if old is not None:
                 self._pruned_packets["kafka" if old.kind == "kafka" else "non_kafka"] += old.packets
+                key = (getattr(old_id, "a", None), getattr(old_id, "b", None))
+                if self._conn_by_tuple.get(key) is old:
+                    # late retransmissions for this 4-tuple now count as segments of no
+                    # connection (non-Kafka) instead of vanishing with the pruned info
+                    del self._conn_by_tuple[key]

@@ -102,3 +102,26 @@ def test_unparseable_packets_are_reported_as_errors(tmp_path, capsys):
     kinds = [r["kind"] for r in rows]
     assert "ip_fragment_incomplete" in kinds, kinds  # the lone fragment
     assert any(k in ("truncated_packet", "malformed_packet") for k in kinds), kinds  # the cut header
+
+
+def test_packets_of_pruned_connections_stay_counted(tmp_path):
+    # closed connections beyond keep_closed_connections are dropped from memory; a late
+    # retransmission for one of them must still be counted once
+    from kwinspect.capture.packets import ACK, PSH
+    from kwinspect.dissect import Dissector
+
+    req, resp = _kafka_frames()
+    segs = []
+    for i in range(5):
+        segs += conversation(("10.0.0.1", 40000 + i), ("10.0.0.2", 9092), [("c", req), ("s", resp)],
+                             ts0=1_700_000_000.0 + i)
+    first_data = next(s for s in segs if s.payload)
+    segs.append(first_data._replace(ts=1_700_000_010.0, flags=ACK | PSH))  # late copy
+    d = Dissector(DissectConfig(keep_closed_connections=2))
+    for s in segs:
+        d.feed_segment(s)
+    d.finish()
+    assert len(d.connections) == 2
+    c = d.packet_counts()
+    assert c["packets"] == len(segs)
+    assert d.packet_accounting_error() is None, c
