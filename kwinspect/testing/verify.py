@@ -400,8 +400,16 @@ def check_against_tshark(m: Manifest, d: Decoded, pcap: str) -> list[str]:
     ours: collections.Counter[tuple[int, int]] = collections.Counter(
         (ex.api_key, ex.correlation_id) for ex in d.exchanges
         if ex.api_key is not None and ex.request is not None)
+    # Raw SASL tokens after SaslHandshake v0 have no Kafka header; Wireshark does not
+    # track that state and reads a PLAIN token ("user\0user\0password") as a request
+    # with a made-up api key.  kwinspect shows them as SaslToken: leave those out.
+    if any(ex.api_name == "SaslToken" for ex in d.exchanges):
+        known = set(API_KEYS.values())
+        theirs = collections.Counter({kc: n for kc, n in theirs.items() if kc[0] in known})
     keys = {k for k, _ in theirs}
     for api in m.expected_apis:
+        if api == "SaslToken":
+            continue  # not a Kafka api key; checked by check_apis on kwinspect's side
         if API_KEYS.get(api) not in keys:
             problems.append(f"tshark sees no {api} request (api keys seen: {sorted(keys)})")
     # Pairs of (api key, correlation id) over the whole file: every one tshark
