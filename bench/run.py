@@ -158,6 +158,7 @@ def run_input(key: str, runs: int, jobs: list[int], log=print, with_tshark: bool
         if only and label.split(" (")[0] not in only and label not in only:
             continue
         samples = []
+        loads = []
         for i in range(runs):
             out = os.path.join(OUT, f"{key}-{re.sub(r'[^A-Za-z0-9.-]+', '_', label)}.out")
             cmd = [a.replace("{out}", out) for a in argv]
@@ -173,13 +174,16 @@ def run_input(key: str, runs: int, jobs: list[int], log=print, with_tshark: bool
                 counts[counted] = n
             os.unlink(out)
             samples.append(m)
+            loads.append(os.getloadavg()[0])
             log(f"  ({key}) {label:28s} run {i + 1}: {m['wall']:7.2f} s wall {m['cpu']:7.2f} s cpu "
                 f"{m['rss_mb']:7.0f} MB  load {loadavg()}")
         result["rows"].append({"command": label, "kind": kind,
                                "wall": statistics.median(s["wall"] for s in samples),
                                "cpu": statistics.median(s["cpu"] for s in samples),
                                "rss_mb": max(s["rss_mb"] for s in samples),
-                               "walls": [round(s["wall"], 2) for s in samples]})
+                               "walls": [round(s["wall"], 2) for s in samples],
+                               "at": time.strftime("%H:%M", time.gmtime()), "runs": runs,
+                               "load": round(statistics.median(loads), 1)})
     result["counts"] = counts
     result["load_after"] = loadavg()
     with open(make_inputs.path_of(key)[:-5] + ".json", "w") as f:
@@ -204,15 +208,16 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     tshark = shutil.which("tshark")
-    tver = subprocess.run([tshark, "-v"], capture_output=True, text=True).stdout.splitlines()[0] if tshark else "-"
+    tver = (subprocess.run([tshark, "-v"], capture_output=True, text=True).stdout.splitlines()[0].rstrip(".")
+            if tshark else "-")
     return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.platform()}, "
             f"Python {platform.python_version()}, {tver}")
 
 
 def table(results: list[dict]) -> str:
     lines = ["| input | command | wall s (median) | cpu s | MB/s | packets/s | exchanges/s | records/s | "
-             "peak RSS MB | vs tshark (wall) | vs tshark (cpu) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "peak RSS MB | vs tshark (wall) | vs tshark (cpu) | measured (UTC, runs, load) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for res in results:
         c = res["counts"]
         tsh = {r["command"]: r for r in res["rows"] if r["kind"] == "tshark"}
@@ -230,7 +235,8 @@ def table(results: list[dict]) -> str:
                 f"| ({res['input']}) {res['bytes'] / 1e6:.0f} MB | {r['command']} | {wall:.2f} | {r['cpu']:.2f} | "
                 f"{res['bytes'] / 1e6 / wall:.1f} | {c['packets'] / wall:,.0f} | "
                 f"{(ex or 0) / wall:,.0f} | {(rec or 0) / wall if r['command'].startswith(('records', 'tshark (rec')) else 0:,.0f} | "
-                f"{r['rss_mb']:.0f} | {ratio_w} | {ratio_c} |")
+                f"{r['rss_mb']:.0f} | {ratio_w} | {ratio_c} | "
+                f"{r.get('at', '?')}, {r.get('runs', '?')}x, {r.get('load', '?')} |")
     return "\n".join(lines)
 
 
@@ -243,19 +249,93 @@ def inputs_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+BEGIN = "<!-- bench/run.py --update-docs: generated from here -->"
+END_MARK = "<!-- bench/run.py: to here -->"
+
+
 def update_docs(section: str, body: str) -> None:
-    """Replace (or append) one `## ` section of docs/benchmarks.md, leaving the others alone."""
+    """Replace the generated part of one `## ` section of docs/benchmarks.md (between the
+    markers; prose after them is kept), or append the section; other sections are left alone."""
     text = open(DOCS).read() if os.path.exists(DOCS) else "# Benchmarks\n"
     head = f"## {section}\n"
+    generated = f"{BEGIN}\n\n{body.strip()}\n\n{END_MARK}\n"
     start = text.find(head)
-    new = head + "\n" + body.strip() + "\n\n"
     if start < 0:
-        text = text.rstrip("\n") + "\n\n" + new
+        text = text.rstrip("\n") + "\n\n" + head + "\n" + generated
     else:
         end = text.find("\n## ", start + len(head))
-        text = text[:start] + new + (text[end + 1:] if end >= 0 else "")
+        end = len(text) if end < 0 else end + 1
+        sec = text[start:end]
+        b, e = sec.find(BEGIN), sec.find(END_MARK)
+        if b >= 0 and e > b:
+            sec = sec[:b] + generated + sec[e + len(END_MARK) + 1:]
+        else:
+            sec = head + "\n" + generated + "\n" + sec[len(head):].lstrip("\n")
+        text = text[:start] + sec + text[end:]
     with open(DOCS, "w") as f:
         f.write(text.rstrip("\n") + "\n")
+
+
+STORE = os.path.join(OUT, "results.json")
+ORDER = ["exchanges", "summary", "records", "exchanges -j 2", "summary -j 2", "records -j 2",
+         "tshark (exchanges/summary)", "tshark (records)"]
+
+
+def merge_store(results: list[dict], started: str, desc: str) -> dict:
+    """bench/out/results.json keeps the latest row per (input, command): a later run of
+    some commands (--inputs, --only) updates those rows and keeps the others."""
+    store = {"machine": desc, "inputs": {}}
+    if os.path.exists(STORE):
+        with open(STORE) as f:
+            old = json.load(f)
+        desc = (desc or old.get("machine") or "").rstrip(".")
+        if "inputs" in old:
+            store["inputs"] = old["inputs"]
+        else:  # the first format: one run's results
+            for res in (old.get("results") or []) + ([old["memory"]] if old.get("memory") else []):
+                for row in res["rows"]:
+                    row.setdefault("at", old["started"][11:16])
+                    row.setdefault("day", old["started"])
+                    row.setdefault("runs", len(row.get("walls", [])))
+                    row.setdefault("load", float(res["load_before"].split()[0]))
+                store["inputs"][res["input"]] = {**res, "rows": {r["command"]: r for r in res["rows"]}}
+    for res in results:
+        entry = store["inputs"].setdefault(res["input"], {"rows": {}})
+        for k in ("input", "file", "bytes", "meta", "counts", "load_before", "load_after"):
+            entry[k] = res[k]
+        for row in res["rows"]:
+            row.setdefault("day", started)
+            entry["rows"][row["command"]] = row
+    store["machine"] = desc
+    os.makedirs(OUT, exist_ok=True)
+    with open(STORE, "w") as f:
+        json.dump(store, f, indent=2)
+    return store
+
+
+def _as_result(entry: dict) -> dict:
+    rows = sorted(entry["rows"].values(), key=lambda r: (ORDER.index(r["command"]) if r["command"] in ORDER
+                                                          else len(ORDER), r["command"]))
+    return {**entry, "rows": rows}
+
+
+def docs_from_store(store: dict) -> None:
+    inputs = store["inputs"]
+    timed = [_as_result(inputs[k]) for k in sorted(inputs) if k != "c"]
+    mem = _as_result(inputs["c"]) if "c" in inputs else None
+    days = sorted({r.get("day", "?")[:10] for res in timed + ([mem] if mem else []) for r in res["rows"]})
+    update_docs("Offline commands vs tshark", (
+        f"`make bench` (bench/run.py; inputs from bench/make_inputs.py) on {store['machine']}, "
+        f"{', '.join(days)}. Each command is a fresh process writing jsonl (summary: json) to a file; "
+        "tshark prints fields for every Kafka PDU (see bench/run.py). Wall and CPU (user+sys) are "
+        "medians of the runs; the last column says when a row was measured, how many runs and the "
+        "1-minute load average (this 2-core box is shared; wall time follows the load, CPU time much less).\n\n"
+        + inputs_table(timed + ([mem] if mem else [])) + "\n\n" + table(timed)))
+    if mem:
+        update_docs("Memory", (
+            f"Peak RSS (ru_maxrss of the command's process; with -j 2 the largest of the main process "
+            f"and its workers) on ({mem['input']}), {mem['bytes'] / 1e9:.1f} GB ({mem['meta'].get('what', '')}):"
+            "\n\n" + table([mem])))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,8 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the memory run on (c)")
     ap.add_argument("--memory-runs", type=int, default=1, help="runs per command on (c) (default 1)")
     ap.add_argument("--only", default="", help="only these commands (e.g. exchanges,tshark)")
-    ap.add_argument("--update-docs", action="store_true", help="rewrite the two sections of docs/benchmarks.md")
+    ap.add_argument("--update-docs", action="store_true",
+                    help="rewrite the generated part of two sections of docs/benchmarks.md from bench/out/results.json")
+    ap.add_argument("--docs-only", action="store_true", help="only --update-docs from the stored results")
     args = ap.parse_args(argv)
+    if args.docs_only:
+        docs_from_store(merge_store([], "", None))
+        return 0
     keys = [k for k in args.inputs.split(",") if k]
     need = keys + ([] if args.no_memory else ["c"])
     make_inputs.ensure(need)
@@ -288,22 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     if mem:
         print()
         print(table([mem]))
-    os.makedirs(OUT, exist_ok=True)
-    with open(os.path.join(OUT, "results.json"), "w") as f:
-        json.dump({"started": started, "machine": desc, "results": results, "memory": mem}, f, indent=2)
+    store = merge_store(results + ([mem] if mem else []), started, desc)
     if args.update_docs:
-        loads = "; ".join(f"({r['input']}) {r['load_before']} -> {r['load_after']}"
-                          for r in results + ([mem] if mem else []))
-        update_docs("Offline commands vs tshark", (
-            f"`make bench` (bench/run.py; inputs from bench/make_inputs.py). Run {started} on {desc}. "
-            f"Median of {args.runs} runs per command; each command is a fresh process writing jsonl "
-            f"(summary: json) to a file; tshark prints fields for every Kafka PDU. "
-            f"Load average (1/5/15 min) before -> after each input: {loads}.\n\n"
-            + inputs_table(results + ([mem] if mem else [])) + "\n\n" + table(results)))
-        if mem:
-            update_docs("Memory", (
-                f"Peak RSS (ru_maxrss of the child) on ({mem['input']}), {mem['bytes'] / 1e9:.1f} GB "
-                f"({mem['meta'].get('what', '')}), {args.memory_runs} run(s):\n\n" + table([mem])))
+        docs_from_store(store)
     return 0
 
 
