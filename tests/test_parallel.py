@@ -161,3 +161,40 @@ def test_cli_summary_json_jobs_2_every_capture(path, capsys):
     one = capsys.readouterr().out
     assert cli.main(["summary", "-q", "-F", "json", "-j", "2", path]) == 0
     assert capsys.readouterr().out == one
+
+
+def _with_bad_packets(src: str, dest) -> None:
+    """src with malformed packets put in: a cut IPv4 header and a bad TCP data offset
+    after the 5th record, an unknown link type can not be mixed into a pcap, so a
+    truncated Ethernet frame goes at the end."""
+    import struct
+
+    data = open(src, "rb").read()
+    head, body = data[:24], data[24:]
+    pos, n, out = 0, 0, bytearray(head)
+    bad_ip = bytes(12) + b"\x08\x00" + b"\x45\x00\x00"  # IPv4 header cut after 3 bytes
+    bad_tcp = (bytes(12) + b"\x08\x00" + bytes([0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2])
+               + bytes(12) + b"\x10" + bytes(7))  # TCP data offset 4 bytes
+    while pos < len(body):
+        sec, frac, incl, orig = struct.unpack_from("<IIII", body, pos)
+        out += body[pos:pos + 16 + incl]
+        pos += 16 + incl
+        n += 1
+        if n == 5:
+            for frame in (bad_ip, bad_tcp):
+                out += struct.pack("<IIII", sec, frac, len(frame), len(frame)) + frame
+    out += struct.pack("<IIII", sec, frac, 10, 60) + bytes(10)
+    dest.write_bytes(bytes(out))
+
+
+def test_parser_issues_reported_once_in_their_place(tmp_path):
+    """Malformed packets are error rows of worker 0 only, at their packet, as with one process."""
+    path = tmp_path / "bad.pcap"
+    _with_bad_packets(os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap"), path)
+    want, run1 = _sequential(str(path))
+    assert run1.dissector.packet_counts()["unparseable"] >= 2
+    for jobs in (2, 3):
+        run2 = FileRun()
+        got = _rows(dissect_files_parallel([str(path)], None, run=run2, jobs=jobs), run2)
+        assert got == want
+        assert run2.dissector.packet_counts() == run1.dissector.packet_counts()

@@ -172,6 +172,7 @@ class _WorkerDissector(Dissector):
         self.first_pos: dict[Any, int] = {}
         self.tags: list[tuple[int, int]] = []
         self._depth = 0
+        self.report_parser_issues = True
 
     def _flush_idle(self, ts: float) -> None:
         self.phase = PHASE_IDLE
@@ -181,7 +182,25 @@ class _WorkerDissector(Dissector):
         self.phase = PHASE_FINISH
         super().finish()
 
+    def _report_parser_issues(self, ts: float | None) -> None:
+        # Every worker parses every packet the fast path does not take, so each has the
+        # same parser issues: worker 0 reports them, the others only mark them seen.
+        if self.report_parser_issues:
+            super()._report_parser_issues(ts)
+        else:
+            self._parser_issues_seen = len(self.parser.issues)
+            self.parser.issues_dropped = 0
+
+    def _pad_tags(self) -> None:
+        """Events appended outside a connection's handling (parser issues): they come
+        first among the events of their packet, as in Dissector.feed_packet / finish."""
+        missing = len(self._events) - len(self.tags)
+        if missing > 0:
+            self.tags.extend([(self.phase, -1)] * missing)
+
     def _tagged(self, fn, conn_id, *args) -> None:
+        if self._depth == 0:
+            self._pad_tags()
         self._depth += 1
         n = len(self._events)
         try:
@@ -203,6 +222,7 @@ class _WorkerDissector(Dissector):
         self._tagged(super()._close, conn_id, conn_id, ts, reason)
 
     def pop_tagged(self) -> tuple[list, list]:
+        self._pad_tags()
         events, tags = self.pop_events(), self.tags
         self.tags = []
         return events, tags
@@ -339,6 +359,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
           mode: str = "balance") -> None:
     sources = [open_capture(p) for p in paths]
     d = _WorkerDissector(config)
+    d.report_parser_issues = me == 0
     parser = d.parser
     pst = parser.stats
     router = _Router(jobs, mode)
@@ -431,6 +452,8 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 d.stats.packets += 1
                 tcp_before = pst.tcp
                 seg = parser.parse(raw)
+                if len(parser.issues) > d._parser_issues_seen:
+                    d._report_parser_issues(raw.ts)  # as Dissector.feed_packet does
                 if seg is not None:
                     key, rkey = _seg_keys(seg)
                     w = owners.get(key)
