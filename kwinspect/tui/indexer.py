@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
+from kwinspect.analyze.diagnose import Diagnoser
 from kwinspect.capture.readers import open_capture
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.model import ErrorRow, Exchange
@@ -36,6 +37,48 @@ BATCH = 2_000  # events per commit to the store
 MAX_HELD_FRAMES = 20_000  # per connection, frames waiting for their exchange
 MAX_CONN_SNAPSHOTS = 5_000  # connections described in detail to the app at the end of indexing
 END = object()  # sentinel a feeder puts on a queue when it is done
+FINDINGS_EVERY = 1.0  # seconds, at least, between two Diagnoser.findings() while indexing (~150 ms each)
+
+
+class Diagnosis:
+    """A Diagnoser fed alongside the store, publishing findings as plain dicts (Finding.as_dict).
+
+    ``findings()`` walks all of the Diagnoser's (bounded) state, so it runs at most
+    every FINDINGS_EVERY seconds, and never more than a fifth of the time.
+    """
+
+    def __init__(self) -> None:
+        self.diagnoser = Diagnoser()
+        self.dirty = False
+        self.last = 0.0
+        self.interval = FINDINGS_EVERY
+
+    def add(self, ev: Any) -> None:
+        self.diagnoser.add(ev)
+        self.dirty = True
+
+    def connections_ended(self, infos: Iterable[Any]) -> None:
+        """Tell the Diagnoser how connections ended (as `kwinspect diagnose` does)."""
+        try:
+            infos = list(infos)  # a live dissector may still be adding connections
+        except RuntimeError:
+            return
+        for info in infos:
+            conv = getattr(info, "conversation", None)
+            if conv is not None and getattr(info, "closed", None):
+                self.diagnoser.connection_ended(conv.stream, info.closed)
+                self.dirty = True
+
+    def due(self) -> bool:
+        return self.dirty and time.monotonic() - self.last >= self.interval
+
+    def snapshot(self) -> tuple[list[dict[str, Any]], int]:
+        t0 = time.monotonic()
+        out = [f.as_dict() for f in self.diagnoser.findings()]
+        t1 = time.monotonic()
+        self.last, self.dirty = t1, False
+        self.interval = max(FINDINGS_EVERY, 5 * (t1 - t0))
+        return out, self.diagnoser.exchanges
 
 
 class _Tap:
@@ -193,6 +236,7 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
         return
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
     d = TappingDissector(config)
+    diag = Diagnosis()
     spill = open(spill_path, "ab")  # noqa: SIM115 - closed in finally
     conn.send(("ready",))
     offset = 0
@@ -206,6 +250,7 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
     def drain() -> None:
         nonlocal offset
         for ev in d.pop_events():
+            diag.add(ev)
             if isinstance(ev, Exchange):
                 refs = [-1, -1, -1, -1]
                 for n, frame in enumerate(d.frames_of(ev)):
@@ -226,6 +271,10 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
         rows, errors = [], []
         last_send = time.monotonic()
 
+    def send_findings() -> None:
+        findings, examined = diag.snapshot()
+        conn.send(("findings", findings, examined))
+
     try:
         count = 0
         for raw in merged:
@@ -241,12 +290,17 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
                 if len(rows) >= BATCH or ((rows or errors) and now - last_send > (0.1 if not sent_once else 0.3)):
                     send()
                     sent_once = True
+                    if diag.due():
+                        send_findings()
         d.finish()
         drain()
         for path, src in zip(paths, sources, strict=True):
             for issue in src.issues:
                 errors.append(ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}"))
+                diag.add(errors[-1])
         send(final=True)
+        diag.connections_ended(d.connections.values())
+        send_findings()
     except Exception as exc:  # noqa: BLE001 - a bug in the core; keep what was indexed
         error = f"indexing stopped: {type(exc).__name__}: {exc}"
         try:
@@ -278,6 +332,7 @@ class Indexer:
         self.dissector: Any = None  # Dissector (thread mode) or a snapshot of its connections (process mode)
         self.reader_issues: list[str] = []
         self.process: Any = None  # the indexing subprocess (file mode)
+        self.diagnosis: Diagnosis | None = None  # thread and live modes (file mode diagnoses in the child)
 
     @property
     def progress(self) -> float | None:
@@ -302,6 +357,7 @@ class Indexer:
         self.total_bytes = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
         d = TappingDissector(config)
         self.dissector = d
+        self.diagnosis = Diagnosis()
         batch: list[tuple[Any, Any]] = []
         merged = sources[0] if len(sources) == 1 else heapq.merge(*sources, key=lambda raw: raw.ts)
         last_commit = time.monotonic()
@@ -333,7 +389,7 @@ class Indexer:
                 for issue in src.issues:
                     self.reader_issues.append(f"{path}: {issue.message}")
                     batch.append((ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}"), None))
-            self._commit(batch)
+            self._commit(batch, final=True)
             self.bytes_read = self.total_bytes
         except Exception as exc:  # noqa: BLE001 - a bug in the core; keep what was indexed
             self.error = f"indexing stopped: {type(exc).__name__}: {exc}"
@@ -344,7 +400,16 @@ class Indexer:
                 store.spill.flush()
             self.done.set()
 
-    def _commit(self, batch: list[tuple[Any, Any]]) -> None:
+    def _commit(self, batch: list[tuple[Any, Any]], final: bool = False) -> None:
+        diag = self.diagnosis
+        if diag is not None:
+            for ev, _frames in batch:
+                diag.add(ev)
+            if final:
+                d = self.dissector
+                diag.connections_ended(getattr(d, "connections", {}).values() if d is not None else ())
+            if final or diag.due():
+                self.store.set_findings(*diag.snapshot())
         d = self.dissector
         if d is not None:
             self.store.topic_names = d.shared.topic_names
@@ -408,6 +473,9 @@ class Indexer:
                             store.add_error(err)
                         store._trim()  # noqa: SLF001 - the store's own bounding, after a batch
                         store.generation += 1
+                elif kind == "findings":
+                    _kind, findings, examined = msg
+                    store.set_findings(findings, examined)
                 elif kind == "done":
                     _kind, conns, _issues, error = msg
                     if error:
@@ -435,6 +503,7 @@ class Indexer:
     def consume(self, source: Iterable[Any] | queue.Queue, dissector: Dissector | None = None) -> None:
         """Index events from an iterator or a queue until it ends (queue: the END sentinel)."""
         self.dissector = dissector
+        self.diagnosis = Diagnosis()
         batch: list[tuple[Any, Any]] = []
         try:
             for ev in _events_of(source, self.cancelled):
@@ -447,8 +516,7 @@ class Indexer:
                 if len(batch) >= 256:
                     self._commit(batch)
                     batch = []
-            if batch:
-                self._commit(batch)
+            self._commit(batch, final=True)
         except Exception as exc:  # noqa: BLE001
             self.error = f"live feed stopped: {type(exc).__name__}: {exc}"
         finally:

@@ -207,8 +207,18 @@ class ExchangeStore:
         self.sasl_mechanisms: dict[str, str | None] = {}  # stream -> mechanism (for redaction)
         self.secret_streams: set[int] = set()  # streams that carried SASL or delegation tokens
         self.generation = 0  # bumped on every commit; views compare it to know about new rows
+        # Diagnoser findings (Finding.as_dict), replaced as a whole by the indexer; bounded by the Diagnoser
+        self.findings: list[dict[str, Any]] = []
+        self.findings_examined = 0  # exchanges the Diagnoser had seen
+        self.findings_generation = 0
 
     # -- writing (the indexing worker) ----------------------------------------------------
+
+    def set_findings(self, findings: list[dict[str, Any]], examined: int) -> None:
+        with self.lock:
+            self.findings = findings
+            self.findings_examined = examined
+            self.findings_generation += 1
 
     def __len__(self) -> int:
         return self.total - self.first

@@ -37,6 +37,7 @@ class MainScreen(Screen):
         Binding("e", "errors", "Errors"),
         Binding("c", "connections", "Conns"),
         Binding("l", "latency", "Latency"),
+        Binding("D", "diagnosis", "Diagnosis"),
         Binding("x", "export", "Export"),
         Binding("d", "toggle_detail", "Detail", show=False),
         Binding("h", "hex_side", "Hex req/resp", show=False),
@@ -309,6 +310,21 @@ class MainScreen(Screen):
         from kwinspect.tui.screens.errors import ErrorsScreen
 
         self.app.push_screen(ErrorsScreen(self.store), self.jump_to_error)
+
+    def action_diagnosis(self) -> None:
+        from kwinspect.tui.screens.diagnosis import DiagnosisScreen
+
+        self.app.push_screen(DiagnosisScreen(self.store), self.jump_to_evidence)
+
+    def jump_to_evidence(self, ev: ErrorRow | None) -> None:
+        if ev is None:
+            return
+        row = self.find_exchange(ev)
+        if row is None:
+            self.app.notify("that exchange is not in the list (dropped to bound memory, or never decoded)",
+                            severity="warning")
+            return
+        self.jump_to_row(row)
 
     def action_connections(self) -> None:
         from kwinspect.tui.screens.connections import ConnectionsScreen
