@@ -34,6 +34,8 @@ import struct
 import threading
 from collections.abc import Iterable
 
+from kwinspect.testing.proxy import LoopbackProxy, close_sockets
+
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 API_VERSIONS = 18
@@ -173,46 +175,18 @@ def lower_handshake_version(frame: bytes, version: int) -> bytes:
     return bytes(data)
 
 
-class SaslPlainProxy:
+class SaslPlainProxy(LoopbackProxy):
     """Listens on 127.0.0.1:port, terminates SASL/PLAIN and forwards the rest to upstream."""
 
     def __init__(self, upstream: tuple[str, int] | None, username: str, password: str, *,
                  legacy_handshake: Iterable[str] = ()) -> None:
+        super().__init__(backlog=32)
         self.upstream = upstream  # may be set after construction (the broker needs our port)
         self.username = username
         self.password = password
         self.legacy_handshake = set(legacy_handshake)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(32)
-        self.port = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
         # what happened, for the manifest: [{client_id, mechanism, handshake_version, outcome}]
         self.log: list[dict] = []
-
-    def start(self) -> SaslPlainProxy:
-        t = threading.Thread(target=self._accept_loop, daemon=True)
-        t.start()
-        self._threads.append(t)
-        return self
-
-    def _accept_loop(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                client, _addr = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            t = threading.Thread(target=self._serve, args=(client,), daemon=True)
-            t.start()
-            with self._lock:
-                self._threads.append(t)
 
     def _serve(self, client: socket.socket) -> None:
         try:
@@ -225,20 +199,19 @@ class SaslPlainProxy:
             return
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         up.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with self._lock:
-            self._conns += [client, up]
+        self._track(client, up)
         try:
             ok = self._authenticate(client, up)
         except (_Closed, OSError, struct.error, IndexError):
             ok = False
         if not ok:
-            self._close(client, up)
+            close_sockets(client, up)
             return
         t = threading.Thread(target=self._pump, args=(up, client), daemon=True)
         t.start()
         self._pump(client, up)
         t.join(timeout=5)
-        self._close(client, up)
+        close_sockets(client, up)
 
     def _authenticate(self, client: socket.socket, up: socket.socket) -> bool:
         """The pre-authentication state machine; True once the client is authenticated."""
@@ -325,33 +298,7 @@ class SaslPlainProxy:
                     break
                 dst.sendall(data)
         except OSError:
-            self._close(src, dst)
+            close_sockets(src, dst)
             return
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
-
-    @staticmethod
-    def _close(*socks: socket.socket) -> None:
-        for s in socks:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                s.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        with self._lock:
-            conns = list(self._conns)
-            threads = list(self._threads)
-        for s in conns:
-            self._close(s)
-        for t in threads:
-            t.join(timeout=2)
-
-    def __enter__(self) -> SaslPlainProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -19,6 +19,8 @@ import ssl
 import subprocess
 import threading
 
+from kwinspect.testing.proxy import LoopbackProxy, close_sockets
+
 
 def openssl_path() -> str | None:
     return shutil.which("openssl")
@@ -40,41 +42,14 @@ def make_self_signed(directory: str, cn: str = "localhost") -> tuple[str, str]:
     return cert, key
 
 
-class TlsProxy:
+class TlsProxy(LoopbackProxy):
     """Listens with TLS on 127.0.0.1:port and forwards each connection to upstream."""
 
     def __init__(self, upstream: tuple[str, int], cert: str, key: str) -> None:
+        super().__init__(backlog=16)
         self.upstream = upstream
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ctx.load_cert_chain(cert, key)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-
-    def start(self) -> TlsProxy:
-        t = threading.Thread(target=self._accept_loop, daemon=True)
-        t.start()
-        self._threads.append(t)
-        return self
-
-    def _accept_loop(self) -> None:
-        self.sock.settimeout(0.1)
-        while not self._stop.is_set():
-            try:
-                raw, _addr = self.sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            t = threading.Thread(target=self._serve, args=(raw,), daemon=True)
-            t.start()
-            self._threads.append(t)
 
     def _serve(self, raw: socket.socket) -> None:
         try:
@@ -87,8 +62,7 @@ class TlsProxy:
             with contextlib.suppress(OSError):
                 raw.close()
             return
-        with self._lock:
-            self._conns += [tls, up]
+        self._track(tls, up)
         t = threading.Thread(target=self._pump, args=(up, tls), daemon=True)
         t.start()
         self._pump(tls, up)
@@ -104,25 +78,4 @@ class TlsProxy:
                 dst.sendall(data)
         except (OSError, ssl.SSLError):
             pass
-        for s in (dst, src):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                s.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        with self._lock:
-            for s in self._conns:
-                with contextlib.suppress(OSError):
-                    s.close()
-        for t in self._threads:
-            t.join(timeout=2)
-
-    def __enter__(self) -> TlsProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        close_sockets(dst, src)
