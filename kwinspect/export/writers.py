@@ -34,13 +34,9 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import IO, TYPE_CHECKING, Any
 
 from kwinspect.analyze.latency import LATENCY_COLUMNS
-from kwinspect.analyze.schemas import ARROW_TYPES
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS
 
@@ -56,13 +52,28 @@ FORMATS = ("table", "jsonl", "csv", "parquet")
 TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
 LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
 
-# The Arrow types live in analyze/schemas.py, shared with the Spark pipeline.
-_ARROW_TYPES = ARROW_TYPES
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def _arrow():
+    """pyarrow, pyarrow.parquet and the column types, imported on first Parquet use.
+
+    Importing pyarrow costs about 0.2 s, which every jsonl/csv/table command paid.
+    The Arrow types live in analyze/schemas.py, shared with the Spark pipeline.
+    """
+    import pyarrow
+    import pyarrow.parquet
+
+    from kwinspect.analyze.schemas import ARROW_TYPES
+
+    return pyarrow, pyarrow.parquet, ARROW_TYPES
 
 
 def arrow_schema(table: str) -> pa.Schema:
     """The explicit Parquet/Arrow schema of one public table."""
-    return pa.schema([pa.field(c, _ARROW_TYPES[c]) for c in columns_of(table)])
+    pa, _pq, types = _arrow()
+    return pa.schema([pa.field(c, types[c]) for c in columns_of(table)])
 
 
 def columns_of(table: str) -> tuple[str, ...]:
@@ -363,7 +374,8 @@ class ParquetWriter(RowWriter):
         compression: str = "zstd",
     ) -> None:
         super().__init__(table, columns)
-        self.schema = pa.schema([pa.field(c, _ARROW_TYPES[c]) for c in self.columns])
+        self._pa, pq, types = _arrow()
+        self.schema = self._pa.schema([self._pa.field(c, types[c]) for c in self.columns])
         if out is None or out == "-":
             if sys.stdout.isatty():
                 raise ValueError("refusing to write Parquet to a terminal; use -o FILE.parquet")
@@ -394,6 +406,7 @@ class ParquetWriter(RowWriter):
             self._flush_batch()
 
     def _array(self, c: str, values: list[Any]) -> pa.Array:
+        pa = self._pa
         typ = self.schema.field(c).type
         try:
             return pa.array(values, type=typ)
@@ -404,7 +417,7 @@ class ParquetWriter(RowWriter):
         if not self._pending:
             return
         arrays = [self._array(c, self._cols[c]) for c in self.columns]
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        self._writer.write_batch(self._pa.RecordBatch.from_arrays(arrays, schema=self.schema))
         self._cols = {c: [] for c in self.columns}
         self._pending = 0
 
