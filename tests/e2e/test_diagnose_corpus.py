@@ -22,6 +22,8 @@ FAULTY = {
     "tansu-errors": {"authentication_failed", "connection_churn", "leadership_errors"},
     # SaslHandshake left unanswered (the broker closes), retried on new connections
     "tansu-sasl-rejected": {"request_lost"},
+    # one client logs in with a wrong password on purpose (SASL_AUTHENTICATION_FAILED)
+    "tansu-sasl-plain-proxy": {"authentication_failed"},
     # the broker goes away: nothing is required (no request was in flight), but it is not clean traffic
     "confluent-mock-broker-down": set(),
 }
