@@ -90,53 +90,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'kafka-python-3.0.12',
-        ((4, 18),),
-        (12, 32767),
-        (
-            ('throttle_time_ms', 'int32', (1, 32767), None, None, None, None, None, None),
-            ('error_code', 'int16', (7, 32767), None, None, None, None, None, None),
-            ('session_id', 'int32', (7, 32767), None, None, None, None, 0, None),
-            ('responses', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('topic', 'string', (0, 12), None, None, None, None, None, None),
-                ('topic_id', 'uuid', (13, 32767), None, None, None, None, None, None),
-                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
-                    ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                    ('high_watermark', 'int64', (0, 32767), None, None, None, None, None, None),
-                    ('last_stable_offset', 'int64', (4, 32767), None, None, None, None, -1, None),
-                    ('log_start_offset', 'int64', (5, 32767), None, None, None, None, -1, None),
-                    ('diverging_epoch', 'struct', (12, 32767), None, 0, (12, 32767), None, None, (
-                        ('epoch', 'int32', (12, 32767), None, None, None, None, -1, None),
-                        ('end_offset', 'int64', (12, 32767), None, None, None, None, -1, None),
-                    )),
-                    ('current_leader', 'struct', (12, 32767), None, 1, (12, 32767), None, None, (
-                        ('leader_id', 'int32', (12, 32767), None, None, None, None, -1, None),
-                        ('leader_epoch', 'int32', (12, 32767), None, None, None, None, -1, None),
-                    )),
-                    ('snapshot_id', 'struct', (12, 32767), None, 2, (12, 32767), None, None, (
-                        ('end_offset', 'int64', (0, 32767), None, None, None, None, -1, None),
-                        ('epoch', 'int32', (0, 32767), None, None, None, None, -1, None),
-                    )),
-                    ('aborted_transactions', '[]struct', (4, 32767), (4, 32767), None, None, None, None, (
-                        ('producer_id', 'int64', (4, 32767), None, None, None, None, None, None),
-                        ('first_offset', 'int64', (4, 32767), None, None, None, None, None, None),
-                    )),
-                    ('preferred_read_replica', 'int32', (11, 32767), None, None, None, None, -1, None),
-                    ('records', 'records', (0, 32767), (0, 32767), None, None, None, None, None),
-                )),
-            )),
-            ('node_endpoints', '[]struct', (16, 32767), None, 0, (16, 32767), None, None, (
-                ('node_id', 'int32', (16, 32767), None, None, None, None, None, None),
-                ('host', 'string', (16, 32767), None, None, None, None, None, None),
-                ('port', 'int32', (16, 32767), None, None, None, None, None, None),
-                ('rack', 'string', (16, 32767), (16, 32767), None, None, None, None, None),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 3),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 18),),
         (12, 32767),
         (
             ('throttle_time_ms', 'int32', (1, 32767), None, None, None, None, None, None),

@@ -50,27 +50,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'kafka-python-3.0.12',
-        ((1, 11),),
-        (6, 32767),
-        (
-            ('throttle_time_ms', 'int32', (2, 32767), None, None, None, None, None, None),
-            ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('name', 'string', (0, 32767), None, None, None, None, None, None),
-                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
-                    ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                    ('old_style_offsets', '[]int64', (0, 0), None, None, None, None, None, None),
-                    ('timestamp', 'int64', (1, 32767), None, None, None, None, -1, None),
-                    ('offset', 'int64', (1, 32767), None, None, None, None, -1, None),
-                    ('leader_epoch', 'int32', (4, 32767), None, None, None, None, -1, None),
-                )),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 11),),
         (6, 32767),
         (
             ('throttle_time_ms', 'int32', (2, 32767), None, None, None, None, None, None),

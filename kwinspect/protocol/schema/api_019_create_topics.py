@@ -10,30 +10,8 @@ NAME = 'CreateTopics'
 
 REQUEST = (
     (
-        'kafka-python-3.0.12',
-        ((2, 7),),
-        (5, 32767),
-        (
-            ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('name', 'string', (0, 32767), None, None, None, None, None, None),
-                ('num_partitions', 'int32', (0, 32767), None, None, None, None, None, None),
-                ('replication_factor', 'int16', (0, 32767), None, None, None, None, None, None),
-                ('assignments', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
-                    ('broker_ids', '[]int32', (0, 32767), None, None, None, None, None, None),
-                )),
-                ('configs', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('name', 'string', (0, 32767), None, None, None, None, None, None),
-                    ('value', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
-                )),
-            )),
-            ('timeout_ms', 'int32', (0, 32767), None, None, None, None, 60000, None),
-            ('validate_only', 'bool', (1, 32767), None, None, None, None, False, None),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 1),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 7),),
         (5, 32767),
         (
             ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
@@ -57,32 +35,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'kafka-python-3.0.12',
-        ((2, 7),),
-        (5, 32767),
-        (
-            ('throttle_time_ms', 'int32', (2, 32767), None, None, None, None, None, None),
-            ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('name', 'string', (0, 32767), None, None, None, None, None, None),
-                ('topic_id', 'uuid', (7, 32767), None, None, None, None, None, None),
-                ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                ('error_message', 'string', (1, 32767), (0, 32767), None, None, None, None, None),
-                ('topic_config_error_code', 'int16', (5, 32767), None, 0, (5, 32767), None, None, None),
-                ('num_partitions', 'int32', (5, 32767), None, None, None, None, -1, None),
-                ('replication_factor', 'int16', (5, 32767), None, None, None, None, -1, None),
-                ('configs', '[]struct', (5, 32767), (5, 32767), None, None, None, None, (
-                    ('name', 'string', (5, 32767), None, None, None, None, None, None),
-                    ('value', 'string', (5, 32767), (5, 32767), None, None, None, None, None),
-                    ('read_only', 'bool', (5, 32767), None, None, None, None, None, None),
-                    ('config_source', 'int8', (5, 32767), None, None, None, None, -1, None),
-                    ('is_sensitive', 'bool', (5, 32767), None, None, None, None, None, None),
-                )),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 1),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 7),),
         (5, 32767),
         (
             ('throttle_time_ms', 'int32', (2, 32767), None, None, None, None, None, None),

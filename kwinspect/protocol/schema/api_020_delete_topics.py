@@ -10,21 +10,8 @@ NAME = 'DeleteTopics'
 
 REQUEST = (
     (
-        'kafka-python-3.0.12',
-        ((1, 6),),
-        (4, 32767),
-        (
-            ('topics', '[]struct', (6, 32767), None, None, None, None, None, (
-                ('name', 'string', (6, 32767), (6, 32767), None, None, None, None, None),
-                ('topic_id', 'uuid', (6, 32767), None, None, None, None, None, None),
-            )),
-            ('topic_names', '[]string', (0, 5), None, None, None, None, None, None),
-            ('timeout_ms', 'int32', (0, 32767), None, None, None, None, None, None),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 6),),
         (4, 32767),
         (
             ('topics', '[]struct', (6, 32767), None, None, None, None, None, (
@@ -39,22 +26,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'kafka-python-3.0.12',
-        ((1, 6),),
-        (4, 32767),
-        (
-            ('throttle_time_ms', 'int32', (1, 32767), None, None, None, None, None, None),
-            ('responses', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('name', 'string', (0, 32767), (6, 32767), None, None, None, None, None),
-                ('topic_id', 'uuid', (6, 32767), None, None, None, None, None, None),
-                ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                ('error_message', 'string', (5, 32767), (5, 32767), None, None, None, None, None),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 6),),
         (4, 32767),
         (
             ('throttle_time_ms', 'int32', (1, 32767), None, None, None, None, None, None),

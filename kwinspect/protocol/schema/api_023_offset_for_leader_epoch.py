@@ -10,24 +10,8 @@ NAME = 'OffsetForLeaderEpoch'
 
 REQUEST = (
     (
-        'kafka-python-3.0.12',
-        ((2, 4),),
-        (4, 32767),
-        (
-            ('replica_id', 'int32', (3, 32767), None, None, None, None, -2, None),
-            ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('topic', 'string', (0, 32767), None, None, None, None, None, None),
-                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('partition', 'int32', (0, 32767), None, None, None, None, None, None),
-                    ('current_leader_epoch', 'int32', (2, 32767), None, None, None, None, -1, None),
-                    ('leader_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
-                )),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 1),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 4),),
         (4, 32767),
         (
             ('replica_id', 'int32', (3, 32767), None, None, None, None, -2, None),
@@ -45,25 +29,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'kafka-python-3.0.12',
-        ((2, 4),),
-        (4, 32767),
-        (
-            ('throttle_time_ms', 'int32', (2, 32767), None, None, None, None, None, None),
-            ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('topic', 'string', (0, 32767), None, None, None, None, None, None),
-                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                    ('partition', 'int32', (0, 32767), None, None, None, None, None, None),
-                    ('leader_epoch', 'int32', (1, 32767), None, None, None, None, -1, None),
-                    ('end_offset', 'int64', (0, 32767), None, None, None, None, -1, None),
-                )),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 1),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 4),),
         (4, 32767),
         (
             ('throttle_time_ms', 'int32', (2, 32767), None, None, None, None, None, None),

@@ -48,25 +48,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'kafka-python-3.0.12',
-        ((1, 2),),
-        (1, 32767),
-        (
-            ('markers', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('producer_id', 'int64', (0, 32767), None, None, None, None, None, None),
-                ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('name', 'string', (0, 32767), None, None, None, None, None, None),
-                    ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
-                        ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
-                        ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                    )),
-                )),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 2),),
         (1, 32767),
         (
             ('markers', '[]struct', (0, 32767), None, None, None, None, None, (

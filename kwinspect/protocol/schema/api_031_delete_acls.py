@@ -10,24 +10,8 @@ NAME = 'DeleteAcls'
 
 REQUEST = (
     (
-        'kafka-python-3.0.12',
-        ((1, 3),),
-        (2, 32767),
-        (
-            ('filters', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('resource_type_filter', 'int8', (0, 32767), None, None, None, None, None, None),
-                ('resource_name_filter', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
-                ('pattern_type_filter', 'int8', (1, 32767), None, None, None, None, 3, None),
-                ('principal_filter', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
-                ('host_filter', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
-                ('operation', 'int8', (0, 32767), None, None, None, None, None, None),
-                ('permission_type', 'int8', (0, 32767), None, None, None, None, None, None),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 3),),
         (2, 32767),
         (
             ('filters', '[]struct', (0, 32767), None, None, None, None, None, (
@@ -45,31 +29,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'kafka-python-3.0.12',
-        ((1, 3),),
-        (2, 32767),
-        (
-            ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
-            ('filter_results', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
-                ('matching_acls', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                    ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
-                    ('resource_type', 'int8', (0, 32767), None, None, None, None, None, None),
-                    ('resource_name', 'string', (0, 32767), None, None, None, None, None, None),
-                    ('pattern_type', 'int8', (1, 32767), None, None, None, None, 3, None),
-                    ('principal', 'string', (0, 32767), None, None, None, None, None, None),
-                    ('host', 'string', (0, 32767), None, None, None, None, None, None),
-                    ('operation', 'int8', (0, 32767), None, None, None, None, None, None),
-                    ('permission_type', 'int8', (0, 32767), None, None, None, None, None, None),
-                )),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 3),),
         (2, 32767),
         (
             ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),

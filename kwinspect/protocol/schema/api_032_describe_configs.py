@@ -10,22 +10,8 @@ NAME = 'DescribeConfigs'
 
 REQUEST = (
     (
-        'kafka-python-3.0.12',
-        ((1, 4),),
-        (4, 32767),
-        (
-            ('resources', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('resource_type', 'int8', (0, 32767), None, None, None, None, None, None),
-                ('resource_name', 'string', (0, 32767), None, None, None, None, None, None),
-                ('configuration_keys', '[]string', (0, 32767), (0, 32767), None, None, None, None, None),
-            )),
-            ('include_synonyms', 'bool', (1, 32767), None, None, None, None, False, None),
-            ('include_documentation', 'bool', (3, 32767), None, None, None, None, False, None),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 4),),
         (4, 32767),
         (
             ('resources', '[]struct', (0, 32767), None, None, None, None, None, (

@@ -10,22 +10,8 @@ NAME = 'AlterReplicaLogDirs'
 
 REQUEST = (
     (
-        'kafka-python-3.0.12',
-        ((1, 2),),
-        (2, 32767),
-        (
-            ('dirs', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('path', 'string', (0, 32767), None, None, None, None, None, None),
-                ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('name', 'string', (0, 32767), None, None, None, None, None, None),
-                    ('partitions', '[]int32', (0, 32767), None, None, None, None, None, None),
-                )),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 2),),
         (2, 32767),
         (
             ('dirs', '[]struct', (0, 32767), None, None, None, None, None, (
@@ -41,23 +27,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'kafka-python-3.0.12',
-        ((1, 2),),
-        (2, 32767),
-        (
-            ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
-            ('results', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('topic_name', 'string', (0, 32767), None, None, None, None, None, None),
-                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
-                    ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
-                    ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-                )),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 2),),
         (2, 32767),
         (
             ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),

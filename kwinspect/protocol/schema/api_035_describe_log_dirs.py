@@ -10,19 +10,8 @@ NAME = 'DescribeLogDirs'
 
 REQUEST = (
     (
-        'kafka-python-3.0.12',
-        ((1, 5),),
-        (2, 32767),
-        (
-            ('topics', '[]struct', (0, 32767), (0, 32767), None, None, None, None, (
-                ('topic', 'string', (0, 32767), None, None, None, None, None, None),
-                ('partitions', '[]int32', (0, 32767), None, None, None, None, None, None),
-            )),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'kafka-python-3.0.12 + kafka-3.9.0',
+        ((0, 5),),
         (2, 32767),
         (
             ('topics', '[]struct', (0, 32767), (0, 32767), None, None, None, None, (

@@ -10,22 +10,8 @@ NAME = 'CreateDelegationToken'
 
 REQUEST = (
     (
-        'trunk-2025-02',
-        ((1, 3),),
-        (2, 32767),
-        (
-            ('owner_principal_type', 'string', (3, 32767), (3, 32767), None, None, None, None, None),
-            ('owner_principal_name', 'string', (3, 32767), (3, 32767), None, None, None, None, None),
-            ('renewers', '[]struct', (0, 32767), None, None, None, None, None, (
-                ('principal_type', 'string', (0, 32767), None, None, None, None, None, None),
-                ('principal_name', 'string', (0, 32767), None, None, None, None, None, None),
-            )),
-            ('max_lifetime_ms', 'int64', (0, 32767), None, None, None, None, None, None),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'trunk-2025-02 + kafka-3.9.0',
+        ((0, 3),),
         (2, 32767),
         (
             ('owner_principal_type', 'string', (3, 32767), (3, 32767), None, None, None, None, None),
@@ -41,26 +27,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'trunk-2025-02',
-        ((1, 3),),
-        (2, 32767),
-        (
-            ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-            ('principal_type', 'string', (0, 32767), None, None, None, None, None, None),
-            ('principal_name', 'string', (0, 32767), None, None, None, None, None, None),
-            ('token_requester_principal_type', 'string', (3, 32767), None, None, None, None, None, None),
-            ('token_requester_principal_name', 'string', (3, 32767), None, None, None, None, None, None),
-            ('issue_timestamp_ms', 'int64', (0, 32767), None, None, None, None, None, None),
-            ('expiry_timestamp_ms', 'int64', (0, 32767), None, None, None, None, None, None),
-            ('max_timestamp_ms', 'int64', (0, 32767), None, None, None, None, None, None),
-            ('token_id', 'string', (0, 32767), None, None, None, None, None, None),
-            ('hmac', 'bytes', (0, 32767), None, None, None, None, None, None),
-            ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'trunk-2025-02 + kafka-3.9.0',
+        ((0, 3),),
         (2, 32767),
         (
             ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),

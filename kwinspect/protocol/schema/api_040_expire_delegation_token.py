@@ -10,17 +10,8 @@ NAME = 'ExpireDelegationToken'
 
 REQUEST = (
     (
-        'trunk-2025-02',
-        ((1, 2),),
-        (2, 32767),
-        (
-            ('hmac', 'bytes', (0, 32767), None, None, None, None, None, None),
-            ('expiry_time_period_ms', 'int64', (0, 32767), None, None, None, None, None, None),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'trunk-2025-02 + kafka-3.9.0',
+        ((0, 2),),
         (2, 32767),
         (
             ('hmac', 'bytes', (0, 32767), None, None, None, None, None, None),
@@ -31,18 +22,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'trunk-2025-02',
-        ((1, 2),),
-        (2, 32767),
-        (
-            ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
-            ('expiry_timestamp_ms', 'int64', (0, 32767), None, None, None, None, None, None),
-            ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
-        ),
-    ),
-    (
-        'kafka-3.9.0',
-        ((0, 0),),
+        'trunk-2025-02 + kafka-3.9.0',
+        ((0, 2),),
         (2, 32767),
         (
             ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),

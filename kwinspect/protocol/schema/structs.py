@@ -346,19 +346,8 @@ STRUCTS = {
     ),
     'RequestHeader': (
         (
-            'kafka-python-3.0.12',
-            ((1, 2),),
-            (2, 32767),
-            (
-                ('request_api_key', 'int16', (0, 32767), None, None, None, None, None, None),
-                ('request_api_version', 'int16', (0, 32767), None, None, None, None, None, None),
-                ('correlation_id', 'int32', (0, 32767), None, None, None, None, None, None),
-                ('client_id', 'string', (1, 32767), (1, 32767), None, None, (0, -1), None, None),
-            ),
-        ),
-        (
-            'kafka-3.9.0',
-            ((0, 0),),
+            'kafka-python-3.0.12 + kafka-3.9.0',
+            ((0, 2),),
             (2, 32767),
             (
                 ('request_api_key', 'int16', (0, 32767), None, None, None, None, None, None),
