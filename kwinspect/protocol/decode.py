@@ -405,6 +405,96 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 
 # ---------------------------------------------------------------------------
+# Fast path: generated straight-line decoders (fastdecode.py) for clean frames.
+# They are cached like the readers, for real versions only; False marks a
+# version whose decoder could not be generated (the reference is used).
+# ---------------------------------------------------------------------------
+
+_fast_requests: dict[bytes, Any] = {}  # frame[:4] (api key + version bytes) -> decoder
+_fast_responses: dict[tuple[int, int], Any] = {}
+_fast_structs: dict[tuple[str, int], Any] = {}
+_REQUEST_KEY = struct.Struct(">hh")
+
+
+def _generate(build, *args):
+    from kwinspect.protocol import decode as ref  # this module: the table helpers
+    from kwinspect.protocol import fastdecode
+
+    try:
+        return getattr(fastdecode, build)(ref, *args)
+    except Exception:  # noqa: BLE001 - a table the generator cannot express: reference only
+        return False
+
+
+def _fast_request_decoder(frame: bytes):
+    try:
+        return _new_fast_request_decoder(frame)
+    except Exception:  # noqa: BLE001 - e.g. a version that is not an int: the reference reports it
+        return False
+
+
+def _new_fast_request_decoder(frame: bytes):
+    if len(frame) < 4:
+        return False
+    api_key, api_version = _REQUEST_KEY.unpack_from(frame, 0)
+    if api_key not in APIS:
+        return False
+    definition, use_version = body_schema(api_key, api_version, True)
+    if definition is None or use_version != api_version:
+        return False  # not cached: garbage versions must not grow the cache
+    fast = _generate("build", True, api_key, api_version, request_header_version(api_key, api_version),
+                     definition)
+    _fast_requests[bytes(frame[:4])] = fast
+    return fast
+
+
+def _fast_response_decoder(api_key: int, api_version: int):
+    try:
+        return _new_fast_response_decoder(api_key, api_version)
+    except Exception:  # noqa: BLE001 - e.g. a version that is not an int: the reference reports it
+        return False
+
+
+def _new_fast_response_decoder(api_key: int, api_version: int):
+    if api_key not in APIS:
+        return False
+    definition, use_version = body_schema(api_key, api_version, False)
+    if definition is None or use_version != api_version:
+        return False
+    fast = _generate("build", False, api_key, api_version, response_header_version(api_key, api_version),
+                     definition)
+    _fast_responses[(api_key, api_version)] = fast
+    return fast
+
+
+def _fast_struct_decoder(name: str, version: int):
+    try:
+        return _new_fast_struct_decoder(name, version)
+    except Exception:  # noqa: BLE001 - e.g. a version that is not an int: the reference reports it
+        return False
+
+
+def _new_fast_struct_decoder(name: str, version: int):
+    defs = STRUCTS.get(name)
+    if defs is None:
+        return False
+    definition, use_version = _find_definition(defs, version)
+    if use_version != version:
+        return False
+    fast = _generate("build_struct", definition[3], version, _in(definition[2], version))
+    _fast_structs[(name, version)] = fast
+    return fast
+
+
+def clear_caches() -> None:
+    """Forget every compiled reader and generated decoder (benchmarks of the first decode)."""
+    _compiled.clear()
+    _fast_requests.clear()
+    _fast_responses.clear()
+    _fast_structs.clear()
+
+
+# ---------------------------------------------------------------------------
 # Entry points
 # ---------------------------------------------------------------------------
 
@@ -432,6 +522,22 @@ def _run(reader: Reader, buf, pos: int, prefix: str, issues: list[Issue]):
 
 def decode_struct(name: str, version: int, data: bytes) -> tuple[dict | None, list[Issue]]:
     """Decode a named non-API structure (ConsumerProtocolSubscription, internal-topic records...)."""
+    if type(data) is bytes:
+        fast = _fast_structs.get((name, version))
+        if fast is None:
+            fast = _fast_struct_decoder(name, version)
+        if fast:
+            try:
+                value = fast(data)
+            except Exception:  # noqa: BLE001 - anything unusual: the reference decides
+                value = None
+            if value is not None:
+                return value, []
+    return decode_struct_reference(name, version, data)
+
+
+def decode_struct_reference(name: str, version: int, data: bytes) -> tuple[dict | None, list[Issue]]:
+    """decode_struct with the reference (closure) decoder only."""
     issues: list[Issue] = []
     reader, use_version = _struct_reader(name, version)
     if reader is None:
@@ -454,6 +560,22 @@ def decode_struct(name: str, version: int, data: bytes) -> tuple[dict | None, li
 
 def decode_request(frame: bytes) -> Message:
     """Decode one request (header + body, without the 4-byte size prefix)."""
+    if type(frame) is bytes:
+        fast = _fast_requests.get(frame[:4])  # keyed by the raw api key + version
+        if fast is None:
+            fast = _fast_request_decoder(frame)
+        if fast:
+            try:
+                msg = fast(frame)
+            except Exception:  # noqa: BLE001 - anything unusual: the reference decides
+                msg = None
+            if msg is not None:
+                return msg
+    return decode_request_reference(frame)
+
+
+def decode_request_reference(frame: bytes) -> Message:
+    """decode_request with the reference (closure) decoder only; gives the exact issues."""
     issues: list[Issue] = []
     _local.notes = issues
     try:
@@ -494,6 +616,22 @@ def _decode_request(frame, issues) -> Message:
 
 def decode_response(frame: bytes, api_key: int, api_version: int) -> Message:
     """Decode one response, given the api key and version of its request."""
+    if type(frame) is bytes:
+        fast = _fast_responses.get((api_key, api_version))
+        if fast is None:
+            fast = _fast_response_decoder(api_key, api_version)
+        if fast:
+            try:
+                msg = fast(frame)
+            except Exception:  # noqa: BLE001 - anything unusual: the reference decides
+                msg = None
+            if msg is not None:
+                return msg
+    return decode_response_reference(frame, api_key, api_version)
+
+
+def decode_response_reference(frame: bytes, api_key: int, api_version: int) -> Message:
+    """decode_response with the reference (closure) decoder only; gives the exact issues."""
     issues: list[Issue] = []
     _local.notes = issues
     try:

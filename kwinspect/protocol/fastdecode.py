@@ -1,0 +1,358 @@
+"""Straight-line decoders generated from the schema tables: the fast path of decode.py.
+
+For one (api key, version, direction) this writes the Python source of a single
+function that reads the header and the body of a well-formed frame and returns
+the ``Message``: precompiled ``Struct`` objects read runs of fixed-size fields
+in one call, compact lengths take a one-byte-varint shortcut, array counts are
+checked against the bytes left before looping, and nested structs are inlined,
+so no per-field function call, tuple or closure is involved.
+
+The generated code handles only the common, clean case.  Anything unusual -- a
+short buffer, a bad length, invalid UTF-8, tagged fields present, trailing
+bytes, an ApiVersions rejection -- makes it raise or return None, and the caller
+throws that attempt away and runs the reference closure decoder in decode.py,
+which produces the exact issues, paths and partial values.  So this module never
+has to reproduce an error, only the values of a frame that decodes cleanly, and
+it builds them from the same tables with the same rules (field selection,
+nullability, compact encodings, tagged-field defaults) as ``compile_struct``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from kwinspect.model import Message
+from kwinspect.protocol.primitives import FIXED_SIZES, read_uvarint, uuid_to_str
+
+
+class Bail(Exception):  # noqa: N818 - a control-flow signal: "let the reference decoder do it"
+    """The frame is not the clean case the generated code handles."""
+
+
+# One-field struct codes of the fixed-size types; uuid is read as 16 raw bytes.
+_CODES = {"bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
+          "int64": "q", "float64": "d", "uuid": "16s"}
+# Same as decode._FIXED_ARRAY_CODES: arrays of these are read with one unpack.
+_ARRAY_CODES = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
+                "int64": "q", "float64": "d"}
+_I16 = struct.Struct(">h").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+
+
+def _in(rng, version: int) -> bool:
+    return rng is not None and rng[0] <= version <= rng[1]
+
+
+class _Gen:
+    """Source lines plus the constants (Struct readers, defaults) they refer to."""
+
+    def __init__(self, ref):
+        self.ref = ref  # the decode module: default_value, _min_size, _copy_default, records parser
+        self.lines: list[str] = []
+        self.consts: dict[str, Any] = {}
+        self._structs: dict[str, str] = {}
+        self.n = 0
+
+    def tmp(self, prefix: str = "v") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def const(self, obj) -> str:
+        name = f"K{len(self.consts)}"
+        self.consts[name] = obj
+        return name
+
+    def unpacker(self, fmt: str) -> str:
+        name = self._structs.get(fmt)
+        if name is None:
+            name = self._structs[fmt] = self.const(struct.Struct(">" + fmt).unpack_from)
+        return name
+
+    def emit(self, ind: int, line: str) -> None:
+        self.lines.append("    " * ind + line)
+
+    # -- lengths ------------------------------------------------------------------
+
+    def uvarint(self, ind: int, var: str) -> None:
+        """`var` = the unsigned varint at pos; one-byte values without a call."""
+        self.emit(ind, f"{var} = buf[pos]")
+        self.emit(ind, f"if {var} < 128:")
+        self.emit(ind + 1, "pos += 1")
+        self.emit(ind, "else:")
+        self.emit(ind + 1, f"{var}, pos = read_uvarint(buf, pos)")
+
+    def sized(self, ind: int, ftype: str, nullable: bool, compact: bool, target: str, convert: str) -> None:
+        """A string / bytes / records value: length prefix, then `convert` of the bytes."""
+        n = self.tmp("n")
+        if compact:  # uvarint length + 1, 0 = null
+            self.uvarint(ind, n)
+            self.emit(ind, f"if {n}:")
+            self.emit(ind + 1, f"e = pos + {n} - 1")
+        else:  # int16 (string) / int32 (bytes) length, -1 = null
+            self.emit(ind, f"{n}, = {'I16' if ftype == 'string' else 'I32'}(buf, pos)")
+            self.emit(ind, f"pos += {2 if ftype == 'string' else 4}")
+            self.emit(ind, f"if {n} >= 0:")
+            self.emit(ind + 1, f"e = pos + {n}")
+        self.emit(ind + 1, "if e > L:")
+        self.emit(ind + 2, "raise Bail")
+        self.emit(ind + 1, f"{target} = {convert.format('buf[pos:e]')}")
+        self.emit(ind + 1, "pos = e")
+        if not compact and nullable:
+            self.emit(ind, f"elif {n} == -1:")
+            self.emit(ind + 1, f"{target} = None")
+        self.emit(ind, "else:")
+        self.emit(ind + 1, f"{target} = None" if compact and nullable else "raise Bail")
+
+    # -- values -------------------------------------------------------------------
+
+    def value(self, ind, ftype, nullable, compact, children, version, flexible, target) -> None:
+        if ftype in _CODES:
+            size = FIXED_SIZES[ftype]
+            self.emit(ind, f"{target}, = {self.unpacker(_CODES[ftype])}(buf, pos)")
+            self.emit(ind, f"pos += {size}")
+            if ftype == "uuid":
+                self.emit(ind, f"{target} = uuid_to_str({target})")
+        elif ftype == "string":
+            self.sized(ind, ftype, nullable, compact, target, "{}.decode()")
+        elif ftype == "bytes":
+            self.sized(ind, ftype, nullable, compact, target, "{}")
+        elif ftype == "records":
+            self.sized(ind, "bytes", nullable, compact, target, "parse({})")
+        elif ftype == "struct":
+            self.struct(ind, children, version, flexible, nullable, target)
+        elif ftype.startswith("[]"):
+            self.array(ind, ftype[2:], nullable, compact, children, version, flexible, target)
+        else:
+            raise ValueError(f"unknown field type {ftype!r} in the schema tables")
+
+    def array(self, ind, inner, nullable, compact, children, version, flexible, target) -> None:
+        n = self.tmp("n")
+        if compact:
+            self.uvarint(ind, n)
+            self.emit(ind, f"if not {n}:")
+            self.emit(ind + 1, f"{target} = None" if nullable else "raise Bail")
+            self.emit(ind, "else:")
+            ind += 1
+            self.emit(ind, f"{n} -= 1")
+        else:
+            self.emit(ind, f"{n}, = I32(buf, pos)")
+            self.emit(ind, "pos += 4")
+            if nullable:
+                self.emit(ind, f"if {n} == -1:")
+                self.emit(ind + 1, f"{target} = None")
+                self.emit(ind, "else:")
+                ind += 1
+            self.emit(ind, f"if {n} < 0:")
+            self.emit(ind + 1, "raise Bail")
+        if inner == "struct":
+            min_size = self.ref._min_size(children, version, flexible)
+        else:
+            min_size = FIXED_SIZES.get(inner, 1 if compact else 2)
+        self.emit(ind, f"if {n} * {max(min_size, 1)} > L - pos:")
+        self.emit(ind + 1, "raise Bail")
+        if inner in _ARRAY_CODES:
+            code, size = _ARRAY_CODES[inner], FIXED_SIZES[inner]
+            self.emit(ind, f"{target} = list(unpack_from('>%d{code}' % {n}, buf, pos))")
+            self.emit(ind, f"pos += {n} * {size}")
+            return
+        items, elem = self.tmp("a"), self.tmp("v")
+        self.emit(ind, f"{items} = []")
+        self.emit(ind, f"for _ in range({n}):")
+        if inner == "struct":
+            self.struct(ind + 1, children, version, flexible, False, elem)
+        else:
+            self.value(ind + 1, inner, False, compact, None, version, flexible, elem)
+        self.emit(ind + 1, f"{items}.append({elem})")
+        self.emit(ind, f"{target} = {items}")
+
+    def struct(self, ind, fields, version, flexible, nullable, target) -> None:
+        """Inline code reading one struct into `target` (same field rules as compile_struct)."""
+        ref = self.ref
+        regular, tagged = [], []
+        for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, default, children in fields:
+            if not _in(versions or (0, 32767), version):
+                continue
+            compact = flexible and (flex_override is None or _in(flex_override, version))
+            fnull = _in(nullable_v, version)
+            if flexible and tag is not None and _in(tagged_v, version):
+                tagged.append((name, ref.default_value(ftype, default, children, version, flexible, fnull)))
+            else:
+                regular.append((name, ftype, fnull, compact, children))
+        if nullable:  # int8 presence marker, negative = null
+            self.emit(ind, "if buf[pos] > 127:")
+            self.emit(ind + 1, "pos += 1")
+            self.emit(ind + 1, f"{target} = None")
+            self.emit(ind, "else:")
+            ind += 1
+            self.emit(ind, "pos += 1")
+        items: list[tuple[str, str]] = []
+        i = 0
+        while i < len(regular):
+            if regular[i][1] in _CODES:  # a run of fixed-size fields: one unpack
+                j, fmt, size, names = i, "", 0, []
+                while j < len(regular) and regular[j][1] in _CODES:
+                    ftype = regular[j][1]
+                    fmt += _CODES[ftype]
+                    size += FIXED_SIZES[ftype]
+                    var = self.tmp()
+                    names.append(var)
+                    items.append((regular[j][0], f"uuid_to_str({var})" if ftype == "uuid" else var))
+                    j += 1
+                self.emit(ind, f"{', '.join(names)}, = {self.unpacker(fmt)}(buf, pos)")
+                self.emit(ind, f"pos += {size}")
+                i = j
+                continue
+            name, ftype, fnull, compact, children = regular[i]
+            var = self.tmp()
+            self.value(ind, ftype, fnull, compact, children, version, flexible, var)
+            items.append((name, var))
+            i += 1
+        if not flexible:
+            self.emit(ind, f"{target} = {{{', '.join(f'{name!r}: {expr}' for name, expr in items)}}}")
+            return
+        # "No tagged fields" (a single zero byte) is inline; otherwise a helper
+        # reads them with the reference readers, in the order they come.
+        present = {name for name, _ in items}
+        regular_names = frozenset(present)
+        defaults = []
+        for name, default in tagged:
+            if name in present:
+                continue  # compile_struct keeps the regular field's value
+            present.add(name)
+            if isinstance(default, dict):
+                expr = f"copy_default({self.const(default)})"
+            elif isinstance(default, list):
+                expr = "[]"
+            else:
+                expr = self.const(default)
+            defaults.append((name, expr))
+        fixed = ", ".join(f"{name!r}: {expr}" for name, expr in items)
+        table = self.const((self._tag_readers(fields, version, flexible), tuple(
+            (name, default) for name, default in tagged), regular_names))
+        self.emit(ind, "if buf[pos]:")
+        self.emit(ind + 1, f"t, pos = read_tagged(buf, pos, L, {table})")
+        self.emit(ind + 1, f"{target} = {{{fixed}{', ' if fixed else ''}**t}}")
+        self.emit(ind, "else:")
+        self.emit(ind + 1, "pos += 1")
+        tail = ", ".join(f"{name!r}: {expr}" for name, expr in items + defaults)
+        self.emit(ind + 1, f"{target} = {{{tail}}}")
+
+    def _tag_readers(self, fields, version, flexible) -> dict:
+        """tag -> (name, reference reader), exactly as compile_struct builds them."""
+        ref = self.ref
+        out = {}
+        for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, _d, children in fields:
+            if not _in(versions or (0, 32767), version):
+                continue
+            if tag is not None and _in(tagged_v, version):
+                compact = flexible and (flex_override is None or _in(flex_override, version))
+                out[tag] = (name, ref._field_reader(ftype, _in(nullable_v, version), compact, children,
+                                                    version, flexible))
+        return out
+
+
+def read_tagged(buf, pos: int, end_of_data: int, table) -> tuple[dict, int]:
+    """The tagged fields of one struct, as decode._read_tagged_fields reads them.
+
+    Returns the entries to append to the struct (known tags in the order they
+    come, ``_unknown_tags``, then the defaults of absent tags) and the new
+    position.  Anything the reference would report (a size mismatch, a value
+    that does not decode, a note from a nested tagged field) raises Bail.
+    """
+    from kwinspect.protocol import decode as ref
+
+    readers, defaults, regular_names = table
+    count, pos = read_uvarint(buf, pos)
+    if count > end_of_data - pos:
+        raise Bail
+    out: dict = {}
+    view = None
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > end_of_data:
+            raise Bail
+        entry = readers.get(tag)
+        if entry is not None:
+            if view is None:
+                view = memoryview(buf)
+            notes: list = []
+            saved = getattr(ref._local, "notes", None)
+            ref._local.notes = notes
+            try:
+                value, used = entry[1](view[:end], pos)
+            finally:
+                ref._local.notes = saved
+            if used != end or notes:
+                raise Bail
+            out[entry[0]] = value
+        else:
+            out.setdefault("_unknown_tags", {})[tag] = buf[pos:end]
+        pos = end
+    for name, default in defaults:
+        if name not in out and name not in regular_names:
+            out[name] = ref._copy_default(default)
+    return out, pos
+
+
+def _definition(ref, defs, version):
+    definition, use_version = ref._find_definition(defs, version)
+    return definition[3], use_version, ref._in(definition[2], use_version)
+
+
+def build(ref, is_request: bool, api_key: int, api_version: int, header_version: int,
+          body_definition) -> Any:
+    """The generated decoder of one (api key, version, direction), or raises on a bad table.
+
+    `ref` is the decode module (its table helpers), `body_definition` the
+    definition that supplies `api_version`.  The function takes the frame (bytes)
+    and returns the Message of a clean decode, or None / raises for anything else.
+    """
+    g = _Gen(ref)
+    header_name = "RequestHeader" if is_request else "ResponseHeader"
+    h_fields, h_version, h_flexible = _definition(ref, ref.STRUCTS[header_name], header_version)
+    g.emit(1, "L = len(buf)")
+    g.emit(1, "pos = 0")
+    g.struct(1, h_fields, h_version, h_flexible, False, "h")
+    if not is_request and api_key == ref.API_VERSIONS_KEY and api_version > 0:
+        # An UNSUPPORTED_VERSION rejection has its own layout rules (see decode.py).
+        g.emit(1, f"if buf[pos:pos + 2] == {struct.pack('>h', ref.UNSUPPORTED_VERSION_CODE)!r}:")
+        g.emit(2, "return None")
+    g.struct(1, body_definition[3], api_version, ref._in(body_definition[2], api_version), False, "b")
+    g.emit(1, "if pos != L:")
+    g.emit(2, "return None")
+    g.emit(1, f"return Message({is_request}, {api_key}, {api_version}, h, b, [], None, L, {api_version})")
+    source = "def decode(buf):\n" + "\n".join(g.lines) + "\n"
+    namespace: dict[str, Any] = {
+        "Bail": Bail, "Message": Message, "read_uvarint": read_uvarint, "read_tagged": read_tagged, "uuid_to_str": uuid_to_str,
+        "unpack_from": struct.unpack_from, "I16": _I16, "I32": _I32, "parse": ref._records_parser(),
+        "copy_default": ref._copy_default, **g.consts,
+    }
+    exec(compile(source, f"<kwinspect fast decoder {header_name[:-6]} {api_key} v{api_version}>", "exec"),
+         namespace)
+    fn = namespace["decode"]
+    fn.source = source  # for debugging and tests
+    return fn
+
+
+def build_struct(ref, fields, version: int, flexible: bool) -> Any:
+    """The generated decoder of a named struct: data -> value of a clean, complete decode, else None."""
+    g = _Gen(ref)
+    g.emit(1, "L = len(buf)")
+    g.emit(1, "pos = 0")
+    g.struct(1, fields, version, flexible, False, "d")
+    g.emit(1, "if pos != L:")
+    g.emit(2, "return None")
+    g.emit(1, "return d")
+    source = "def decode(buf):\n" + "\n".join(g.lines) + "\n"
+    namespace: dict[str, Any] = {
+        "Bail": Bail, "read_uvarint": read_uvarint, "read_tagged": read_tagged, "uuid_to_str": uuid_to_str,
+        "unpack_from": struct.unpack_from, "I16": _I16, "I32": _I32, "parse": ref._records_parser(),
+        "copy_default": ref._copy_default, **g.consts,
+    }
+    exec(compile(source, "<kwinspect fast struct decoder>", "exec"), namespace)
+    fn = namespace["decode"]
+    fn.source = source
+    return fn
