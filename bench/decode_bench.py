@@ -1,6 +1,7 @@
 """Decode speed of kwinspect.protocol for a few representative frames.
 
     python bench/decode_bench.py [--seconds 1.0]
+    python bench/decode_bench.py --capture FILE [--kafka-ports P,P] [--rounds 5]
 
 Frames are encoded by kio (an independent encoder): a Produce v9 request
 carrying record batches, a Fetch v12 response with record batches in several
@@ -10,6 +11,12 @@ loop for about --seconds; the table shows frames/s and MB/s (frame bytes, size
 prefix excluded) and the one-time cost of compiling that version's readers.
 Records are handed to protocol/records.py, which parses batch headers only
 (records themselves decode lazily), so that cost is included.
+
+With --capture, every frame kwinspect decodes from that capture is recorded
+once, then decoded again with the generated fast decoders (decode_request /
+decode_response) and with the reference closure decoder alone
+(decode_*_reference); the table shows CPU seconds of each over all frames
+(best of --rounds) and the speedup.
 
 Not part of `make test`: numbers depend on the machine.
 """
@@ -152,10 +159,65 @@ def bench(label, frame, resp, seconds):
     return label, len(frame), rate, rate * len(frame) / 1e6, first * 1e3
 
 
+def capture_frames(path: str, ports: str | None):
+    """Every request frame and (response frame, key, version) the driver decodes."""
+    from kwinspect.capture.files import dissect_file
+    from kwinspect.dissect import DissectConfig
+    from kwinspect.stream import conversation
+
+    requests, responses = [], []
+    real_request, real_response = conversation.decode_request, conversation.decode_response
+
+    def record_request(frame):
+        requests.append(bytes(frame))
+        return real_request(frame)
+
+    def record_response(frame, key, version):
+        responses.append((bytes(frame), key, version))
+        return real_response(frame, key, version)
+
+    conversation.decode_request, conversation.decode_response = record_request, record_response
+    try:
+        cfg = DissectConfig(kafka_ports=frozenset(int(p) for p in ports.split(","))) if ports else DissectConfig()
+        dissect_file(path, cfg)
+    finally:
+        conversation.decode_request, conversation.decode_response = real_request, real_response
+    return requests, responses
+
+
+def bench_capture(path: str, ports: str | None, rounds: int) -> int:
+    requests, responses = capture_frames(path, ports)
+    print(f"{path}: {len(requests)} requests, {len(responses)} responses, "
+          f"{sum(map(len, requests)) + sum(len(f) for f, _k, _v in responses):,} bytes")
+    variants = {
+        "fast": (decode_module.decode_request, decode_module.decode_response),
+        "reference": (decode_module.decode_request_reference, decode_module.decode_response_reference),
+    }
+    best = {}
+    for _ in range(rounds):
+        for name, (dreq, dresp) in variants.items():
+            t0 = time.process_time()
+            for frame in requests:
+                dreq(frame)
+            for frame, key, version in responses:
+                dresp(frame, key, version)
+            elapsed = time.process_time() - t0
+            best[name] = min(best.get(name, elapsed), elapsed)
+    for name, seconds in best.items():
+        print(f"{name:<10} {seconds:8.3f} s CPU  {len(requests) + len(responses):,} frames")
+    print(f"speedup    {best['reference'] / best['fast']:8.2f}x")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="time per frame (default 1.0)")
+    parser.add_argument("--capture", help="decode every frame of this capture instead")
+    parser.add_argument("--kafka-ports", help="broker ports of --capture (comma separated)")
+    parser.add_argument("--rounds", type=int, default=5, help="--capture: rounds, best is shown (default 5)")
     args = parser.parse_args(argv)
+    if args.capture:
+        return bench_capture(args.capture, args.kafka_ports, args.rounds)
     print(f"kwinspect decode benchmark -- Python {platform.python_version()} on {platform.machine()}")
     rows = [bench(label, frame, resp, args.seconds) for label, frame, resp in frames()]
     w = max(len(r[0]) for r in rows)

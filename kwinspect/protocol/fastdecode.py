@@ -69,6 +69,14 @@ class _Gen:
             name = self._structs[fmt] = self.const(struct.Struct(">" + fmt).unpack_from)
         return name
 
+    def fresh_copy(self, value) -> str:
+        """An expression building what decode._copy_default(value) returns."""
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k!r}: {self.fresh_copy(v)}" for k, v in value.items()) + "}"
+        if isinstance(value, list):
+            return "[]"
+        return self.const(value)
+
     def emit(self, ind: int, line: str) -> None:
         self.lines.append("    " * ind + line)
 
@@ -79,6 +87,9 @@ class _Gen:
         self.emit(ind, f"{var} = buf[pos]")
         self.emit(ind, f"if {var} < 128:")
         self.emit(ind + 1, "pos += 1")
+        self.emit(ind, "elif buf[pos + 1] < 128:")  # two bytes: lengths up to 16383
+        self.emit(ind + 1, f"{var} = ({var} & 127) | (buf[pos + 1] << 7)")
+        self.emit(ind + 1, "pos += 2")
         self.emit(ind, "else:")
         self.emit(ind + 1, f"{var}, pos = read_uvarint(buf, pos)")
 
@@ -220,13 +231,7 @@ class _Gen:
             if name in present:
                 continue  # compile_struct keeps the regular field's value
             present.add(name)
-            if isinstance(default, dict):
-                expr = f"copy_default({self.const(default)})"
-            elif isinstance(default, list):
-                expr = "[]"
-            else:
-                expr = self.const(default)
-            defaults.append((name, expr))
+            defaults.append((name, self.fresh_copy(default)))
         fixed = ", ".join(f"{name!r}: {expr}" for name, expr in items)
         table = self.const((self._tag_readers(fields, version, flexible), tuple(
             (name, default) for name, default in tagged), regular_names))
