@@ -329,17 +329,7 @@ def build(ref, is_request: bool, api_key: int, api_version: int, header_version:
     g.emit(1, "if pos != L:")
     g.emit(2, "return None")
     g.emit(1, f"return Message({is_request}, {api_key}, {api_version}, h, b, [], None, L, {api_version})")
-    source = "def decode(buf):\n" + "\n".join(g.lines) + "\n"
-    namespace: dict[str, Any] = {
-        "Bail": Bail, "Message": Message, "read_uvarint": read_uvarint, "read_tagged": read_tagged, "uuid_to_str": uuid_to_str,
-        "unpack_from": struct.unpack_from, "I16": _I16, "I32": _I32, "parse": ref._records_parser(),
-        "copy_default": ref._copy_default, **g.consts,
-    }
-    exec(compile(source, f"<kwinspect fast decoder {header_name[:-6]} {api_key} v{api_version}>", "exec"),
-         namespace)
-    fn = namespace["decode"]
-    fn.source = source  # for debugging and tests
-    return fn
+    return _compile(g, f"<kwinspect fast decoder {header_name[:-6]} {api_key} v{api_version}>")
 
 
 def build_struct(ref, fields, version: int, flexible: bool) -> Any:
@@ -351,13 +341,17 @@ def build_struct(ref, fields, version: int, flexible: bool) -> Any:
     g.emit(1, "if pos != L:")
     g.emit(2, "return None")
     g.emit(1, "return d")
+    return _compile(g, "<kwinspect fast struct decoder>")
+
+
+def _compile(g: _Gen, filename: str) -> Any:
     source = "def decode(buf):\n" + "\n".join(g.lines) + "\n"
     namespace: dict[str, Any] = {
-        "Bail": Bail, "read_uvarint": read_uvarint, "read_tagged": read_tagged, "uuid_to_str": uuid_to_str,
-        "unpack_from": struct.unpack_from, "I16": _I16, "I32": _I32, "parse": ref._records_parser(),
-        "copy_default": ref._copy_default, **g.consts,
+        "Bail": Bail, "Message": Message, "read_uvarint": read_uvarint, "read_tagged": read_tagged,
+        "uuid_to_str": uuid_to_str, "unpack_from": struct.unpack_from, "I16": _I16, "I32": _I32,
+        "parse": g.ref._records_parser(), **g.consts,
     }
-    exec(compile(source, "<kwinspect fast struct decoder>", "exec"), namespace)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - source generated from our own tables
     fn = namespace["decode"]
-    fn.source = source
+    fn.source = source  # for debugging and tests
     return fn
