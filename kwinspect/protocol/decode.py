@@ -622,7 +622,7 @@ def decode_response(frame: bytes, api_key: int, api_version: int) -> Message:
             fast = _fast_response_decoder(api_key, api_version)
         if fast:
             try:
-                msg = fast(frame)
+                msg = fast(frame, api_key, api_version)
             except Exception:  # noqa: BLE001 - anything unusual: the reference decides
                 msg = None
             if msg is not None:

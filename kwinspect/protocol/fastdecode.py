@@ -313,7 +313,8 @@ def build(ref, is_request: bool, api_key: int, api_version: int, header_version:
 
     `ref` is the decode module (its table helpers), `body_definition` the
     definition that supplies `api_version`.  The function takes the frame (bytes)
-    and returns the Message of a clean decode, or None / raises for anything else.
+    (and for a response the caller's api key and version) and returns the Message
+    of a clean decode, or None / raises for anything else.
     """
     g = _Gen(ref)
     header_name = "RequestHeader" if is_request else "ResponseHeader"
@@ -328,8 +329,12 @@ def build(ref, is_request: bool, api_key: int, api_version: int, header_version:
     g.struct(1, body_definition[3], api_version, ref._in(body_definition[2], api_version), False, "b")
     g.emit(1, "if pos != L:")
     g.emit(2, "return None")
-    g.emit(1, f"return Message({is_request}, {api_key}, {api_version}, h, b, [], None, L, {api_version})")
-    return _compile(g, f"<kwinspect fast decoder {header_name[:-6]} {api_key} v{api_version}>")
+    if is_request:
+        g.emit(1, f"return Message(True, {api_key}, {api_version}, h, b, [], None, L, {api_version})")
+        return _compile(g, f"<kwinspect fast decoder Request {api_key} v{api_version}>")
+    # The caller's own key and version objects go into the Message, as in the reference.
+    g.emit(1, "return Message(False, api_key, api_version, h, b, [], None, L, api_version)")
+    return _compile(g, f"<kwinspect fast decoder Response {api_key} v{api_version}>", "buf, api_key, api_version")
 
 
 def build_struct(ref, fields, version: int, flexible: bool) -> Any:
@@ -344,8 +349,8 @@ def build_struct(ref, fields, version: int, flexible: bool) -> Any:
     return _compile(g, "<kwinspect fast struct decoder>")
 
 
-def _compile(g: _Gen, filename: str) -> Any:
-    source = "def decode(buf):\n" + "\n".join(g.lines) + "\n"
+def _compile(g: _Gen, filename: str, args: str = "buf") -> Any:
+    source = f"def decode({args}):\n" + "\n".join(g.lines) + "\n"
     namespace: dict[str, Any] = {
         "Bail": Bail, "Message": Message, "read_uvarint": read_uvarint, "read_tagged": read_tagged,
         "uuid_to_str": uuid_to_str, "unpack_from": struct.unpack_from, "I16": _I16, "I32": _I32,

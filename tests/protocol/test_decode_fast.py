@@ -71,7 +71,7 @@ def fast_request(frame: bytes):
 def fast_response(frame: bytes, key: int, version: int):
     fn = D._fast_responses.get((key, version)) or D._fast_response_decoder(key, version)
     try:
-        return fn(frame) if fn else None
+        return fn(frame, key, version) if fn else None
     except Exception:  # noqa: BLE001
         return None
 
@@ -443,3 +443,23 @@ def test_capture_frames_match_the_reference(path, ports, monkeypatch):
         assert requests and responses
     # Every frame the reference decodes without an issue is decoded by the fast path.
     assert taken == clean, (taken, clean)
+
+
+def test_responses_keep_the_callers_key_and_version_objects():
+    """(0, 9) and (IntLike(0), IntLike(9)) share a cache entry; the Message must still
+    carry what the caller passed, as the reference's does."""
+
+    class IntLike(int):
+        pass
+
+    rnd = random.Random(5)
+    while True:  # a frame the fast path takes
+        enc = Encoder(rnd)
+        frame = header_bytes(False, 0, 9, enc) + body_bytes(False, 0, 9, enc)
+        if not D.decode_response_reference(frame, 0, 9).issues:
+            break
+    assert check_response(frame, 0, 9)
+    for key, version in ((IntLike(0), IntLike(9)), (0, IntLike(9))):
+        got = D.decode_response(frame, key, version)
+        assert type(got.api_version) is IntLike and type(got.decoded_version) is IntLike
+        assert canon_msg(got) == canon_msg(D.decode_response_reference(frame, key, version))
