@@ -36,6 +36,7 @@ _CODES = {"bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "
 # Same as decode._FIXED_ARRAY_CODES: arrays of these are read with one unpack.
 _ARRAY_CODES = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
                 "int64": "q", "float64": "d"}
+_SMALL = 17  # arrays of fixed-size numbers shorter than this use a precompiled Struct
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 
@@ -164,7 +165,11 @@ class _Gen:
         self.emit(ind + 1, "raise Bail")
         if inner in _ARRAY_CODES:
             code, size = _ARRAY_CODES[inner], FIXED_SIZES[inner]
-            self.emit(ind, f"{target} = list(unpack_from('>%d{code}' % {n}, buf, pos))")
+            small = self.const(tuple(struct.Struct(f">{i}{code}").unpack_from for i in range(_SMALL)))
+            self.emit(ind, f"if {n} < {_SMALL}:")  # short arrays: a precompiled Struct per length
+            self.emit(ind + 1, f"{target} = list({small}[{n}](buf, pos))")
+            self.emit(ind, "else:")
+            self.emit(ind + 1, f"{target} = list(unpack_from('>%d{code}' % {n}, buf, pos))")
             self.emit(ind, f"pos += {n} * {size}")
             return
         items, elem = self.tmp("a"), self.tmp("v")
