@@ -177,8 +177,9 @@ class Encoder:
         if ftype.startswith("[]"):
             if nullable and rnd.random() < 0.15:
                 return self.length(0, True, 0) if compact else b"\xff\xff\xff\xff"
-            n = rnd.choice((0, 1, 1, 2, 3))
             inner = ftype[2:]
+            # long arrays of numbers take another path than short ones
+            n = rnd.choice((0, 1, 1, 2, 3, 16, 17, 40) if inner in _INT_FORMATS else (0, 1, 1, 2, 3))
             items = b"".join(self.struct(children, version, flexible) if inner == "struct"
                              else self.value(inner, False, compact, None, version, flexible) for _ in range(n))
             return self.length(n + 1 if compact else n, compact, 4) + items
