@@ -8,8 +8,9 @@ checked against the bytes left before looping, and nested structs are inlined,
 so no per-field function call, tuple or closure is involved.
 
 The generated code handles only the common, clean case.  Anything unusual -- a
-short buffer, a bad length, invalid UTF-8, tagged fields present, trailing
-bytes, an ApiVersions rejection -- makes it raise or return None, and the caller
+short buffer, a bad length, invalid UTF-8, a tagged field the reference would
+report on (wrong size, undecodable), trailing bytes, an ApiVersions rejection --
+makes it raise or return None, and the caller
 throws that attempt away and runs the reference closure decoder in decode.py,
 which produces the exact issues, paths and partial values.  So this module never
 has to reproduce an error, only the values of a frame that decodes cleanly, and
@@ -49,7 +50,7 @@ class _Gen:
     """Source lines plus the constants (Struct readers, defaults) they refer to."""
 
     def __init__(self, ref):
-        self.ref = ref  # the decode module: default_value, _min_size, _copy_default, records parser
+        self.ref = ref  # the decode module: default_value, _min_size, _field_reader, records parser
         self.lines: list[str] = []
         self.consts: dict[str, Any] = {}
         self._structs: dict[str, str] = {}
