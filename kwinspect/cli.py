@@ -76,7 +76,7 @@ def parse_ports(text: str) -> frozenset[int]:
     return frozenset(ports)
 
 
-def _input_options(p: argparse.ArgumentParser, nargs: str = "+") -> None:
+def _input_options(p: argparse.ArgumentParser, nargs: str = "+", jobs: bool = True) -> None:
     p.add_argument("pcap", nargs=nargs, metavar="PCAP",
                    help="pcap or pcapng file(s), optionally .gz; several are read as one capture in time order")
     g = p.add_argument_group("reading")
@@ -91,9 +91,10 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+") -> None:
     g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
-                   help="decode with N processes, TCP connections shared out among them; same output "
-                        "as one (default 1; 0 = one per CPU)")
+    if jobs:  # not for the tui, which decodes in one process as it browses
+        g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
+                       help="decode with N processes, TCP connections shared out among them; same "
+                            "output as one (default 1; 0 = one per CPU)")
 
 
 def _jobs(text: str) -> int:
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
             "connections, errors and latency views. Press ? inside for the keys.\n"
             "--live -i IFACE captures on an interface (as `kwinspect live`; root or CAP_NET_RAW);\n"
             "--live PCAP replays a capture as a live feed.")
-    _input_options(p, nargs="*")
+    _input_options(p, nargs="*", jobs=False)
     p.add_argument("--live", action="store_true", help="live mode: rows stream in and the view follows the tail")
     p.add_argument("-i", "--interface", metavar="IFACE", help="capture on IFACE (with --live)")
     p.add_argument("--rate", type=float, default=None, metavar="N",

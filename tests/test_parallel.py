@@ -154,6 +154,16 @@ def test_jobs_flag_values(capsys):
     capsys.readouterr()
 
 
+def test_tui_takes_no_jobs_flag(capsys):
+    """The tui decodes in one process; -j there is a usage error, not silently ignored."""
+    p = cli.build_parser()
+    assert not hasattr(p.parse_args(["tui", "x.pcap"]), "jobs")
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args(["tui", "-j", "2", "x.pcap"])
+    assert exc.value.code == 2
+    assert "-j" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("path", CAPTURES, ids=os.path.basename)
 def test_cli_summary_json_jobs_2_every_capture(path, capsys):
     """summary -j 2 ships record-set counts and sizes only; the summary is the same."""
