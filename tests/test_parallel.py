@@ -208,3 +208,59 @@ def test_parser_issues_reported_once_in_their_place(tmp_path):
         got = _rows(dissect_files_parallel([str(path)], None, run=run2, jobs=jobs), run2)
         assert got == want
         assert run2.dissector.packet_counts() == run1.dissector.packet_counts()
+
+
+# --- rows rendered in the workers (cli._worker_renderer): the main process only merges ---
+
+@pytest.mark.parametrize("table", ["exchanges", "records", "errors"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_cli_rendered_rows_jobs_2_and_3_equal_jobs_1(table, fmt, tmp_path):
+    """Every shipped and public capture, both text formats, with and without a filter
+    (applied in the workers), 2 and 3 workers: byte for byte the output of one process."""
+    filters = {"exchanges": 'api == "Produce" or error', "records": "partition == 0",
+               "errors": 'kind != "tcp_gap"'}
+    for path in CAPTURES + PUBLIC:
+        for extra in ([], ["-f", filters[table]]):
+            one = tmp_path / f"j1.{fmt}"
+            assert cli.main([table, "-q", "-F", fmt, "-o", str(one), *extra, path]) == 0
+            for jobs in ("2", "3"):
+                two = tmp_path / f"j{jobs}.{fmt}"
+                assert cli.main([table, "-q", "-j", jobs, "-F", fmt, "-o", str(two), *extra, path]) == 0
+                assert one.read_bytes() == two.read_bytes(), (path, jobs, extra)
+
+
+def test_rendered_rows_are_used_and_objects_only_where_needed():
+    """With a renderer, rows arrive as text; only Metadata-like exchanges and ones that
+    looked up topic ids (the main process settles them) arrive as objects."""
+    path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    args = cli.build_parser().parse_args(["exchanges", "-j", "2", path])
+    render = cli._worker_renderer(args, "exchanges", "jsonl", None)
+    got = list(dissect_files_parallel([path], None, jobs=2, bodies=False, render=render))
+    texts = [ev for ev in got if type(ev) is str]
+    objects = [ev for ev in got if type(ev) is not str]
+    assert len(texts) > len(objects) > 0
+    assert all(isinstance(ev, Exchange) for ev in objects)
+    assert all(t.endswith("\n") and t.count("\n") == 1 for t in texts)
+
+
+def test_fallback_with_rendered_and_dropped_rows_gives_the_same_output(monkeypatch, tmp_path):
+    """A fallback to one process skips exactly the events already handed on, counting
+    the ones the workers rendered or dropped."""
+    real = MergedDissector.settle
+    for table in ("exchanges", "errors", "records"):
+        for path in sorted(CAPTURES, key=os.path.getsize)[-3:]:
+            one, two = tmp_path / "j1.jsonl", tmp_path / "j2.jsonl"
+            assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+            calls = {"n": 0}
+
+            def settle(self, batch, calls=calls):
+                calls["n"] += 1
+                if calls["n"] == 12:
+                    raise parallel._Fallback("forced by the test")
+                return real(self, batch)
+
+            monkeypatch.setattr(MergedDissector, "settle", settle)
+            assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+            monkeypatch.setattr(MergedDissector, "settle", real)
+            assert calls["n"] >= 12, path
+            assert one.read_bytes() == two.read_bytes(), (table, path)

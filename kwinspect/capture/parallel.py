@@ -82,6 +82,8 @@ MAX_ROUTES = 1_000_000
 VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
 PHASE_PACKET, PHASE_IDLE, PHASE_FINISH, PHASE_CLOSE, PHASE_ISSUES, PHASE_MARK = 0, 1, 2, 3, 8, 9
 
+DROP = object()  # what a ``render`` function returns for an event the consumer does not want
+
 
 # ---------------------------------------------------------------------------
 # Worker side
@@ -304,9 +306,9 @@ def _lighten(ev: Any, bodies: bool | str) -> Any:
 
 
 def _worker(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
-            mode: str = "balance") -> None:
+            mode: str = "balance", render: Any = None) -> None:
     try:
-        _work(paths, config, jobs, me, out, bodies, mode)
+        _work(paths, config, jobs, me, out, bodies, mode, render)
     except BaseException:  # noqa: BLE001 - reported to the main process, which raises
         out.send(("error", traceback.format_exc()))
     finally:
@@ -356,7 +358,7 @@ def _seg_keys(seg) -> tuple[bytes, bytes]:
 
 
 def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
-          mode: str = "balance") -> None:
+          mode: str = "balance", render: Any = None) -> None:
     sources = [open_capture(p) for p in paths]
     d = _WorkerDissector(config)
     d.report_parser_issues = me == 0
@@ -392,6 +394,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
             known.quiet = False
             shadow._events.clear()
 
+    names = d.shared.topic_names
     items: list = []
     seq = 0
     pos = 0
@@ -407,6 +410,27 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 keep = ev[1]
             elif keep:
                 keep -= 1
+            elif type(ev) is tuple:
+                pass
+            elif render is not None and not (type(ev) is Exchange and ev.api_key in LEARN_APIS):
+                # The row's final text (the main process only merges and writes it), or a
+                # count of events the consumer does not want (kept for the fallback's skip).
+                # A render that looked up topic ids may differ from one with the global
+                # names: that event goes to the main process as it is.
+                names.log = log = []
+                try:
+                    text = render(ev, names)
+                finally:
+                    names.log = None
+                if log:
+                    text = None
+                if text is DROP:
+                    if items and items[-1][0][0] == d.pos and type(items[-1][1]) is int:
+                        items[-1] = (items[-1][0], items[-1][1] + 1)
+                    else:
+                        items.append(((d.pos, phase, order, seq), 1))
+                    continue
+                ev = text if text is not None else _lighten(ev, bodies)
             else:
                 ev = _lighten(ev, bodies)
             items.append(((d.pos, phase, order, seq), ev))
@@ -534,6 +558,7 @@ class MergedDissector:
         self._counts: list[dict[str, int] | None] = []
         self._conns: list[tuple[int, int, int, ConnectionInfo]] = []
         self.rebuilt = 0  # exchanges relabelled with the global state (for tests and benchmarks)
+        self.dropped = 0  # events of one process the last settled batch stands for, less those it yields
 
     # -- end of the run ------------------------------------------------------------
     def _final(self, worker: int, counts: dict[str, int], conns: list) -> None:
@@ -588,14 +613,29 @@ class MergedDissector:
         _lighten(ex, self._bodies)
 
     def settle(self, batch: list) -> list[Event]:
-        """The events of one packet position, in order, with the global state applied."""
+        """The events of one packet position, in order, with the global state applied.
+        Rows rendered by the workers (str, or a list of them for one event) are passed
+        on; ``dropped`` is how many more events of one process this batch stands for than
+        it yields (the workers left some out: ints in the batch; a list is one event)."""
         out: list[Event] = []
         i = 0
         n = len(batch)
+        dropped = 0
         while i < n:
             ev = batch[i]
             i += 1
-            if type(ev) is tuple:
+            t = type(ev)
+            if t is str:
+                out.append(ev)
+                continue
+            if t is list:  # the rows (records) of one event
+                out.extend(ev)
+                dropped += 1 - len(ev)
+                continue
+            if t is int:
+                dropped += ev
+                continue
+            if t is tuple:
                 tag = ev[0]
                 if tag == "kb+":
                     self._known.add(ev[1])
@@ -621,10 +661,11 @@ class MergedDissector:
                     self._strip(group[0])
                     out.extend(group)
                 continue
-            if type(ev) is Exchange:
+            if t is Exchange:
                 self._learn(ev)
                 self._number(ev)
             out.append(ev)
+        self.dropped = dropped
         return out
 
 
@@ -699,12 +740,22 @@ def _receive(pump: _Pump, worker: int, merged: MergedDissector, progress: list) 
 
 def dissect_files_parallel(paths, config: DissectConfig | None = None, run: FileRun | None = None,
                            progress: ProgressFn | None = None, *, jobs: int = 2,
-                           bodies: bool | str = True, mode: str = "balance") -> Iterator[Event]:
+                           bodies: bool | str = True, mode: str = "balance",
+                           render: Any = None) -> Iterator[Event | str]:
     """``capture.files.dissect_files`` over ``jobs`` worker processes: the same events in
     the same order. ``bodies=False``: exchanges come without request/response messages
     (for consumers that only read the columns; Metadata-like ones keep theirs);
     ``bodies="summary"``: only what ``kwinspect summary`` reads (see ``_lighten``).
-    Both save shipping decoded bodies between processes."""
+    Both save shipping decoded bodies between processes.
+
+    ``render(event, topic_names)``, called in the workers: the event's output text (a
+    str is yielded in its place; a list: each str in it), ``DROP`` (the consumer does
+    not want it: nothing is yielded) or None (the event is yielded). Events whose output
+    may depend on other workers' connections (Metadata-like exchanges, exchanges
+    relabelled with global topic names, renders that looked up a topic id) are never
+    rendered, and with one process (or after a fallback) nothing is: the consumer must
+    take both. The ``index`` of exchanges yielded beside rendered rows is not one
+    process's (rendered and dropped exchanges are not counted)."""
     run = run if run is not None else FileRun()
     paths = [os.fspath(p) for p in paths]
     if jobs <= 1:
@@ -723,7 +774,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
     try:
         for i in range(jobs):
             r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker, args=(paths, config, jobs, i, w, bodies, mode), daemon=True,
+            p = ctx.Process(target=_worker, args=(paths, config, jobs, i, w, bodies, mode, render), daemon=True,
                             name=f"kwinspect-job-{i}")
             p.start()
             w.close()
@@ -741,6 +792,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
                     for out in merged.settle(batch):
                         yield out
                         yielded += 1
+                    yielded += merged.dropped
                     batch = []
                 batch_pos = key[0]
                 if progress is not None and prog[0] != done_bytes:
@@ -751,6 +803,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
         for out in merged.settle(batch):
             yield out
             yielded += 1
+        yielded += merged.dropped
         merged._settle_connections()
         run.issues.extend(prog[1])
     except _Fallback:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import json
 import json.encoder
 import math
@@ -436,6 +437,10 @@ class RowWriter:
     def write(self, item: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def write_text(self, text: str) -> None:
+        """Write a row already rendered by a TextRenderer of this format and table."""
+        raise TypeError(f"{type(self).__name__} takes rows, not rendered text")
+
     def write_all(self, items: Iterable[Any]) -> int:
         for item in items:
             self.write(item)
@@ -526,6 +531,13 @@ class JsonlWriter(RowWriter):
             stream.flush()
         self.count += 1
 
+    def write_text(self, text: str) -> None:
+        stream = self._out.stream
+        stream.write(text)
+        if self._flush:
+            stream.flush()
+        self.count += 1
+
     def close(self) -> None:
         if not self.closed:
             self._out.close()
@@ -572,10 +584,39 @@ class CsvWriter(RowWriter):
         self._csv.writerow(cells)
         self.count += 1
 
+    def write_text(self, text: str) -> None:
+        self._out.stream.write(text)
+        self.count += 1
+
     def close(self) -> None:
         if not self.closed:
             self._out.close()
         super().close()
+
+
+class TextRenderer:
+    """A row -> exactly the text a JsonlWriter / CsvWriter (without header) writes for it.
+
+    ``--jobs`` workers render rows with it, so the main process only merges and
+    writes them (``RowWriter.write_text``).
+    """
+
+    def __init__(self, fmt: str, table: str, columns: tuple[str, ...] | None = None) -> None:
+        self._buf = io.StringIO()
+        if fmt == "jsonl":
+            self._writer: RowWriter = JsonlWriter(table, self._buf, columns=columns, line_buffered=False)
+        elif fmt == "csv":
+            self._writer = CsvWriter(table, self._buf, columns=columns, header=False)
+        else:
+            raise ValueError(f"cannot render {fmt!r} rows one at a time")
+
+    def __call__(self, item: Any) -> str:
+        buf = self._buf
+        self._writer.write(item)
+        text = buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+        return text
 
 
 def _sanitize_strings(v: Any) -> Any:
@@ -943,9 +984,13 @@ def write_rows(
     KeyboardInterrupt is then re-raised for the caller to report.
     """
     writer = open_writer(fmt, table, out, **kwargs)
+    write, write_text = writer.write, writer.write_text
     try:
         for row in rows:
-            writer.write(row)
+            if type(row) is str:  # rendered by a --jobs worker (TextRenderer)
+                write_text(row)
+            else:
+                write(row)
     finally:
         writer.close()
     return writer.count
@@ -953,7 +998,7 @@ def write_rows(
 
 __all__ = [
     "FORMATS", "TABLES", "TIMESTAMP_COLUMNS", "LIST_COLUMNS", "TABLE_DEFAULT_COLUMNS",
-    "RowWriter", "JsonlWriter", "CsvWriter", "ParquetWriter", "TableWriter",
+    "RowWriter", "JsonlWriter", "CsvWriter", "ParquetWriter", "TableWriter", "TextRenderer",
     "arrow_schema", "columns_of", "default_format", "format_from_path", "iso_utc",
     "normalize_row", "open_writer", "ts_to_micros", "write_rows",
 ]
