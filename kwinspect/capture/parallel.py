@@ -257,10 +257,16 @@ class _RecordSetSummary:
 
     __slots__ = ("batches", "record_count", "size")
 
-    def __init__(self, rs: Any) -> None:
+    def __init__(self, rs: Any, size: int | None = None) -> None:
         self.batches = ()
-        self.record_count = rs.record_count
-        self.size = rs.size
+        if size is None:
+            self.record_count = rs.record_count
+            self.size = rs.size
+        else:
+            self.record_count, self.size = rs, size
+
+    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
+        return _RecordSetSummary, (self.record_count, self.size)
 
 
 def _record_set_summaries(api_key: int, body: Any) -> dict:
@@ -299,6 +305,8 @@ def _lighten(ev: Any, bodies: bool | str) -> Any:
                 msg = copy.copy(msg)
                 msg.body = _record_set_summaries(ev.api_key, msg.body)
                 msg.raw_body = None
+                msg.header = {}  # the summary reads neither, and they cost unpickling time
+                msg.issues = []
             ev.request, ev.response = (msg, None) if ev.api_key == 0 else (None, msg)
             return ev
     ev.request = ev.response = None
