@@ -296,3 +296,19 @@ def test_exchanges_and_messages_survive_pickling_and_copying():
         return e.row(), e.index, e.broker_id, e.response_last_ts, msgs
 
     assert [view(e) for e in back] == [view(e) for e in events]
+
+
+def test_light_bodies_rows_equal_on_every_capture_also_when_rebuilt():
+    """bodies=False / "summary": groups the main process may rebuild travel without record
+    bytes (record sets as their issues, counts and sizes); the rows are still one
+    process's, also for the exchanges that really are rebuilt."""
+    rebuilt = 0
+    for path in CAPTURES + PUBLIC:
+        want = [ev.row() for ev in dissect_files([path])]
+        for bodies in (False, "summary"):
+            for jobs in (2, 3):
+                run = FileRun()
+                got = [ev.row() for ev in dissect_files_parallel([path], None, run=run, jobs=jobs, bodies=bodies)]
+                assert got == want, (path, bodies, jobs)
+                rebuilt += run.dissector.rebuilt
+    assert rebuilt > 0

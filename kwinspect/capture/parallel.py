@@ -253,20 +253,49 @@ def _ep_key(ep: Endpoint) -> bytes:
 
 
 class _RecordSetSummary:
-    """What ``summary`` reads of a RecordSet (count and size), without the record bytes."""
+    """What ``summary`` reads of a RecordSet (count and size), and what
+    ``Conversation._emit`` reads (its issues), without the record bytes."""
 
-    __slots__ = ("batches", "record_count", "size")
+    __slots__ = ("batches", "issues", "record_count", "size")
 
-    def __init__(self, rs: Any, size: int | None = None) -> None:
+    def __init__(self, rs: Any, size: int | None = None, issues: list | None = None) -> None:
         self.batches = ()
         if size is None:
+            self.issues = list(rs.issues)  # before record_count, which may decode (and add issues)
             self.record_count = rs.record_count
             self.size = rs.size
         else:
-            self.record_count, self.size = rs, size
+            self.record_count, self.size, self.issues = rs, size, issues or []
 
-    def __reduce__(self) -> tuple[Any, tuple[int, int]]:
-        return _RecordSetSummary, (self.record_count, self.size)
+    def __reduce__(self) -> tuple[Any, tuple[int, int, list]]:
+        return _RecordSetSummary, (self.record_count, self.size, self.issues)
+
+
+def _without_record_bytes(node: Any) -> Any:
+    """A copy of a decoded body with every RecordSet replaced by a _RecordSetSummary."""
+    if type(node) is dict:
+        return {k: _without_record_bytes(v) for k, v in node.items()}
+    if type(node) is list:
+        return [_without_record_bytes(v) for v in node]
+    if hasattr(node, "batches") and hasattr(node, "issues"):
+        return _RecordSetSummary(node)
+    return node
+
+
+def _for_rebuild(ev: Any, bodies: bool | str) -> Any:
+    """An exchange the main process may rebuild with Conversation._emit: its messages as
+    _emit reads them (record sets as their issues, counts and sizes: the main process
+    needs no record bytes unless the consumer wants the bodies)."""
+    if bodies is True or type(ev) is not Exchange:
+        return ev
+    for attr in ("request", "response"):
+        msg = getattr(ev, attr)
+        if msg is not None and isinstance(msg.body, dict) and msg.api_key in (0, 1):
+            msg = copy.copy(msg)
+            msg.body = _without_record_bytes(msg.body)
+            msg.raw_body = None
+            setattr(ev, attr, msg)
+    return ev
 
 
 def _record_set_summaries(api_key: int, body: Any) -> dict:
@@ -418,6 +447,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 keep = ev[1]
             elif keep:
                 keep -= 1
+                ev = _for_rebuild(ev, bodies)
             elif type(ev) is tuple:
                 pass
             elif render is not None and not (type(ev) is Exchange and ev.api_key in LEARN_APIS):
