@@ -312,3 +312,16 @@ def test_light_bodies_rows_equal_on_every_capture_also_when_rebuilt():
                 assert got == want, (path, bodies, jobs)
                 rebuilt += run.dissector.rebuilt
     assert rebuilt > 0
+
+
+@pytest.mark.parametrize("share", [0.0, 1e9])
+def test_rendering_left_to_the_main_process_or_not_gives_the_same_output(share, monkeypatch, tmp_path):
+    """RENDER_SHARE 0: workers with any bytes leave rendering to the main process; 1e9:
+    they always render. Both ways the output is one process's."""
+    monkeypatch.setattr(parallel, "RENDER_SHARE", share)
+    for path in CAPTURES:
+        for table, fmt in (("exchanges", "jsonl"), ("errors", "csv"), ("exchanges", "csv")):
+            one, two = tmp_path / "j1.out", tmp_path / "j2.out"
+            assert cli.main([table, "-q", "-F", fmt, "-o", str(one), path]) == 0
+            assert cli.main([table, "-q", "-j", "2", "-F", fmt, "-o", str(two), path]) == 0
+            assert one.read_bytes() == two.read_bytes(), (path, table, fmt)

@@ -83,6 +83,12 @@ VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any
 PHASE_PACKET, PHASE_IDLE, PHASE_FINISH, PHASE_CLOSE, PHASE_ISSUES, PHASE_MARK = 0, 1, 2, 3, 8, 9
 
 DROP = object()  # what a ``render`` function returns for an event the consumer does not want
+# A worker with more than this times its fair share of the bytes leaves rendering to the main
+# process (which then shares a core with the lighter workers): with 3 busy connections on 2
+# workers (capture b) one worker has twice the other's work, and the main process has room.
+# Not when the events carry their bodies (records): unpickling those costs the main process
+# more than rendering costs the worker.
+RENDER_SHARE = 1.15
 
 
 # ---------------------------------------------------------------------------
@@ -450,7 +456,8 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 ev = _for_rebuild(ev, bodies)
             elif type(ev) is tuple:
                 pass
-            elif render is not None and not (type(ev) is Exchange and ev.api_key in LEARN_APIS):
+            elif (render is not None and not (type(ev) is Exchange and ev.api_key in LEARN_APIS)
+                  and (bodies is True or load[me] * jobs <= sum(load) * RENDER_SHARE)):
                 # The row's final text (the main process only merges and writes it), or a
                 # count of events the consumer does not want (kept for the fallback's skip).
                 # A render that looked up topic ids may differ from one with the global
