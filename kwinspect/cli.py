@@ -302,16 +302,18 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     want = ErrorRow if table == "errors" else Exchange
     values = args.values
 
-    def render(ev: Any, topic_names: Any) -> Any:
+    def render(ev: Any, topic_names: Any, as_text: bool) -> Any:
         if not isinstance(ev, want):
             return DROP
         if table == "records":
+            if not as_text:
+                return None
             rows = [text(r) for r in records_of(ev, values, topic_names)
                     if keep is None or keep(r.row())]
             return rows if rows else DROP
         if keep is not None and not keep(ev.row()):
             return DROP
-        return text(ev)
+        return text(ev) if as_text else None
 
     return render
 

@@ -229,18 +229,27 @@ def test_cli_rendered_rows_jobs_2_and_3_equal_jobs_1(table, fmt, tmp_path):
                 assert one.read_bytes() == two.read_bytes(), (path, jobs, extra)
 
 
-def test_rendered_rows_are_used_and_objects_only_where_needed():
+def test_rendered_rows_are_used_and_objects_only_where_needed(monkeypatch):
     """With a renderer, rows arrive as text; only Metadata-like exchanges and ones that
-    looked up topic ids (the main process settles them) arrive as objects."""
+    looked up topic ids (the main process settles them) arrive as objects. A worker that
+    leaves rendering to the main process (RENDER_SHARE) still leaves out unwanted events."""
     path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
     args = cli.build_parser().parse_args(["exchanges", "-j", "2", path])
     render = cli._worker_renderer(args, "exchanges", "jsonl", None)
-    got = list(dissect_files_parallel([path], None, jobs=2, bodies=False, render=render))
-    texts = [ev for ev in got if type(ev) is str]
-    objects = [ev for ev in got if type(ev) is not str]
-    assert len(texts) > len(objects) > 0
-    assert all(isinstance(ev, Exchange) for ev in objects)
-    assert all(t.endswith("\n") and t.count("\n") == 1 for t in texts)
+    want = [ev.row() for ev in dissect_files([path]) if isinstance(ev, Exchange)]
+    for share in (1e9, 0.0):
+        monkeypatch.setattr(parallel, "RENDER_SHARE", share)
+        got = list(dissect_files_parallel([path], None, jobs=2, bodies=False, render=render))
+        texts = [ev for ev in got if type(ev) is str]
+        objects = [ev for ev in got if type(ev) is not str]
+        assert all(isinstance(ev, Exchange) for ev in objects)
+        assert len(got) == len(want)
+        if share:
+            assert len(texts) > len(objects) > 0
+            assert all(t.endswith("\n") and t.count("\n") == 1 for t in texts)
+        else:
+            assert not texts
+            assert [ev.row() for ev in objects] == want
 
 
 def test_fallback_with_rendered_and_dropped_rows_gives_the_same_output(monkeypatch, tmp_path):

@@ -456,15 +456,14 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 ev = _for_rebuild(ev, bodies)
             elif type(ev) is tuple:
                 pass
-            elif (render is not None and not (type(ev) is Exchange and ev.api_key in LEARN_APIS)
-                  and (bodies is True or load[me] * jobs <= sum(load) * RENDER_SHARE)):
+            elif render is not None and not (type(ev) is Exchange and ev.api_key in LEARN_APIS):
                 # The row's final text (the main process only merges and writes it), or a
                 # count of events the consumer does not want (kept for the fallback's skip).
                 # A render that looked up topic ids may differ from one with the global
                 # names: that event goes to the main process as it is.
                 names.log = log = []
                 try:
-                    text = render(ev, names)
+                    text = render(ev, names, bodies is True or load[me] * jobs <= sum(load) * RENDER_SHARE)
                 finally:
                     names.log = None
                 if log:
@@ -793,9 +792,10 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
     ``bodies="summary"``: only what ``kwinspect summary`` reads (see ``_lighten``).
     Both save shipping decoded bodies between processes.
 
-    ``render(event, topic_names)``, called in the workers: the event's output text (a
-    str is yielded in its place; a list: each str in it), ``DROP`` (the consumer does
-    not want it: nothing is yielded) or None (the event is yielded). Events whose output
+    ``render(event, topic_names, text)``, called in the workers: the event's output text
+    (a str is yielded in its place; a list: each str in it; only when ``text`` is true),
+    ``DROP`` (the consumer does not want it: nothing is yielded) or None (the event is
+    yielded). Events whose output
     may depend on other workers' connections (Metadata-like exchanges, exchanges
     relabelled with global topic names, renders that looked up a topic id) are never
     rendered, and with one process (or after a fallback) nothing is: the consumer must
