@@ -76,7 +76,7 @@ def parse_ports(text: str) -> frozenset[int]:
     return frozenset(ports)
 
 
-def _input_options(p: argparse.ArgumentParser, nargs: str = "+") -> None:
+def _input_options(p: argparse.ArgumentParser, nargs: str = "+", jobs: bool = True) -> None:
     p.add_argument("pcap", nargs=nargs, metavar="PCAP",
                    help="pcap or pcapng file(s), optionally .gz; several are read as one capture in time order")
     g = p.add_argument_group("reading")
@@ -91,9 +91,10 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+") -> None:
     g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
-                   help="decode with N processes, TCP connections shared out among them; same output "
-                        "as one (default 1; 0 = one per CPU)")
+    if jobs:  # not for the tui, which decodes in one process as it browses
+        g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
+                       help="decode with N processes, TCP connections shared out among them; same "
+                            "output as one (default 1; 0 = one per CPU)")
 
 
 def _jobs(text: str) -> int:
@@ -165,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
             "connections, errors and latency views. Press ? inside for the keys.\n"
             "--live -i IFACE captures on an interface (as `kwinspect live`; root or CAP_NET_RAW);\n"
             "--live PCAP replays a capture as a live feed.")
-    _input_options(p, nargs="*")
+    _input_options(p, nargs="*", jobs=False)
     p.add_argument("--live", action="store_true", help="live mode: rows stream in and the view follows the tail")
     p.add_argument("-i", "--interface", metavar="IFACE", help="capture on IFACE (with --live)")
     p.add_argument("--rate", type=float, default=None, metavar="N",
@@ -238,7 +239,9 @@ def _check_inputs(paths: list[str]) -> None:
             raise PermissionError(f"{path}: permission denied")
 
 
-def _events(args, run: FileRun) -> Iterator[Exchange | ErrorRow]:
+def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+    """The events of the inputs; with --jobs and ``render`` (see dissect_files_parallel)
+    also rows the workers rendered to their final text (str)."""
     from kwinspect.export.progress import Progress
 
     _check_inputs(args.pcap)
@@ -252,7 +255,7 @@ def _events(args, run: FileRun) -> Iterator[Exchange | ErrorRow]:
             bodies = {"exchanges": False, "errors": False, "summary": "summary"}.get(args.command, True)
             yield from dissect_files_parallel(args.pcap, _config(args), run=run,
                                               progress=lambda done, _total: progress.update(done),
-                                              jobs=args.jobs, bodies=bodies)
+                                              jobs=args.jobs, bodies=bodies, render=render)
             return
         yield from dissect_files(args.pcap, _config(args), run=run,
                                  progress=lambda done, _total: progress.update(done))
@@ -286,10 +289,43 @@ def _compile_filter(expr: str | None, columns) -> Callable[[dict], bool] | None:
         raise UsageError(f"bad --filter expression: {exc}") from None
 
 
-def _rows(args, table: str, run: FileRun) -> Iterator[Any]:
+def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | None):
+    """With --jobs, rows in jsonl/csv are made (records decoded), filtered and rendered to
+    their text in the workers: the main process, on the same cores, only merges and
+    writes them (dissect_files_parallel's ``render``)."""
+    if getattr(args, "jobs", 1) <= 1 or fmt not in ("jsonl", "csv"):
+        return None
+    from kwinspect.capture.parallel import DROP
+    from kwinspect.export.writers import TextRenderer
+
+    text = TextRenderer(fmt, table)
+    want = ErrorRow if table == "errors" else Exchange
+    values = args.values
+
+    def render(ev: Any, topic_names: Any, as_text: bool) -> Any:
+        if not isinstance(ev, want):
+            return DROP
+        if table == "records":
+            if not as_text:
+                return None
+            rows = [text(r) for r in records_of(ev, values, topic_names)
+                    if keep is None or keep(r.row())]
+            return rows if rows else DROP
+        if keep is not None and not keep(ev.row()):
+            return DROP
+        return text(ev) if as_text else None
+
+    return render
+
+
+def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[Any]:
+    """The rows of ``table``: model rows, or with --jobs rows already rendered in ``fmt`` (str)."""
     columns = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}[table]
     keep = _compile_filter(getattr(args, "filter", None), columns)
-    for ev in _events(args, run):
+    for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
+        if type(ev) is str:
+            yield ev
+            continue
         if table == "exchanges" and isinstance(ev, Exchange):
             items: Iterable[Any] = (ev,)
         elif table == "errors" and isinstance(ev, ErrorRow):
@@ -322,7 +358,7 @@ def cmd_table(args, table: str) -> int:
     if fmt == "parquet" and not args.output:
         raise UsageError("parquet output needs -o FILE")
     run = FileRun()
-    write_rows(_rows(args, table, run), table, fmt, args.output)
+    write_rows(_rows(args, table, run, fmt), table, fmt, args.output)
     return 0
 
 

@@ -154,6 +154,16 @@ def test_jobs_flag_values(capsys):
     capsys.readouterr()
 
 
+def test_tui_takes_no_jobs_flag(capsys):
+    """The tui decodes in one process; -j there is a usage error, not silently ignored."""
+    p = cli.build_parser()
+    assert not hasattr(p.parse_args(["tui", "x.pcap"]), "jobs")
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args(["tui", "-j", "2", "x.pcap"])
+    assert exc.value.code == 2
+    assert "-j" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("path", CAPTURES, ids=os.path.basename)
 def test_cli_summary_json_jobs_2_every_capture(path, capsys):
     """summary -j 2 ships record-set counts and sizes only; the summary is the same."""
@@ -198,3 +208,129 @@ def test_parser_issues_reported_once_in_their_place(tmp_path):
         got = _rows(dissect_files_parallel([str(path)], None, run=run2, jobs=jobs), run2)
         assert got == want
         assert run2.dissector.packet_counts() == run1.dissector.packet_counts()
+
+
+# --- rows rendered in the workers (cli._worker_renderer): the main process only merges ---
+
+@pytest.mark.parametrize("table", ["exchanges", "records", "errors"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_cli_rendered_rows_jobs_2_and_3_equal_jobs_1(table, fmt, tmp_path):
+    """Every shipped and public capture, both text formats, with and without a filter
+    (applied in the workers), 2 and 3 workers: byte for byte the output of one process."""
+    filters = {"exchanges": 'api == "Produce" or error', "records": "partition == 0",
+               "errors": 'kind != "tcp_gap"'}
+    for path in CAPTURES + PUBLIC:
+        for extra in ([], ["-f", filters[table]]):
+            one = tmp_path / f"j1.{fmt}"
+            assert cli.main([table, "-q", "-F", fmt, "-o", str(one), *extra, path]) == 0
+            for jobs in ("2", "3"):
+                two = tmp_path / f"j{jobs}.{fmt}"
+                assert cli.main([table, "-q", "-j", jobs, "-F", fmt, "-o", str(two), *extra, path]) == 0
+                assert one.read_bytes() == two.read_bytes(), (path, jobs, extra)
+
+
+def test_rendered_rows_are_used_and_objects_only_where_needed(monkeypatch):
+    """With a renderer, rows arrive as text; only Metadata-like exchanges and ones that
+    looked up topic ids (the main process settles them) arrive as objects. A worker that
+    leaves rendering to the main process (RENDER_SHARE) still leaves out unwanted events."""
+    path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    args = cli.build_parser().parse_args(["exchanges", "-j", "2", path])
+    render = cli._worker_renderer(args, "exchanges", "jsonl", None)
+    want = [ev.row() for ev in dissect_files([path]) if isinstance(ev, Exchange)]
+    for share in (1e9, 0.0):
+        monkeypatch.setattr(parallel, "RENDER_SHARE", share)
+        got = list(dissect_files_parallel([path], None, jobs=2, bodies=False, render=render))
+        texts = [ev for ev in got if type(ev) is str]
+        objects = [ev for ev in got if type(ev) is not str]
+        assert all(isinstance(ev, Exchange) for ev in objects)
+        assert len(got) == len(want)
+        if share:
+            assert len(texts) > len(objects) > 0
+            assert all(t.endswith("\n") and t.count("\n") == 1 for t in texts)
+        else:
+            assert not texts
+            assert [ev.row() for ev in objects] == want
+
+
+def test_fallback_with_rendered_and_dropped_rows_gives_the_same_output(monkeypatch, tmp_path):
+    """A fallback to one process skips exactly the events already handed on, counting
+    the ones the workers rendered or dropped."""
+    real = MergedDissector.settle
+    for table in ("exchanges", "errors", "records"):
+        for path in sorted(CAPTURES, key=os.path.getsize)[-3:]:
+            one, two = tmp_path / "j1.jsonl", tmp_path / "j2.jsonl"
+            assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+            calls = {"n": 0}
+
+            def settle(self, batch, calls=calls):
+                calls["n"] += 1
+                if calls["n"] == 12:
+                    raise parallel._Fallback("forced by the test")
+                return real(self, batch)
+
+            monkeypatch.setattr(MergedDissector, "settle", settle)
+            assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+            monkeypatch.setattr(MergedDissector, "settle", real)
+            assert calls["n"] >= 12, path
+            assert one.read_bytes() == two.read_bytes(), (table, path)
+
+
+def test_exchanges_and_messages_survive_pickling_and_copying():
+    """Exchange/Message pickle as (class, field values) for speed: every field comes back,
+    also on real exchanges with decoded bodies and issues; copy.copy stays shallow."""
+    import copy
+    import pickle
+    from dataclasses import fields
+
+    from kwinspect.model import Issue, Message
+
+    msg = Message(True, 0, 9, {"correlation_id": 7}, {"acks": -1}, [Issue("decode_error", "m", 3, "p")],
+                  b"raw", 42, 8)
+    ex = Exchange("s", "c", "b", 0, "Produce", 9, 7, None, 1.5, None, None, 10, None, "response_missing",
+                  [1], ["X"], ["t"], 3, 2.5, msg, None, 4, 99)
+    for obj in (msg, ex):
+        back = pickle.loads(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+        assert type(back) is type(obj) and back == obj
+        assert [f.name for f in fields(obj)] == [f.name for f in fields(back)]
+        shallow = copy.copy(obj)
+        assert shallow == obj and shallow is not obj
+    assert copy.copy(msg).body is msg.body
+    path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    events = [ev for ev in dissect_files([path]) if isinstance(ev, Exchange)]
+    back = pickle.loads(pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def view(e):  # RecordSet has no __eq__: compare what is around it
+        msgs = [(m.header, sorted(m.body or {}), m.issues, m.size, m.decoded_version) if m else None
+                for m in (e.request, e.response)]
+        return e.row(), e.index, e.broker_id, e.response_last_ts, msgs
+
+    assert [view(e) for e in back] == [view(e) for e in events]
+
+
+def test_light_bodies_rows_equal_on_every_capture_also_when_rebuilt():
+    """bodies=False / "summary": groups the main process may rebuild travel without record
+    bytes (record sets as their issues, counts and sizes); the rows are still one
+    process's, also for the exchanges that really are rebuilt."""
+    rebuilt = 0
+    for path in CAPTURES + PUBLIC:
+        want = [ev.row() for ev in dissect_files([path])]
+        for bodies in (False, "summary"):
+            for jobs in (2, 3):
+                run = FileRun()
+                got = [ev.row() for ev in dissect_files_parallel([path], None, run=run, jobs=jobs, bodies=bodies)]
+                assert got == want, (path, bodies, jobs)
+                rebuilt += run.dissector.rebuilt
+    assert rebuilt > 0
+
+
+@pytest.mark.parametrize("share", [0.0, 1e9])
+def test_rendering_left_to_the_main_process_or_not_gives_the_same_output(share, monkeypatch, tmp_path):
+    """RENDER_SHARE 0: workers with any bytes leave rendering to the main process; 1e9:
+    they always render. Both ways the output is one process's."""
+    monkeypatch.setattr(parallel, "RENDER_SHARE", share)
+    for path in CAPTURES:
+        for table, fmt in (("exchanges", "jsonl"), ("errors", "csv"), ("exchanges", "csv")):
+            one, two = tmp_path / "j1.out", tmp_path / "j2.out"
+            assert cli.main([table, "-q", "-F", fmt, "-o", str(one), path]) == 0
+            assert cli.main([table, "-q", "-j", "2", "-F", fmt, "-o", str(two), path]) == 0
+            assert one.read_bytes() == two.read_bytes(), (path, table, fmt)

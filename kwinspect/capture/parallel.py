@@ -82,6 +82,14 @@ MAX_ROUTES = 1_000_000
 VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
 PHASE_PACKET, PHASE_IDLE, PHASE_FINISH, PHASE_CLOSE, PHASE_ISSUES, PHASE_MARK = 0, 1, 2, 3, 8, 9
 
+DROP = object()  # what a ``render`` function returns for an event the consumer does not want
+# A worker with more than this times its fair share of the bytes leaves rendering to the main
+# process (which then shares a core with the lighter workers): with 3 busy connections on 2
+# workers (capture b) one worker has twice the other's work, and the main process has room.
+# Not when the events carry their bodies (records): unpickling those costs the main process
+# more than rendering costs the worker.
+RENDER_SHARE = 1.15
+
 
 # ---------------------------------------------------------------------------
 # Worker side
@@ -251,14 +259,49 @@ def _ep_key(ep: Endpoint) -> bytes:
 
 
 class _RecordSetSummary:
-    """What ``summary`` reads of a RecordSet (count and size), without the record bytes."""
+    """What ``summary`` reads of a RecordSet (count and size), and what
+    ``Conversation._emit`` reads (its issues), without the record bytes."""
 
-    __slots__ = ("batches", "record_count", "size")
+    __slots__ = ("batches", "issues", "record_count", "size")
 
-    def __init__(self, rs: Any) -> None:
+    def __init__(self, rs: Any, size: int | None = None, issues: list | None = None) -> None:
         self.batches = ()
-        self.record_count = rs.record_count
-        self.size = rs.size
+        if size is None:
+            self.issues = list(rs.issues)  # before record_count, which may decode (and add issues)
+            self.record_count = rs.record_count
+            self.size = rs.size
+        else:
+            self.record_count, self.size, self.issues = rs, size, issues or []
+
+    def __reduce__(self) -> tuple[Any, tuple[int, int, list]]:
+        return _RecordSetSummary, (self.record_count, self.size, self.issues)
+
+
+def _without_record_bytes(node: Any) -> Any:
+    """A copy of a decoded body with every RecordSet replaced by a _RecordSetSummary."""
+    if type(node) is dict:
+        return {k: _without_record_bytes(v) for k, v in node.items()}
+    if type(node) is list:
+        return [_without_record_bytes(v) for v in node]
+    if hasattr(node, "batches") and hasattr(node, "issues"):
+        return _RecordSetSummary(node)
+    return node
+
+
+def _for_rebuild(ev: Any, bodies: bool | str) -> Any:
+    """An exchange the main process may rebuild with Conversation._emit: its messages as
+    _emit reads them (record sets as their issues, counts and sizes: the main process
+    needs no record bytes unless the consumer wants the bodies)."""
+    if bodies is True or type(ev) is not Exchange:
+        return ev
+    for attr in ("request", "response"):
+        msg = getattr(ev, attr)
+        if msg is not None and isinstance(msg.body, dict) and msg.api_key in (0, 1):
+            msg = copy.copy(msg)
+            msg.body = _without_record_bytes(msg.body)
+            msg.raw_body = None
+            setattr(ev, attr, msg)
+    return ev
 
 
 def _record_set_summaries(api_key: int, body: Any) -> dict:
@@ -297,6 +340,8 @@ def _lighten(ev: Any, bodies: bool | str) -> Any:
                 msg = copy.copy(msg)
                 msg.body = _record_set_summaries(ev.api_key, msg.body)
                 msg.raw_body = None
+                msg.header = {}  # the summary reads neither, and they cost unpickling time
+                msg.issues = []
             ev.request, ev.response = (msg, None) if ev.api_key == 0 else (None, msg)
             return ev
     ev.request = ev.response = None
@@ -304,9 +349,9 @@ def _lighten(ev: Any, bodies: bool | str) -> Any:
 
 
 def _worker(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
-            mode: str = "balance") -> None:
+            mode: str = "balance", render: Any = None) -> None:
     try:
-        _work(paths, config, jobs, me, out, bodies, mode)
+        _work(paths, config, jobs, me, out, bodies, mode, render)
     except BaseException:  # noqa: BLE001 - reported to the main process, which raises
         out.send(("error", traceback.format_exc()))
     finally:
@@ -356,7 +401,7 @@ def _seg_keys(seg) -> tuple[bytes, bytes]:
 
 
 def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
-          mode: str = "balance") -> None:
+          mode: str = "balance", render: Any = None) -> None:
     sources = [open_capture(p) for p in paths]
     d = _WorkerDissector(config)
     d.report_parser_issues = me == 0
@@ -392,6 +437,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
             known.quiet = False
             shadow._events.clear()
 
+    names = d.shared.topic_names
     items: list = []
     seq = 0
     pos = 0
@@ -407,6 +453,28 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 keep = ev[1]
             elif keep:
                 keep -= 1
+                ev = _for_rebuild(ev, bodies)
+            elif type(ev) is tuple:
+                pass
+            elif render is not None and not (type(ev) is Exchange and ev.api_key in LEARN_APIS):
+                # The row's final text (the main process only merges and writes it), or a
+                # count of events the consumer does not want (kept for the fallback's skip).
+                # A render that looked up topic ids may differ from one with the global
+                # names: that event goes to the main process as it is.
+                names.log = log = []
+                try:
+                    text = render(ev, names, bodies is True or load[me] * jobs <= sum(load) * RENDER_SHARE)
+                finally:
+                    names.log = None
+                if log:
+                    text = None
+                if text is DROP:
+                    if items and items[-1][0][0] == d.pos and type(items[-1][1]) is int:
+                        items[-1] = (items[-1][0], items[-1][1] + 1)
+                    else:
+                        items.append(((d.pos, phase, order, seq), 1))
+                    continue
+                ev = text if text is not None else _lighten(ev, bodies)
             else:
                 ev = _lighten(ev, bodies)
             items.append(((d.pos, phase, order, seq), ev))
@@ -534,6 +602,7 @@ class MergedDissector:
         self._counts: list[dict[str, int] | None] = []
         self._conns: list[tuple[int, int, int, ConnectionInfo]] = []
         self.rebuilt = 0  # exchanges relabelled with the global state (for tests and benchmarks)
+        self.dropped = 0  # events of one process the last settled batch stands for, less those it yields
 
     # -- end of the run ------------------------------------------------------------
     def _final(self, worker: int, counts: dict[str, int], conns: list) -> None:
@@ -588,14 +657,29 @@ class MergedDissector:
         _lighten(ex, self._bodies)
 
     def settle(self, batch: list) -> list[Event]:
-        """The events of one packet position, in order, with the global state applied."""
+        """The events of one packet position, in order, with the global state applied.
+        Rows rendered by the workers (str, or a list of them for one event) are passed
+        on; ``dropped`` is how many more events of one process this batch stands for than
+        it yields (the workers left some out: ints in the batch; a list is one event)."""
         out: list[Event] = []
         i = 0
         n = len(batch)
+        dropped = 0
         while i < n:
             ev = batch[i]
             i += 1
-            if type(ev) is tuple:
+            t = type(ev)
+            if t is str:
+                out.append(ev)
+                continue
+            if t is list:  # the rows (records) of one event
+                out.extend(ev)
+                dropped += 1 - len(ev)
+                continue
+            if t is int:
+                dropped += ev
+                continue
+            if t is tuple:
                 tag = ev[0]
                 if tag == "kb+":
                     self._known.add(ev[1])
@@ -621,10 +705,11 @@ class MergedDissector:
                     self._strip(group[0])
                     out.extend(group)
                 continue
-            if type(ev) is Exchange:
+            if t is Exchange:
                 self._learn(ev)
                 self._number(ev)
             out.append(ev)
+        self.dropped = dropped
         return out
 
 
@@ -699,12 +784,23 @@ def _receive(pump: _Pump, worker: int, merged: MergedDissector, progress: list) 
 
 def dissect_files_parallel(paths, config: DissectConfig | None = None, run: FileRun | None = None,
                            progress: ProgressFn | None = None, *, jobs: int = 2,
-                           bodies: bool | str = True, mode: str = "balance") -> Iterator[Event]:
+                           bodies: bool | str = True, mode: str = "balance",
+                           render: Any = None) -> Iterator[Event | str]:
     """``capture.files.dissect_files`` over ``jobs`` worker processes: the same events in
     the same order. ``bodies=False``: exchanges come without request/response messages
     (for consumers that only read the columns; Metadata-like ones keep theirs);
     ``bodies="summary"``: only what ``kwinspect summary`` reads (see ``_lighten``).
-    Both save shipping decoded bodies between processes."""
+    Both save shipping decoded bodies between processes.
+
+    ``render(event, topic_names, text)``, called in the workers: the event's output text
+    (a str is yielded in its place; a list: each str in it; only when ``text`` is true),
+    ``DROP`` (the consumer does not want it: nothing is yielded) or None (the event is
+    yielded). Events whose output
+    may depend on other workers' connections (Metadata-like exchanges, exchanges
+    relabelled with global topic names, renders that looked up a topic id) are never
+    rendered, and with one process (or after a fallback) nothing is: the consumer must
+    take both. The ``index`` of exchanges yielded beside rendered rows is not one
+    process's (rendered and dropped exchanges are not counted)."""
     run = run if run is not None else FileRun()
     paths = [os.fspath(p) for p in paths]
     if jobs <= 1:
@@ -723,7 +819,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
     try:
         for i in range(jobs):
             r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker, args=(paths, config, jobs, i, w, bodies, mode), daemon=True,
+            p = ctx.Process(target=_worker, args=(paths, config, jobs, i, w, bodies, mode, render), daemon=True,
                             name=f"kwinspect-job-{i}")
             p.start()
             w.close()
@@ -741,6 +837,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
                     for out in merged.settle(batch):
                         yield out
                         yielded += 1
+                    yielded += merged.dropped
                     batch = []
                 batch_pos = key[0]
                 if progress is not None and prog[0] != done_bytes:
@@ -751,6 +848,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
         for out in merged.settle(batch):
             yield out
             yielded += 1
+        yielded += merged.dropped
         merged._settle_connections()
         run.issues.extend(prog[1])
     except _Fallback:

@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import json
+import json.encoder
 import math
+import operator
 import os
 import re
 import sys
@@ -38,7 +41,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 from kwinspect.analyze.latency import LATENCY_COLUMNS
 from kwinspect.analyze.termsafe import term_safe
-from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS
+from kwinspect.model import (
+    ERROR_COLUMNS,
+    EXCHANGE_COLUMNS,
+    RECORD_COLUMNS,
+    ErrorRow,
+    Exchange,
+    RecordRow,
+)
 
 TABLES: dict[str, tuple[str, ...]] = {
     "exchanges": EXCHANGE_COLUMNS,
@@ -190,6 +200,222 @@ def normalize_row(item: Any, columns: tuple[str, ...]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------
+# Fast text paths: one row straight to its jsonl line / csv cells
+# ---------------------------------------------------------------------------
+#
+# normalize_row + json.JSONEncoder cost ~14 us an exchange row, more than the rest
+# of the output path together. The functions below turn the common values (exact
+# str/int/float/bool/None, lists of those, header dicts) into exactly the text the
+# general path writes (the C encoder's string escaping, float/int repr, ISO
+# timestamps); anything else raises _Slow and the row takes the general path, so
+# the output cannot differ. tests/export/test_fast_rows.py checks them against it.
+
+
+class _Slow(Exception):
+    """A value the fast path does not handle: write this row the general way."""
+
+
+_enc_str = json.encoder.encode_basestring  # what JSONEncoder(ensure_ascii=False) uses
+_int_repr = int.__repr__
+_float_repr = float.__repr__
+_isfinite = math.isfinite
+
+
+def _j_scalar(v: Any) -> str:
+    """JSON text of a scalar as normalize_row + the JSON encoder would write it."""
+    t = type(v)
+    if t is str:
+        return _enc_str(v)
+    if t is int:
+        return _int_repr(v)
+    if v is None:
+        return "null"
+    if t is float:
+        return _float_repr(v) if _isfinite(v) else "null"
+    if t is bool:
+        return "true" if v else "false"
+    if t is bytes:
+        return '"' + v.hex() + '"'
+    raise _Slow
+
+
+def _j_ts(v: Any) -> str:
+    if type(v) is float:
+        try:
+            us = round(v * 1_000_000)
+        except (ValueError, OverflowError):  # nan, inf
+            return "null"
+        if us < _MIN_US or us > _MAX_US:
+            return "null"
+        seconds, micros = divmod(us, 1_000_000)
+        # str(1_000_000 + micros)[1:] is micros zero-padded to 6 digits, cheaper than :06d
+        return f'"{_iso_second(seconds)}.{str(1_000_000 + micros)[1:]}Z"'
+    text = iso_utc(v)
+    return "null" if text is None else '"' + text + '"'
+
+
+def _j_header(x: Any, sep: str) -> str:
+    """One header dict as _clean_list + the encoder write it (sep: ", " jsonl, "," csv)."""
+    if type(x) is not dict:
+        raise _Slow
+    get = x.get
+    colon = ": " if sep == ", " else ":"
+    return (f'{{"key"{colon}{_j_scalar(get("key"))}{sep}"value"{colon}{_j_scalar(get("value"))}'
+            f'{sep}"value_encoding"{colon}{_j_scalar(get("value_encoding"))}}}')
+
+
+def _j_list(v: Any) -> str:
+    if v is None:
+        return "null"
+    if type(v) is not list:
+        raise _Slow
+    if not v:
+        return "[]"
+    if type(v[0]) is dict:
+        return "[" + ", ".join([_j_header(x, ", ") for x in v]) + "]"
+    return "[" + ", ".join(map(_j_scalar, v)) + "]"
+
+
+def _c_scalar(v: Any) -> Any:
+    """A CSV cell as normalize_row + _csv_cell would give it (surrogates not yet escaped)."""
+    t = type(v)
+    if t is str or t is int:
+        return v
+    if v is None:
+        return ""
+    if t is float:
+        return v if _isfinite(v) else ""
+    if t is bool:
+        return "true" if v else "false"
+    if t is bytes:
+        return v.hex()
+    raise _Slow
+
+
+def _c_ts(v: Any) -> str:
+    text = _j_ts(v)
+    return "" if text == "null" else text[1:-1]
+
+
+def _c_list(v: Any) -> str:
+    if v is None:
+        return ""
+    if type(v) is not list:
+        raise _Slow
+    if not v:
+        return "[]"
+    if type(v[0]) is dict:
+        return "[" + ",".join([_j_header(x, ",") for x in v]) + "]"
+    return "[" + ",".join(map(_j_scalar, v)) + "]"
+
+
+# Model rows whose attributes are the table columns: read them with one attrgetter
+# instead of building the row() dict.
+_MODEL_COLUMNS: dict[type, frozenset[str]] = {
+    Exchange: frozenset(EXCHANGE_COLUMNS),
+    RecordRow: frozenset(RECORD_COLUMNS),
+    ErrorRow: frozenset(ERROR_COLUMNS),
+}
+
+
+def _surrogate_cell(v: str) -> str:
+    return _SURROGATE.sub(_surrogate_text, v) if _SURROGATE.search(v) else v
+
+
+def _compile_fast(columns: tuple[str, ...], fmt: str) -> Callable[[Any], Any]:
+    """values (in column order) -> jsonl line (fmt "jsonl") or csv cells ("csv").
+
+    Generated code, one unrolled block per column: the common types are tested
+    inline, which halves the cost of a per-column function call; everything else
+    goes to the _j_*/_c_* functions above (which may raise _Slow).
+    """
+    names = [f"v{i}" for i in range(len(columns))]
+    lines = ["def fast(vals):", f"    {', '.join(names)}{',' if len(names) == 1 else ''} = vals"]
+    for i, c in enumerate(columns):
+        v, o = f"v{i}", f"o{i}"
+        if c in TIMESTAMP_COLUMNS:
+            lines.append(f"    {o} = {'_j_ts' if fmt == 'jsonl' else '_c_ts'}({v})")
+        elif c in LIST_COLUMNS:
+            fn = "_j_list" if fmt == "jsonl" else "_c_list"
+            lines.append(f"    {o} = '[]' if type({v}) is list and not {v} else {fn}({v})")
+            if fmt == "csv":
+                lines.append(f"    if not {o}.isascii(): {o} = _surrogate_cell({o})")
+        elif fmt == "jsonl":
+            lines += [
+                f"    t = type({v})",
+                f"    if t is str: {o} = _enc_str({v})",
+                f"    elif t is int: {o} = _int_repr({v})",
+                f"    elif {v} is None: {o} = 'null'",
+                f"    else: {o} = _j_scalar({v})",
+            ]
+        else:
+            lines += [
+                f"    t = type({v})",
+                f"    if t is str: {o} = {v} if {v}.isascii() else _surrogate_cell({v})",
+                f"    elif t is int: {o} = {v}",
+                f"    elif {v} is None: {o} = ''",
+                f"    else: {o} = _c_scalar({v})",
+            ]
+    outs = ", ".join(f"o{i}" for i in range(len(columns)))
+    if fmt == "jsonl":
+        # an f-string: its BUILD_STRING joins the parts cheaper than %-formatting does
+        parts = ", ".join(
+            _enc_str(c).replace("{", "{{").replace("}", "}}") + f": {{o{i}}}"
+            for i, c in enumerate(columns)
+        )
+        lines.append(f"    return f{'{{' + parts + '}}'!r}")
+    else:
+        lines.append(f"    return [{outs}]")
+    scope = {
+        "_j_ts": _j_ts, "_c_ts": _c_ts, "_j_list": _j_list, "_c_list": _c_list,
+        "_j_scalar": _j_scalar, "_c_scalar": _c_scalar, "_enc_str": _enc_str,
+        "_int_repr": _int_repr, "_surrogate_cell": _surrogate_cell,
+    }
+    exec("\n".join(lines), scope)  # noqa: S102 - our own generated source, no input in it
+    return scope["fast"]
+
+
+class _FastRows:
+    """Per-writer fast path for one column tuple (see above)."""
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        self.columns = columns
+        self.getter = operator.attrgetter(*columns) if len(columns) > 1 else None
+        self.direct = frozenset(t for t, cols in _MODEL_COLUMNS.items() if set(columns) <= cols)
+        self._jsonl = _compile_fast(columns, "jsonl") if columns else None
+        self._csv = _compile_fast(columns, "csv") if columns else None
+
+    def values(self, item: Any) -> Any:
+        """The row's values in column order, or None when only the general path can tell."""
+        if self.getter is None:
+            return None
+        if type(item) in self.direct:
+            return self.getter(item)
+        if type(item) is dict:
+            get = item.get
+            return [get(c) for c in self.columns]
+        return None
+
+    def jsonl(self, item: Any) -> str | None:
+        vals = self.values(item)
+        if vals is None:
+            return None
+        try:
+            return self._jsonl(vals)
+        except _Slow:
+            return None
+
+    def csv(self, item: Any) -> list[Any] | None:
+        vals = self.values(item)
+        if vals is None:
+            return None
+        try:
+            return self._csv(vals)
+        except _Slow:
+            return None
+
+
+# ---------------------------------------------------------------------------
 # Writers
 # ---------------------------------------------------------------------------
 
@@ -210,6 +436,10 @@ class RowWriter:
 
     def write(self, item: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def write_text(self, text: str) -> None:
+        """Write a row already rendered by a TextRenderer of this format and table."""
+        raise TypeError(f"{type(self).__name__} takes rows, not rendered text")
 
     def write_all(self, items: Iterable[Any]) -> int:
         for item in items:
@@ -286,14 +516,24 @@ class JsonlWriter(RowWriter):
         self._dumps = json.JSONEncoder(
             ensure_ascii=False, allow_nan=False, default=_json_default, separators=(", ", ": ")
         ).encode
+        self._fast = _FastRows(tuple(self.columns))
 
     def write(self, item: Any) -> None:
-        line = self._dumps(normalize_row(item, self.columns))
-        if _SURROGATE.search(line):
+        line = self._fast.jsonl(item)
+        if line is None:
+            line = self._dumps(normalize_row(item, self.columns))
+        if not line.isascii() and _SURROGATE.search(line):
             # In JSON text the literal backslash must itself be escaped.
             line = _SURROGATE.sub(lambda m: "\\" + _surrogate_text(m), line)
         stream = self._out.stream
         stream.write(line + "\n")
+        if self._flush:
+            stream.flush()
+        self.count += 1
+
+    def write_text(self, text: str) -> None:
+        stream = self._out.stream
+        stream.write(text)
         if self._flush:
             stream.flush()
         self.count += 1
@@ -334,16 +574,49 @@ class CsvWriter(RowWriter):
         self._csv = csv.writer(self._out.stream, lineterminator="\r\n")  # RFC 4180; quotes any \r in a value
         if header:
             self._csv.writerow(self.columns)
+        self._fast = _FastRows(tuple(self.columns))
 
     def write(self, item: Any) -> None:
-        row = normalize_row(item, self.columns)
-        self._csv.writerow([_csv_cell(c, row[c]) for c in self.columns])
+        cells = self._fast.csv(item)
+        if cells is None:
+            row = normalize_row(item, self.columns)
+            cells = [_csv_cell(c, row[c]) for c in self.columns]
+        self._csv.writerow(cells)
+        self.count += 1
+
+    def write_text(self, text: str) -> None:
+        self._out.stream.write(text)
         self.count += 1
 
     def close(self) -> None:
         if not self.closed:
             self._out.close()
         super().close()
+
+
+class TextRenderer:
+    """A row -> exactly the text a JsonlWriter / CsvWriter (without header) writes for it.
+
+    ``--jobs`` workers render rows with it, so the main process only merges and
+    writes them (``RowWriter.write_text``).
+    """
+
+    def __init__(self, fmt: str, table: str, columns: tuple[str, ...] | None = None) -> None:
+        self._buf = io.StringIO()
+        if fmt == "jsonl":
+            self._writer: RowWriter = JsonlWriter(table, self._buf, columns=columns, line_buffered=False)
+        elif fmt == "csv":
+            self._writer = CsvWriter(table, self._buf, columns=columns, header=False)
+        else:
+            raise ValueError(f"cannot render {fmt!r} rows one at a time")
+
+    def __call__(self, item: Any) -> str:
+        buf = self._buf
+        self._writer.write(item)
+        text = buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+        return text
 
 
 def _sanitize_strings(v: Any) -> Any:
@@ -711,9 +984,13 @@ def write_rows(
     KeyboardInterrupt is then re-raised for the caller to report.
     """
     writer = open_writer(fmt, table, out, **kwargs)
+    write, write_text = writer.write, writer.write_text
     try:
         for row in rows:
-            writer.write(row)
+            if type(row) is str:  # rendered by a --jobs worker (TextRenderer)
+                write_text(row)
+            else:
+                write(row)
     finally:
         writer.close()
     return writer.count
@@ -721,7 +998,7 @@ def write_rows(
 
 __all__ = [
     "FORMATS", "TABLES", "TIMESTAMP_COLUMNS", "LIST_COLUMNS", "TABLE_DEFAULT_COLUMNS",
-    "RowWriter", "JsonlWriter", "CsvWriter", "ParquetWriter", "TableWriter",
+    "RowWriter", "JsonlWriter", "CsvWriter", "ParquetWriter", "TableWriter", "TextRenderer",
     "arrow_schema", "columns_of", "default_format", "format_from_path", "iso_utc",
     "normalize_row", "open_writer", "ts_to_micros", "write_rows",
 ]

@@ -1,0 +1,146 @@
+"""The writers' fast text path (export/writers.py, _FastRows) against the general one.
+
+The general path (normalize_row + json.JSONEncoder / _csv_cell) is the reference:
+for every row the fast path must give byte-identical jsonl and csv, or decline
+(_Slow) so the general path writes the row. Checked on the rows of the shipped
+captures and on hypothesis-generated rows with awkward values.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kwinspect.analyze.records import records_from_exchange
+from kwinspect.capture.files import FileRun, dissect_files
+from kwinspect.export import writers
+from kwinspect.model import (
+    ERROR_COLUMNS,
+    EXCHANGE_COLUMNS,
+    RECORD_COLUMNS,
+    ErrorRow,
+    Exchange,
+    RecordRow,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CAPTURES = sorted(glob.glob(os.path.join(ROOT, "captures", "*.pcap")))
+COLUMNS = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}
+
+
+def _write(fmt: str, table: str, rows, *, fast: bool, columns=None) -> str:
+    buf = io.StringIO()
+    w = writers.open_writer(fmt, table, buf, columns=columns)
+    if not fast:
+        w._fast.values = lambda item: None  # every row the general way
+    for r in rows:
+        w.write(r)
+    w.close()
+    return buf.getvalue()
+
+
+def _same(table: str, rows, columns=None) -> None:
+    for fmt in ("jsonl", "csv"):
+        want = _write(fmt, table, rows, fast=False, columns=columns)
+        got = _write(fmt, table, rows, fast=True, columns=columns)
+        assert got == want, fmt
+
+
+def _capture_rows(path: str) -> dict[str, list]:
+    run = FileRun()
+    out: dict[str, list] = {"exchanges": [], "records": [], "errors": []}
+    for ev in dissect_files([path], run=run):
+        if isinstance(ev, Exchange):
+            out["exchanges"].append(ev)
+            out["records"].extend(records_from_exchange(
+                ev, values="auto", topic_names=run.dissector.shared.topic_names))
+        else:
+            out["errors"].append(ev)
+    return out
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=os.path.basename)
+def test_fast_path_equals_general_path_on_shipped_captures(path):
+    rows = _capture_rows(path)
+    taken = 0
+    for table, items in rows.items():
+        _same(table, items)
+        # and as dicts (row()), as latency/other callers hand them
+        _same(table, [r.row() for r in items])
+        f = writers._FastRows(COLUMNS[table])
+        taken += sum(f.jsonl(r) is not None for r in items)
+    assert taken > 0  # the fast path is really used
+
+
+def test_fast_path_is_taken_for_plain_model_rows():
+    ex = Exchange(stream="a->b", client="a", broker="b", api_key=0, api_name="Produce", api_version=9,
+                  correlation_id=1, client_id="c", request_ts=1.5, response_ts=None, latency_ms=0.25,
+                  request_size=10, response_size=None, status="paired", error_codes=[1, 2],
+                  error_names=["X", "Y"], topics=["t"])
+    f = writers._FastRows(EXCHANGE_COLUMNS)
+    assert f.jsonl(ex) is not None and f.csv(ex) is not None
+    assert f.jsonl(ex) == _write("jsonl", "exchanges", [ex], fast=False).rstrip("\n")
+
+
+# Values chosen to hit every branch: lone surrogates, non-finite floats, ints beyond
+# 64 bits, bytes, bools, subclasses and types only the general path knows.
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(1 << 80), max_value=1 << 80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(),
+    st.text(alphabet=st.sampled_from(["a", "é", "\udcff", "\ud800", '"', "\\", "\n", ",", "\x1b", "日"])),
+    st.binary(max_size=8),
+    st.just(bytearray(b"\x01\xff")),
+    st.just(Decimal("1.5")),
+    st.just((1, 2)),
+)
+_header = st.fixed_dictionaries(
+    {"key": _scalars, "value": _scalars, "value_encoding": st.one_of(st.none(), st.sampled_from(["utf8", "hex"]))},
+)
+_lists = st.one_of(st.none(), st.lists(_scalars, max_size=4), st.lists(_header, max_size=3),
+                   st.lists(st.one_of(_scalars, _header), max_size=3), st.just("ab"), st.just((1, 2)))
+_ts = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True),
+                st.floats(min_value=-7e10, max_value=3e11), st.integers(min_value=-(1 << 70), max_value=1 << 70),
+                st.booleans(), st.text(max_size=3))
+
+
+def _value(column: str):
+    if column in writers.TIMESTAMP_COLUMNS:
+        return _ts
+    if column in writers.LIST_COLUMNS:
+        return _lists
+    return _scalars
+
+
+def _row_strategy(table: str):
+    cols = COLUMNS[table]
+    return st.fixed_dictionaries({c: _value(c) for c in cols})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(table=st.sampled_from(sorted(COLUMNS)), data=st.data())
+def test_fast_path_equals_general_path_on_generated_rows(table, data):
+    rows = data.draw(st.lists(_row_strategy(table), min_size=1, max_size=4))
+    _same(table, rows)
+    cls = {"exchanges": Exchange, "records": RecordRow, "errors": ErrorRow}[table]
+    _same(table, [cls(**r) for r in rows])  # the attrgetter path of model rows
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_fast_path_with_a_subset_of_columns(data):
+    cols = tuple(data.draw(st.lists(st.sampled_from(EXCHANGE_COLUMNS + ("index", "nope")),
+                                    min_size=1, max_size=5, unique=True)))
+    rows = data.draw(st.lists(_row_strategy("exchanges"), min_size=1, max_size=3))
+    exchanges = [Exchange(**r) for r in rows]
+    _same("exchanges", exchanges, columns=cols)
+    _same("exchanges", rows, columns=cols)
