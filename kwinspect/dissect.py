@@ -140,13 +140,16 @@ class Dissector:
 
     def feed_packet(self, raw) -> None:
         self.stats.packets += 1
-        tcp_before = self.parser.stats.tcp
-        seg = self.parser.parse(raw)
-        if len(self.parser.issues) > self._parser_issues_seen:
+        parser = self.parser
+        pstats = parser.stats
+        tcp_before = pstats.tcp
+        seg = parser.parse(raw)
+        if len(parser.issues) > self._parser_issues_seen:
             self._report_parser_issues(raw.ts)
         if seg is not None:
             # a reassembled IP datagram stands for all of its fragment packets
-            self.feed_segment(seg, _packets=max(1, self.parser.stats.tcp - tcp_before))
+            n = pstats.tcp - tcp_before
+            self.feed_segment(seg, n if n > 1 else 1)
 
     def _report_parser_issues(self, ts: float | None) -> None:
         """Malformed packets, unknown link types, incomplete IP datagrams: errors rows too."""
@@ -158,20 +161,26 @@ class Dissector:
         """Feed one TCP segment (``_packets``: how many captured packets it stands for;
         0 = fed directly, not through feed_packet, counted as one)."""
         self.stats.tcp_packets += 1
-        self._last_ts = seg.ts
+        ts = seg.ts
+        self._last_ts = ts
         if not _packets:
             self._direct_segments += 1
-        stray_before = self.tcp.stats.stray_segments
-        for ev in self.tcp.feed(seg):
-            self._on_tcp(ev)
-        key = (seg.src, seg.dst) if seg.src <= seg.dst else (seg.dst, seg.src)
-        info = self._conn_by_tuple.get(key)
-        if info is None or self.tcp.stats.stray_segments != stray_before:
-            self._stray_packets += _packets or 1
+            _packets = 1
+        tstats = self.tcp.stats
+        stray_before = tstats.stray_segments
+        events = self.tcp.feed(seg)
+        if events:
+            on_tcp = self._on_tcp
+            for ev in events:
+                on_tcp(ev)
+        src, dst = seg.src, seg.dst
+        info = self._conn_by_tuple.get((src, dst) if src <= dst else (dst, src))
+        if info is None or tstats.stray_segments != stray_before:
+            self._stray_packets += _packets
         else:
-            info.packets += _packets or 1
-        if seg.ts >= self._next_idle_check:
-            self._flush_idle(seg.ts)
+            info.packets += _packets
+        if ts >= self._next_idle_check:
+            self._flush_idle(ts)
 
     def advance(self, ts: float) -> None:
         """Capture time passes without a segment for this dissector: a TCP segment of a
@@ -242,7 +251,7 @@ class Dissector:
     # -- TCP events -------------------------------------------------------------------
 
     def _on_tcp(self, ev) -> None:
-        if isinstance(ev, StreamData):
+        if type(ev) is StreamData or isinstance(ev, StreamData):
             self._on_data(ev.conn_id, ev.src, ev.dst, ev.data, ev.ts)
         elif isinstance(ev, StreamGap):
             self._on_gap(ev.conn_id, ev.src, ev.dst, ev.nbytes, ev.ts)
@@ -294,7 +303,8 @@ class Dissector:
         self.stats.kafka_bytes += len(data)
         splitter = conn.splitters[src]
         splitter.feed(data, ts)
-        self._drain(conn, src)
+        if splitter._events:  # most segments of large frames complete none: nothing to drain
+            self._drain(conn, src)
 
     def _on_gap(self, conn_id, src: Endpoint, dst: Endpoint, nbytes: int, ts: float) -> None:
         conn = self._conns.get(conn_id)
