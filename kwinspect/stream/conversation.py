@@ -66,8 +66,23 @@ class SharedState:
     brokers: dict[int, tuple[str, int]] = field(default_factory=dict)  # node id -> (host, port)
     topic_names: dict[str, str] = field(default_factory=dict)  # topic id -> name
     exchange_counter: int = 0
+    # broker_id_for's answers, valid while `brokers` equals the copy they were worked out
+    # from (asked once per exchange; `brokers` may be mutated or replaced by anyone)
+    _broker_ids: dict = field(default_factory=dict, repr=False, compare=False)
+    _brokers_seen: dict | None = field(default=None, repr=False, compare=False)
 
     def broker_id_for(self, endpoint: Endpoint) -> int | None:
+        brokers = self.brokers
+        if brokers != self._brokers_seen:
+            self._brokers_seen = dict(brokers)
+            self._broker_ids = {}
+        ids = self._broker_ids
+        if endpoint in ids:
+            return ids[endpoint]
+        nid = ids[endpoint] = self._broker_id_for(endpoint)
+        return nid
+
+    def _broker_id_for(self, endpoint: Endpoint) -> int | None:
         exact = [nid for nid, (host, port) in self.brokers.items() if port == endpoint.port and host == endpoint.ip]
         if len(exact) == 1:
             return exact[0]
@@ -316,10 +331,11 @@ class Conversation:
         name = api_label or (api_name(api_key) if api_key is not None else None)
         cid = req.correlation_id if req else (resp.correlation_id if resp else None)
         body = resp.body if resp else None
-        errors = list(iter_errors(body, self.shared.topic_names)) if body and api_key is not None else []
-        topics = topics_of(req.body if req else None, self.shared.topic_names) if api_key is not None else []
+        names = self.shared.topic_names
+        errors = list(iter_errors(body, names)) if body and api_key is not None else []
+        topics = topics_of(req.body if req else None, names) if api_key is not None else []
         if not topics and body and api_key is not None:
-            topics = topics_of(body, self.shared.topic_names)
+            topics = topics_of(body, names)
         throttle = body.get("throttle_time_ms") if body else None
         # rounded to the microsecond: pcap timestamps resolve no finer (epoch floats carry noise below it)
         latency = (round((resp_first - req_last) * 1000.0, 3)
@@ -348,7 +364,8 @@ class Conversation:
                 message=e["message"] or (f"group {e['group']}" if e.get("group") else None),
                 ts=ts, stream=self.stream))
         for msg in (req, resp):
-            if msg is not None and msg.body:  # batch-level problems (CRC, cut batches); no decompression
+            # batch-level problems (CRC, cut batches); no decompression; only Produce and Fetch carry records
+            if msg is not None and msg.body and (api_key == 0 or api_key == 1):
                 for topic, partition, rs in iter_record_sets(api_key, msg.body, self.shared.topic_names):
                     for issue in rs.issues:
                         if issue.severity != "info":
