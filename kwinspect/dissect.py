@@ -135,6 +135,14 @@ class Dissector:
         self._stray_packets = 0  # TCP segments the reassembler ignored (e.g. RST of an unknown connection)
         self._direct_segments = 0  # segments fed with feed_segment() rather than feed_packet()
         self._parser_issues_seen = 0  # parser issues already reported as ErrorRows
+        # The last lookups of _conn_by_tuple and _conns, reused while the next segment has
+        # the same endpoint objects / the next event the same ConnId object (hashing them
+        # costs more per packet than all of framing a 1500-byte segment); reset whenever
+        # an entry is added or removed.
+        self._hot_pair: tuple | None = None
+        self._hot_info: ConnectionInfo | None = None
+        self._hot_cid: Any = None
+        self._hot_conn: _Conn | None = None
 
     # -- input ------------------------------------------------------------------------
 
@@ -174,7 +182,12 @@ class Dissector:
             for ev in events:
                 on_tcp(ev)
         src, dst = seg.src, seg.dst
-        info = self._conn_by_tuple.get((src, dst) if src <= dst else (dst, src))
+        hot = self._hot_pair
+        if hot is not None and hot[0] is src and hot[1] is dst:
+            info = self._hot_info
+        else:
+            info = self._conn_by_tuple.get((src, dst) if src <= dst else (dst, src))
+            self._hot_pair, self._hot_info = (src, dst), info
         if info is None or tstats.stray_segments != stray_before:
             self._stray_packets += _packets
         else:
@@ -271,6 +284,7 @@ class Dissector:
         self._conns[ev.conn_id] = conn
         self.connections[ev.conn_id] = info
         self._conn_by_tuple[(ev.conn_id.a, ev.conn_id.b)] = info
+        self._hot_pair = self._hot_cid = None
         self.stats.connections += 1
         ports = self.config.kafka_ports
         client, server = ev.client, ev.server
@@ -285,7 +299,11 @@ class Dissector:
         return conn
 
     def _on_data(self, conn_id, src: Endpoint, dst: Endpoint, data: bytes, ts: float) -> None:
-        conn = self._conns.get(conn_id)
+        if conn_id is self._hot_cid:
+            conn = self._hot_conn
+        else:
+            conn = self._conns.get(conn_id)
+            self._hot_cid, self._hot_conn = conn_id, conn
         if conn is None:
             return
         info = conn.info
@@ -443,6 +461,7 @@ class Dissector:
         self._events.extend(conv.pop_events())
 
     def _close(self, conn_id, ts: float, reason: str) -> None:
+        self._hot_cid = None
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return
@@ -474,3 +493,4 @@ class Dissector:
                     # late retransmissions for this 4-tuple now count as segments of no
                     # connection (non-Kafka) instead of vanishing with the pruned info
                     del self._conn_by_tuple[key]
+                    self._hot_pair = None
