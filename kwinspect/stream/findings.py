@@ -16,7 +16,6 @@ _TOPIC_KEYS = ("name", "topic", "topic_name")
 _PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
 _GROUP_KEYS = ("group_id", "group")
 _ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
-_CONTAINERS = (list, dict)
 
 
 def _is_topic_array(key: str) -> bool:
@@ -128,54 +127,67 @@ def _context(ctx: tuple, topic_names: dict) -> tuple[Any, Any, Any]:
     return topic, partition, group
 
 
+def _error(node: dict, key: str, value: int, path: tuple | None, ctx: tuple, topic_names: dict) -> dict[str, Any]:
+    topic, partition, group = _context(ctx, topic_names)
+    msg_key = key.replace("error_code", "error_message")
+    message = node.get(msg_key) if isinstance(node.get(msg_key), str) else node.get("error_message")
+    return {
+        "code": value,
+        "name": error_name(value),
+        "retriable": is_retriable(value),
+        "topic": topic,
+        "partition": partition,
+        "group": group,
+        "path": _render_path((path, key)),
+        "message": message if isinstance(message, str) else None,
+    }
+
+
 def _walk_errors(node: dict, path: tuple | None, ctx: tuple, topic_names: dict, out: list) -> None:
     # Error codes are rare and the walk visits every dict of every response: it carries
     # only the chain of nodes (ctx) and works out topic/partition/group when it finds one
-    # (see _context); a node costs one pass over its items.
-    children = None
-    found = None
+    # (see _context).  One pass over the items, children walked as they come; a node's
+    # own errors still come before its children's (inserted at `start`).  Exact types
+    # first (what decoded bodies hold), isinstance for anything else.
+    start = len(out)
     for key, value in node.items():
-        if isinstance(value, int):
+        t = type(value)
+        if t is int or t is bool:
+            if value and isinstance(key, str) and key.endswith("error_code"):
+                out.insert(start, _error(node, key, value, path, ctx, topic_names))
+                start += 1
+        elif t is dict:
+            key = key if isinstance(key, str) else str(key)
+            _walk_errors(value, (path, key), (ctx, value, "topic" in key or key == "responses",
+                                              ctx[3] or "partition" in key), topic_names, out)
+        elif t is list:
+            if value:
+                key = key if isinstance(key, str) else str(key)
+                _walk_list(value, (path, key), ctx, "topic" in key or key == "responses",
+                           ctx[3] or "partition" in key, topic_names, out)
+        elif t is str or value is None:
+            pass
+        elif isinstance(value, int):
             if value != 0 and isinstance(key, str) and key.endswith("error_code"):
-                if found is None:
-                    found = _context(ctx, topic_names)
-                topic, partition, group = found
-                msg_key = key.replace("error_code", "error_message")
-                message = node.get(msg_key) if isinstance(node.get(msg_key), str) else node.get("error_message")
-                out.append({
-                    "code": value,
-                    "name": error_name(value),
-                    "retriable": is_retriable(value),
-                    "topic": topic,
-                    "partition": partition,
-                    "group": group,
-                    "path": _render_path((path, key)),
-                    "message": message if isinstance(message, str) else None,
-                })
-        elif isinstance(value, _CONTAINERS):
-            if children is None:
-                children = [(key, value)]
-            else:
-                children.append((key, value))
-    if children is None:
-        return
-    in_partitions = ctx[3]
-    for key, value in children:
-        key = key if isinstance(key, str) else str(key)
-        child_topics = "topic" in key or key == "responses"
-        child_partitions = in_partitions or "partition" in key
-        if isinstance(value, dict):
-            _walk_errors(value, (path, key), (ctx, value, child_topics, child_partitions), topic_names, out)
-        elif value:
-            _walk_list(value, (path, key), ctx, child_topics, child_partitions, topic_names, out)
+                out.insert(start, _error(node, key, value, path, ctx, topic_names))
+                start += 1
+        elif isinstance(value, dict):
+            key = key if isinstance(key, str) else str(key)
+            _walk_errors(value, (path, key), (ctx, value, "topic" in key or key == "responses",
+                                              ctx[3] or "partition" in key), topic_names, out)
+        elif isinstance(value, list) and value:
+            key = key if isinstance(key, str) else str(key)
+            _walk_list(value, (path, key), ctx, "topic" in key or key == "responses",
+                       ctx[3] or "partition" in key, topic_names, out)
 
 
 def _walk_list(node: list, path: tuple | None, ctx: tuple, in_topics: bool, in_partitions: bool,
                topic_names: dict, out: list) -> None:
     for i, item in enumerate(node):
-        if isinstance(item, dict):
+        t = type(item)
+        if t is dict or (t is not list and isinstance(item, dict)):
             _walk_errors(item, (path, i), (ctx, item, in_topics, in_partitions), topic_names, out)
-        elif isinstance(item, list):
+        elif t is list or isinstance(item, list):
             _walk_list(item, (path, i), ctx, in_topics, in_partitions, topic_names, out)
 
 
