@@ -447,13 +447,14 @@ class Dissector:
         splitter = conn.splitters[src]
         from_client = src == info.client
         for ev in splitter.events():
-            if isinstance(ev, Frame):
+            if type(ev) is Frame:
+                data, _offset, ts_first, ts_last = ev
                 if from_client:
-                    conv.on_request(ev.data, ev.ts_first, ev.ts_last)
+                    conv.on_request(data, ts_first, ts_last)
                     if conv.last_correlation_id is not None:
                         conn.req_validator.last_correlation_id = conv.last_correlation_id
                 else:
-                    conv.on_response(ev.data, ev.ts_first, ev.ts_last)
+                    conv.on_response(data, ts_first, ts_last)
             elif isinstance(ev, FramingIssue):
                 self._events.append(ErrorRow(kind=ev.kind, message=ev.message, ts=ev.ts, stream=info.stream))
             elif isinstance(ev, Skipped):

@@ -41,6 +41,7 @@ from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
 from kwinspect.stream.findings import iter_errors, iter_record_sets, topics_of
 from kwinspect.stream.redact import (
+    REDACTED_APIS,
     SASL_HANDSHAKE,
     describe_sasl_token,
     redact_body,
@@ -57,6 +58,7 @@ DEFAULT_MAX_IN_FLIGHT = 10_000
 MAX_ORPHAN_CANDIDATES = 64  # api/versions tried on a response whose request was not captured
 # APIs whose bodies carry credentials (SaslHandshake, SaslAuthenticate, delegation tokens)
 _SECRET_APIS = frozenset({17, 36, 38, 39, 40, 41})
+_REDACTED_APIS = REDACTED_APIS  # redact_body changes nothing in the bodies of other apis
 
 
 @dataclass
@@ -165,20 +167,23 @@ class Conversation:
             return
         self._sasl_raw = False
         msg = decode_request(frame)
-        cid = msg.correlation_id
-        if msg.api_key is None or cid is None:
+        cid = msg.header.get("correlation_id")
+        api_key = msg.api_key
+        if api_key is None or cid is None:
             self._anomaly(DECODE_ERROR, ts_last, message=_issue_text(msg.issues) or "undecodable request")
             return
         self.last_correlation_id = cid
-        self._api_versions_seen.add((msg.api_key, msg.api_version))
-        self._check_advertised(msg, ts_last)
-        if msg.api_key == SASL_HANDSHAKE and msg.body:
-            self.sasl_mechanism = msg.body.get("mechanism")
-        if self.redact:
-            redact_body(msg.api_key, True, msg.body, self.sasl_mechanism)
-        if msg.api_key == API_VERSIONS and msg.body and msg.body.get("client_software_name"):
-            self.client_software = (msg.body["client_software_name"], msg.body.get("client_software_version", ""))
-        no_resp = msg.api_key == PRODUCE and bool(msg.body) and msg.body.get("acks") == 0
+        body = msg.body
+        self._api_versions_seen.add((api_key, msg.api_version))
+        if self.advertised is not None:
+            self._check_advertised(msg, ts_last)
+        if api_key == SASL_HANDSHAKE and body:
+            self.sasl_mechanism = body.get("mechanism")
+        if self.redact and api_key in _REDACTED_APIS:
+            redact_body(api_key, True, body, self.sasl_mechanism)
+        if api_key == API_VERSIONS and body and body.get("client_software_name"):
+            self.client_software = (body["client_software_name"], body.get("client_software_version", ""))
+        no_resp = api_key == PRODUCE and bool(body) and body.get("acks") == 0
         if cid in self._pending:
             older = self._pending.pop(cid)
             self._anomaly(DUPLICATE_CORRELATION_ID, ts_last, api=msg.api_key, cid=cid,
@@ -249,7 +254,7 @@ class Conversation:
             }
         elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
             self._sasl_raw = True
-        if self.redact:
+        if self.redact and req.api_key in _REDACTED_APIS:
             redact_body(req.api_key, False, body, self.sasl_mechanism)
 
     def _on_sasl_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
