@@ -120,6 +120,10 @@ class Dissector:
         self.config = config or DissectConfig()
         self.parser = PacketParser()
         self.tcp = TcpReassembler(idle_timeout=self.config.idle_timeout)
+        if type(self)._on_tcp is Dissector._on_tcp and type(self)._on_data is Dissector._on_data:
+            # in-order data straight to _on_data, without a StreamData per segment
+            # (not for subclasses that watch every TCP event, like --jobs workers)
+            self.tcp.data_sink = self._on_data
         self.shared = SharedState()
         self.stats = DissectStats()
         self.connections: dict[Any, ConnectionInfo] = {}

@@ -281,6 +281,11 @@ class TcpReassembler:
         self._buffering: set[_Half] = set()
         self._holes: set[_Half] = set()  # halves waiting out ack_gap_delay
         self._serial = 0
+        # Optional callable(conn_id, src, dst, data, ts): takes the data of an in-order
+        # segment instead of a StreamData event when no event of that segment comes
+        # before it (so the order of everything stays the same), sparing an event
+        # object per segment.  The Dissector sets it.
+        self.data_sink = None
 
     # ------------------------------------------------------------------ public
     def feed(self, seg: TcpSegment) -> list[StreamEvent]:
@@ -340,13 +345,17 @@ class TcpReassembler:
             if d >= _HALF:
                 d -= _WRAP
             n = len(payload)
+            data_sink = self.data_sink
             if not d and not missing and not h.ooo_s and n <= self.max_window:
                 # the common case, _place + _deliver inlined: in order, nothing buffered
                 st.payload_bytes += n
                 e = nxt + n
                 if e > h.max_end:
                     h.max_end = e
-                out.append(StreamData(conn.cid, h.src, h.dst, payload, ts, nxt - st.start))
+                if data_sink is not None and not out:
+                    data_sink(conn.cid, h.src, h.dst, payload, ts)
+                else:
+                    out.append(StreamData(conn.cid, h.src, h.dst, payload, ts, nxt - st.start))
                 recent = h.recent
                 recent.append((nxt, payload))
                 kept = h.recent_bytes + n

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from kwinspect import model
 from kwinspect.capture.packets import ACK, FIN, RST, SYN, TcpSegment
-from kwinspect.capture.tcp import _MASK, TCP_PORT_REUSE, StreamEvent, TcpReassembler
+from kwinspect.capture.tcp import _MASK, TCP_PORT_REUSE, StreamData, StreamEvent, TcpReassembler
 
 C = model.Endpoint("10.0.0.1", 40000)
 S = model.Endpoint("10.0.0.2", 9092)
@@ -117,6 +117,22 @@ def _same(segments, **kw) -> None:
         assert new.flush_idle(seg.ts) == ref.flush_idle(seg.ts)
     assert new.finish() == ref.finish()
     assert _books(new) == _books(ref)
+    # with a data sink: what it is handed, then the events, is what the events were
+    sunk, ref = TcpReassembler(**kw), ReferenceReassembler(**kw)
+    handed: list = []
+    sunk.data_sink = lambda cid, src, dst, data, ts: handed.append(("data", cid, src, dst, data, ts))
+    for seg in segments:
+        handed.clear()
+        got = handed + [_plain(e) for e in sunk.feed(seg)]
+        assert got == [_plain(e) for e in ref.feed(seg)]
+        assert _books(sunk) == _books(ref)
+    assert sunk.finish() == ref.finish()
+
+
+def _plain(ev):
+    if isinstance(ev, StreamData):
+        return ("data", ev.conn_id, ev.src, ev.dst, ev.data, ev.ts)
+    return ev
 
 
 @settings(max_examples=300, deadline=None)
