@@ -120,6 +120,10 @@ class Dissector:
         self.config = config or DissectConfig()
         self.parser = PacketParser()
         self.tcp = TcpReassembler(idle_timeout=self.config.idle_timeout)
+        if type(self)._on_tcp is Dissector._on_tcp and type(self)._on_data is Dissector._on_data:
+            # in-order data straight to _on_data, without a StreamData per segment
+            # (not for subclasses that watch every TCP event, like --jobs workers)
+            self.tcp.data_sink = self._on_data
         self.shared = SharedState()
         self.stats = DissectStats()
         self.connections: dict[Any, ConnectionInfo] = {}
@@ -135,18 +139,29 @@ class Dissector:
         self._stray_packets = 0  # TCP segments the reassembler ignored (e.g. RST of an unknown connection)
         self._direct_segments = 0  # segments fed with feed_segment() rather than feed_packet()
         self._parser_issues_seen = 0  # parser issues already reported as ErrorRows
+        # The last lookups of _conn_by_tuple and _conns, reused while the next segment has
+        # the same endpoint objects / the next event the same ConnId object (hashing them
+        # costs more per packet than all of framing a 1500-byte segment); reset whenever
+        # an entry is added or removed.
+        self._hot_pair: tuple | None = None
+        self._hot_info: ConnectionInfo | None = None
+        self._hot_cid: Any = None
+        self._hot_conn: _Conn | None = None
 
     # -- input ------------------------------------------------------------------------
 
     def feed_packet(self, raw) -> None:
         self.stats.packets += 1
-        tcp_before = self.parser.stats.tcp
-        seg = self.parser.parse(raw)
-        if len(self.parser.issues) > self._parser_issues_seen:
+        parser = self.parser
+        pstats = parser.stats
+        tcp_before = pstats.tcp
+        seg = parser.parse(raw)
+        if len(parser.issues) > self._parser_issues_seen:
             self._report_parser_issues(raw.ts)
         if seg is not None:
             # a reassembled IP datagram stands for all of its fragment packets
-            self.feed_segment(seg, _packets=max(1, self.parser.stats.tcp - tcp_before))
+            n = pstats.tcp - tcp_before
+            self.feed_segment(seg, n if n > 1 else 1)
 
     def _report_parser_issues(self, ts: float | None) -> None:
         """Malformed packets, unknown link types, incomplete IP datagrams: errors rows too."""
@@ -158,20 +173,31 @@ class Dissector:
         """Feed one TCP segment (``_packets``: how many captured packets it stands for;
         0 = fed directly, not through feed_packet, counted as one)."""
         self.stats.tcp_packets += 1
-        self._last_ts = seg.ts
+        ts = seg.ts
+        self._last_ts = ts
         if not _packets:
             self._direct_segments += 1
-        stray_before = self.tcp.stats.stray_segments
-        for ev in self.tcp.feed(seg):
-            self._on_tcp(ev)
-        key = (seg.src, seg.dst) if seg.src <= seg.dst else (seg.dst, seg.src)
-        info = self._conn_by_tuple.get(key)
-        if info is None or self.tcp.stats.stray_segments != stray_before:
-            self._stray_packets += _packets or 1
+            _packets = 1
+        tstats = self.tcp.stats
+        stray_before = tstats.stray_segments
+        events = self.tcp.feed(seg)
+        if events:
+            on_tcp = self._on_tcp
+            for ev in events:
+                on_tcp(ev)
+        src, dst = seg.src, seg.dst
+        hot = self._hot_pair
+        if hot is not None and hot[0] is src and hot[1] is dst:
+            info = self._hot_info
         else:
-            info.packets += _packets or 1
-        if seg.ts >= self._next_idle_check:
-            self._flush_idle(seg.ts)
+            info = self._conn_by_tuple.get((src, dst) if src <= dst else (dst, src))
+            self._hot_pair, self._hot_info = (src, dst), info
+        if info is None or tstats.stray_segments != stray_before:
+            self._stray_packets += _packets
+        else:
+            info.packets += _packets
+        if ts >= self._next_idle_check:
+            self._flush_idle(ts)
 
     def advance(self, ts: float) -> None:
         """Capture time passes without a segment for this dissector: a TCP segment of a
@@ -242,7 +268,7 @@ class Dissector:
     # -- TCP events -------------------------------------------------------------------
 
     def _on_tcp(self, ev) -> None:
-        if isinstance(ev, StreamData):
+        if type(ev) is StreamData or isinstance(ev, StreamData):
             self._on_data(ev.conn_id, ev.src, ev.dst, ev.data, ev.ts)
         elif isinstance(ev, StreamGap):
             self._on_gap(ev.conn_id, ev.src, ev.dst, ev.nbytes, ev.ts)
@@ -262,6 +288,7 @@ class Dissector:
         self._conns[ev.conn_id] = conn
         self.connections[ev.conn_id] = info
         self._conn_by_tuple[(ev.conn_id.a, ev.conn_id.b)] = info
+        self._hot_pair = self._hot_cid = None
         self.stats.connections += 1
         ports = self.config.kafka_ports
         client, server = ev.client, ev.server
@@ -276,7 +303,11 @@ class Dissector:
         return conn
 
     def _on_data(self, conn_id, src: Endpoint, dst: Endpoint, data: bytes, ts: float) -> None:
-        conn = self._conns.get(conn_id)
+        if conn_id is self._hot_cid:
+            conn = self._hot_conn
+        else:
+            conn = self._conns.get(conn_id)
+            self._hot_cid, self._hot_conn = conn_id, conn
         if conn is None:
             return
         info = conn.info
@@ -294,7 +325,8 @@ class Dissector:
         self.stats.kafka_bytes += len(data)
         splitter = conn.splitters[src]
         splitter.feed(data, ts)
-        self._drain(conn, src)
+        if splitter._events:  # most segments of large frames complete none: nothing to drain
+            self._drain(conn, src)
 
     def _on_gap(self, conn_id, src: Endpoint, dst: Endpoint, nbytes: int, ts: float) -> None:
         conn = self._conns.get(conn_id)
@@ -419,13 +451,14 @@ class Dissector:
         splitter = conn.splitters[src]
         from_client = src == info.client
         for ev in splitter.events():
-            if isinstance(ev, Frame):
+            if type(ev) is Frame:
+                data, _offset, ts_first, ts_last = ev
                 if from_client:
-                    conv.on_request(ev.data, ev.ts_first, ev.ts_last)
+                    conv.on_request(data, ts_first, ts_last)
                     if conv.last_correlation_id is not None:
                         conn.req_validator.last_correlation_id = conv.last_correlation_id
                 else:
-                    conv.on_response(ev.data, ev.ts_first, ev.ts_last)
+                    conv.on_response(data, ts_first, ts_last)
             elif isinstance(ev, FramingIssue):
                 self._events.append(ErrorRow(kind=ev.kind, message=ev.message, ts=ev.ts, stream=info.stream))
             elif isinstance(ev, Skipped):
@@ -433,6 +466,7 @@ class Dissector:
         self._events.extend(conv.pop_events())
 
     def _close(self, conn_id, ts: float, reason: str) -> None:
+        self._hot_cid = None
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return
@@ -464,3 +498,4 @@ class Dissector:
                     # late retransmissions for this 4-tuple now count as segments of no
                     # connection (non-Kafka) instead of vanishing with the pruned info
                     del self._conn_by_tuple[key]
+                    self._hot_pair = None

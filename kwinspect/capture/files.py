@@ -54,11 +54,11 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     run.dissector = dissector
     try:
         count = 0
+        feed = dissector.feed_packet
         for raw in _merged(sources):
-            dissector.feed_packet(raw)
-            events = dissector.pop_events()
-            if events:
-                yield from events
+            feed(raw)
+            if dissector._events:  # most packets complete no exchange
+                yield from dissector.pop_events()
             count += 1
             if progress is not None and count & 0x3FF == 0:
                 progress(sum(s.position() for s in sources), run.total_bytes)

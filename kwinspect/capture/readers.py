@@ -17,9 +17,10 @@ dpkt.pcap.Reader / dpkt.pcapng.Reader.  dpkt's pcap reader builds a dpkt Packet
 object per record and does two small reads per packet (about 3x slower here);
 dpkt's pcapng reader only honours the first interface block (one link type,
 one timestamp resolution for the whole file), drops the original packet length,
-and raises on a cut block.  dpkt is still the reference for the formats: its
-constants are used below and its writers produce the test files
-(tests/helpers/pcapgen.py).
+and raises on a cut block.  dpkt is still the reference for the formats: the
+constants below carry its names (not imported: importing dpkt costs ~0.07 s at
+the start of every command; tests/capture/test_readers.py checks the values) and
+its writers produce the test files (tests/helpers/pcapgen.py).
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
-
-import dpkt
 
 from kwinspect import model
 
@@ -52,18 +51,34 @@ SNAPLEN_TRUNCATED = "snaplen_truncated"
 _CHUNK = 1 << 20  # bytes per read() from the underlying file
 _MAX_RECORD = 1 << 26  # a record longer than this is a corrupt length, not a packet
 
+# dpkt.pcap / dpkt.pcapng constants, by their dpkt names
+TCPDUMP_MAGIC = 0xA1B2C3D4
+PMUDPCT_MAGIC = 0xD4C3B2A1
+TCPDUMP_MAGIC_NANO = 0xA1B23C4D
+PMUDPCT_MAGIC_NANO = 0x4D3CB2A1
+MODPCAP_MAGIC = 0xA1B2CD34
+PCAPNG_BT_IDB = 0x00000001
+PCAPNG_BT_PB = 0x00000002
+PCAPNG_BT_SPB = 0x00000003
+PCAPNG_BT_EPB = 0x00000006
+PCAPNG_BT_SHB = 0x0A0D0D0A
+BYTE_ORDER_MAGIC = 0x1A2B3C4D
+PCAPNG_OPT_ENDOFOPT = 0
+PCAPNG_OPT_IF_TSRESOL = 9
+PCAPNG_OPT_IF_TSOFFSET = 14
+
 # pcap magics as read with a little-endian "<I"
 _PCAP_MAGICS = {
     # value read as "<I": (endian, nanosecond, modified/Kuznetsov header)
-    dpkt.pcap.TCPDUMP_MAGIC: ("<", False, False),  # a1b2c3d4 written LE
-    dpkt.pcap.PMUDPCT_MAGIC: (">", False, False),  # a1b2c3d4 written BE
-    dpkt.pcap.TCPDUMP_MAGIC_NANO: ("<", True, False),
-    dpkt.pcap.PMUDPCT_MAGIC_NANO: (">", True, False),
-    dpkt.pcap.MODPCAP_MAGIC: ("<", False, True),  # a1b2cd34 (patched libpcap)
+    TCPDUMP_MAGIC: ("<", False, False),  # a1b2c3d4 written LE
+    PMUDPCT_MAGIC: (">", False, False),  # a1b2c3d4 written BE
+    TCPDUMP_MAGIC_NANO: ("<", True, False),
+    PMUDPCT_MAGIC_NANO: (">", True, False),
+    MODPCAP_MAGIC: ("<", False, True),  # a1b2cd34 (patched libpcap)
     0x34CDB2A1: (">", False, True),
 }
-_PCAPNG_SHB = dpkt.pcapng.PCAPNG_BT_SHB  # 0x0A0D0D0A, palindromic
-_PCAPNG_BOM = dpkt.pcapng.BYTE_ORDER_MAGIC  # 0x1A2B3C4D
+_PCAPNG_SHB = PCAPNG_BT_SHB  # 0x0A0D0D0A, palindromic
+_PCAPNG_BOM = BYTE_ORDER_MAGIC  # 0x1A2B3C4D
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -348,14 +363,14 @@ def _parse_idb_options(body: bytes, e: str) -> tuple[float, int]:
     while pos + 4 <= n:
         code, olen = struct.unpack_from(e + "HH", body, pos)
         pos += 4
-        if code == dpkt.pcapng.PCAPNG_OPT_ENDOFOPT:
+        if code == PCAPNG_OPT_ENDOFOPT:
             break
         val = body[pos:pos + olen]
         pos += (olen + 3) & ~3
-        if code == dpkt.pcapng.PCAPNG_OPT_IF_TSRESOL and olen >= 1:
+        if code == PCAPNG_OPT_IF_TSRESOL and olen >= 1:
             v = val[0]
             div = float(2 ** (v & 0x7F)) if v & 0x80 else float(10 ** (v & 0x7F))
-        elif code == dpkt.pcapng.PCAPNG_OPT_IF_TSOFFSET and olen >= 8:
+        elif code == PCAPNG_OPT_IF_TSOFFSET and olen >= 8:
             tsoffset = struct.unpack(e + "q", val[:8])[0]
     return div, tsoffset
 
@@ -374,7 +389,7 @@ class _PcapngSource(PacketSource):
         ifaces = self._ifaces  # cleared in place by a new section
         index = offset = 0
         last_ts = 0.0
-        epb = dpkt.pcapng.PCAPNG_BT_EPB
+        epb = PCAPNG_BT_EPB
         new = tuple.__new__
         e = "<"
         hdr2 = struct.Struct(e + "II").unpack_from
@@ -434,7 +449,7 @@ class _PcapngSource(PacketSource):
         index = self._index
         offset = self._offset
         last_ts = self._last_ts
-        epb = dpkt.pcapng.PCAPNG_BT_EPB
+        epb = PCAPNG_BT_EPB
         head = r.take(8)
         if len(head) < 8:
             if head:
@@ -493,7 +508,7 @@ class _PcapngSource(PacketSource):
         start_off = offset
         offset += blen
         self._offset = offset
-        fixed = {epb: 24, dpkt.pcapng.PCAPNG_BT_PB: 24, dpkt.pcapng.PCAPNG_BT_SPB: 8}.get(btype, 0)
+        fixed = {epb: 24, PCAPNG_BT_PB: 24, PCAPNG_BT_SPB: 8}.get(btype, 0)
         if len(body) < fixed:  # shorter than its own fixed fields (+ the trailing length)
             stats.bad_records += 1
             self._issue(CORRUPT_CAPTURE, f"packet block at offset {start_off} is {blen} bytes, "
@@ -511,7 +526,7 @@ class _PcapngSource(PacketSource):
             data = body[20:20 + caplen]
             last_ts = ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
             linktype = itf.linktype
-        elif btype == dpkt.pcapng.PCAPNG_BT_SPB:
+        elif btype == PCAPNG_BT_SPB:
             if not ifaces:
                 stats.bad_records += 1
                 self._issue(CORRUPT_CAPTURE, f"simple packet block at offset {start_off} "
@@ -525,7 +540,7 @@ class _PcapngSource(PacketSource):
             data = body[4:4 + caplen]
             ts = last_ts  # simple packet blocks carry no timestamp
             linktype = itf.linktype
-        elif btype == dpkt.pcapng.PCAPNG_BT_PB:  # obsolete Packet Block
+        elif btype == PCAPNG_BT_PB:  # obsolete Packet Block
             iface_id, _drops, hi, lo, caplen, wire_len = struct.unpack_from(
                 e + "HHIIII", body)
             if iface_id >= len(ifaces) or 20 + caplen > len(body) - 4:
@@ -537,7 +552,7 @@ class _PcapngSource(PacketSource):
             data = body[20:20 + caplen]
             last_ts = ts = itf.tsoffset + ((hi << 32) | lo) / itf.div
             linktype = itf.linktype
-        elif btype == dpkt.pcapng.PCAPNG_BT_IDB:
+        elif btype == PCAPNG_BT_IDB:
             if len(body) < 12:
                 stats.bad_records += 1
                 self._issue(CORRUPT_CAPTURE, f"interface block at offset {start_off} is "

@@ -281,6 +281,11 @@ class TcpReassembler:
         self._buffering: set[_Half] = set()
         self._holes: set[_Half] = set()  # halves waiting out ack_gap_delay
         self._serial = 0
+        # Optional callable(conn_id, src, dst, data, ts): takes the data of an in-order
+        # segment instead of a StreamData event when no event of that segment comes
+        # before it (so the order of everything stays the same), sparing an event
+        # object per segment.  The Dissector sets it.
+        self.data_sink = None
 
     # ------------------------------------------------------------------ public
     def feed(self, seg: TcpSegment) -> list[StreamEvent]:
@@ -333,11 +338,44 @@ class TcpReassembler:
         elif not h.started:
             h.start_at(seq)  # the capture began after this direction's SYN
         payload = seg.payload
-        if payload or seg.missing:
-            self._place(conn, h, h.unwrap(seq), payload, seg.missing, ts, out)
+        missing = seg.missing
+        if payload or missing:
+            nxt = h.nxt
+            d = (seq - nxt) & _MASK  # h.unwrap(seq) - nxt, inlined (twice per segment)
+            if d >= _HALF:
+                d -= _WRAP
+            n = len(payload)
+            data_sink = self.data_sink
+            if not d and not missing and not h.ooo_s and n <= self.max_window:
+                # the common case, _place + _deliver inlined: in order, nothing buffered
+                st.payload_bytes += n
+                e = nxt + n
+                if e > h.max_end:
+                    h.max_end = e
+                if data_sink is not None and not out:
+                    data_sink(conn.cid, h.src, h.dst, payload, ts)
+                else:
+                    out.append(StreamData(conn.cid, h.src, h.dst, payload, ts, nxt - st.start))
+                recent = h.recent
+                recent.append((nxt, payload))
+                kept = h.recent_bytes + n
+                keep = self.overlap_check_bytes
+                while len(recent) > 1 and kept - len(recent[0][1]) >= keep:
+                    kept -= len(recent.popleft()[1])
+                h.recent_bytes = kept
+                h.nxt = e
+                st.delivered += n
+                if e > st.end:
+                    st.end = e
+            else:
+                self._place(conn, h, nxt + d, payload, missing, ts, out)
         if flags & ACK and p.started:
-            a = p.unwrap(seg.ack)
-            if p.peer_ack is None or a > p.peer_ack:
+            a = (seg.ack - p.nxt) & _MASK  # p.unwrap(seg.ack), inlined
+            if a >= _HALF:
+                a -= _WRAP
+            a += p.nxt
+            peer_ack = p.peer_ack
+            if peer_ack is None or a > peer_ack:
                 if a - p.nxt <= self.max_window:
                     p.peer_ack = a
                     if p.ooo_s and a >= p.ooo_s[0]:
@@ -346,7 +384,8 @@ class TcpReassembler:
                     elif p.fin_at is not None and a > p.fin_at > p.nxt:
                         # the peer acknowledged the FIN: the bytes before it were lost
                         self._acked_hole(conn, p, p.fin_at, ts, out)
-                    self._check_fin(p)
+                    if p.fin_at is not None:
+                        self._check_fin(p)
         if flags & FIN and h.fin_at is None:
             h.fin_at = h.unwrap((seq + len(payload) + seg.missing) & _MASK)
             if h.fin_at > h.max_end:

@@ -41,6 +41,7 @@ from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
 from kwinspect.stream.findings import iter_errors, iter_record_sets, topics_of
 from kwinspect.stream.redact import (
+    REDACTED_APIS,
     SASL_HANDSHAKE,
     describe_sasl_token,
     redact_body,
@@ -57,6 +58,7 @@ DEFAULT_MAX_IN_FLIGHT = 10_000
 MAX_ORPHAN_CANDIDATES = 64  # api/versions tried on a response whose request was not captured
 # APIs whose bodies carry credentials (SaslHandshake, SaslAuthenticate, delegation tokens)
 _SECRET_APIS = frozenset({17, 36, 38, 39, 40, 41})
+_REDACTED_APIS = REDACTED_APIS  # redact_body changes nothing in the bodies of other apis
 
 
 @dataclass
@@ -66,8 +68,23 @@ class SharedState:
     brokers: dict[int, tuple[str, int]] = field(default_factory=dict)  # node id -> (host, port)
     topic_names: dict[str, str] = field(default_factory=dict)  # topic id -> name
     exchange_counter: int = 0
+    # broker_id_for's answers, valid while `brokers` equals the copy they were worked out
+    # from (asked once per exchange; `brokers` may be mutated or replaced by anyone)
+    _broker_ids: dict = field(default_factory=dict, repr=False, compare=False)
+    _brokers_seen: dict | None = field(default=None, repr=False, compare=False)
 
     def broker_id_for(self, endpoint: Endpoint) -> int | None:
+        brokers = self.brokers
+        if brokers != self._brokers_seen:
+            self._brokers_seen = dict(brokers)
+            self._broker_ids = {}
+        ids = self._broker_ids
+        if endpoint in ids:
+            return ids[endpoint]
+        nid = ids[endpoint] = self._broker_id_for(endpoint)
+        return nid
+
+    def _broker_id_for(self, endpoint: Endpoint) -> int | None:
         exact = [nid for nid, (host, port) in self.brokers.items() if port == endpoint.port and host == endpoint.ip]
         if len(exact) == 1:
             return exact[0]
@@ -150,20 +167,23 @@ class Conversation:
             return
         self._sasl_raw = False
         msg = decode_request(frame)
-        cid = msg.correlation_id
-        if msg.api_key is None or cid is None:
+        cid = msg.header.get("correlation_id")
+        api_key = msg.api_key
+        if api_key is None or cid is None:
             self._anomaly(DECODE_ERROR, ts_last, message=_issue_text(msg.issues) or "undecodable request")
             return
         self.last_correlation_id = cid
-        self._api_versions_seen.add((msg.api_key, msg.api_version))
-        self._check_advertised(msg, ts_last)
-        if msg.api_key == SASL_HANDSHAKE and msg.body:
-            self.sasl_mechanism = msg.body.get("mechanism")
-        if self.redact:
-            redact_body(msg.api_key, True, msg.body, self.sasl_mechanism)
-        if msg.api_key == API_VERSIONS and msg.body and msg.body.get("client_software_name"):
-            self.client_software = (msg.body["client_software_name"], msg.body.get("client_software_version", ""))
-        no_resp = msg.api_key == PRODUCE and bool(msg.body) and msg.body.get("acks") == 0
+        body = msg.body
+        self._api_versions_seen.add((api_key, msg.api_version))
+        if self.advertised is not None:
+            self._check_advertised(msg, ts_last)
+        if api_key == SASL_HANDSHAKE and body:
+            self.sasl_mechanism = body.get("mechanism")
+        if self.redact and api_key in _REDACTED_APIS:
+            redact_body(api_key, True, body, self.sasl_mechanism)
+        if api_key == API_VERSIONS and body and body.get("client_software_name"):
+            self.client_software = (body["client_software_name"], body.get("client_software_version", ""))
+        no_resp = api_key == PRODUCE and bool(body) and body.get("acks") == 0
         if cid in self._pending:
             older = self._pending.pop(cid)
             self._anomaly(DUPLICATE_CORRELATION_ID, ts_last, api=msg.api_key, cid=cid,
@@ -234,7 +254,7 @@ class Conversation:
             }
         elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
             self._sasl_raw = True
-        if self.redact:
+        if self.redact and req.api_key in _REDACTED_APIS:
             redact_body(req.api_key, False, body, self.sasl_mechanism)
 
     def _on_sasl_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
@@ -316,10 +336,11 @@ class Conversation:
         name = api_label or (api_name(api_key) if api_key is not None else None)
         cid = req.correlation_id if req else (resp.correlation_id if resp else None)
         body = resp.body if resp else None
-        errors = list(iter_errors(body, self.shared.topic_names)) if body and api_key is not None else []
-        topics = topics_of(req.body if req else None, self.shared.topic_names) if api_key is not None else []
+        names = self.shared.topic_names
+        errors = list(iter_errors(body, names)) if body and api_key is not None else []
+        topics = topics_of(req.body if req else None, names) if api_key is not None else []
         if not topics and body and api_key is not None:
-            topics = topics_of(body, self.shared.topic_names)
+            topics = topics_of(body, names)
         throttle = body.get("throttle_time_ms") if body else None
         # rounded to the microsecond: pcap timestamps resolve no finer (epoch floats carry noise below it)
         latency = (round((resp_first - req_last) * 1000.0, 3)
@@ -348,7 +369,8 @@ class Conversation:
                 message=e["message"] or (f"group {e['group']}" if e.get("group") else None),
                 ts=ts, stream=self.stream))
         for msg in (req, resp):
-            if msg is not None and msg.body:  # batch-level problems (CRC, cut batches); no decompression
+            # batch-level problems (CRC, cut batches); no decompression; only Produce and Fetch carry records
+            if msg is not None and msg.body and (api_key == 0 or api_key == 1):
                 for topic, partition, rs in iter_record_sets(api_key, msg.body, self.shared.topic_names):
                     for issue in rs.issues:
                         if issue.severity != "info":

@@ -377,15 +377,54 @@ class FrameSplitter:
             return
         n = len(data)
         buf = self._buf
-        self._chunks.append((self._base + len(buf), ts))
-        buf += data
-        self.fed_bytes += n
-        if self._base + len(buf) < self._need_off:
-            # still inside a frame whose size is known: nothing to decide yet
+        if not buf and self._state == _SYNC and type(data) is bytes:
+            # Fast path: nothing held and in sync, so the frames at the start of `data`
+            # are sliced straight out of it (one copy, no trip through the buffer), all
+            # with this chunk's ts; whatever follows (part of a frame, a bad size) takes
+            # the general path below, as if fed on its own.
+            base = self._base
+            maxs = self.max_frame_size
+            append = self._events.append
+            new_tuple = tuple.__new__
+            p = 0
+            last = None
+            while n - p >= 4:
+                size = _I32(data, p)[0]
+                if size < 0 or size > maxs:
+                    break
+                end = p + 4 + size
+                if end > n:
+                    break
+                last = data[p + 4 : end]
+                append(new_tuple(Frame, (last, base + p, ts, ts)))
+                self.frames += 1
+                p = end
+            if p:
+                self._last_frame = last
+                self.frame_bytes += p
+                self.fed_bytes += p
+                self._base = base + p
+                chunks = self._chunks
+                chunks.clear()
+                chunks.append((base, ts))
+                if p == n:
+                    return
+                data = data[p:]
+                n -= p
+        end_off = self._base + len(buf) + n
+        if end_off < self._need_off:
+            # Still inside a frame whose size is known: nothing to decide yet.  No
+            # (offset, ts) entry either: timestamps are only asked for at a frame's
+            # first byte (in an earlier chunk) and its last one (in a later chunk).
+            buf += data
+            self.fed_bytes += n
             held = len(buf) - self._pos
             if held > self.peak_buffered:
                 self.peak_buffered = held
             return
+        self._chunks.append((end_off - n, ts))
+        buf += data
+        self.fed_bytes += n
         self._process(_NORMAL)
 
     def gap(self, nbytes: int, ts: float) -> None:

@@ -18,6 +18,9 @@ CREATE_DELEGATION_TOKEN = 38
 RENEW_DELEGATION_TOKEN = 39
 EXPIRE_DELEGATION_TOKEN = 40
 DESCRIBE_DELEGATION_TOKEN = 41
+# the apis redact_body acts on (callers skip the call for the others)
+REDACTED_APIS = frozenset({SASL_AUTHENTICATE, CREATE_DELEGATION_TOKEN, RENEW_DELEGATION_TOKEN,
+                           EXPIRE_DELEGATION_TOKEN, DESCRIBE_DELEGATION_TOKEN})
 
 _SCRAM_SECRET = re.compile(rb"(^|,)(p|v)=[^,]*")
 _OAUTH_TOKEN = re.compile(rb"(auth=Bearer )[^\x01]*", re.I)

@@ -143,7 +143,7 @@ def test_file_cut_mid_record_is_reported_not_fatal(fmt, gz):
 
 @pytest.mark.parametrize("content", [
     b"", b"hello world, this is text\n", b"\x00" * 100, b"\xd4\xc3\xb2",
-    gzip.compress(b"not a capture at all"), b"\x0a\x0d\x0d\x0a\x1c\x00\x00\x00\x99\x99\x99\x99",
+    gzip.compress(b"not a capture at all", mtime=0), b"\x0a\x0d\x0d\x0a\x1c\x00\x00\x00\x99\x99\x99\x99",
 ])
 def test_not_a_capture_raises_one_clear_error(content, tmp_path):
     p = tmp_path / "notcap.pcap"
@@ -289,3 +289,22 @@ def test_pcapng_tsoffset(byteorder):
     # the stored timestamps really are relative to the offset: SHB 28 + IDB 44 bytes
     hi, lo = struct.unpack_from(byteorder + "II", raw, 28 + 44 + 12)
     assert (hi << 32) | lo == round((frames[0].ts - 1_600_000_000) * 1e6)
+
+
+def test_format_constants_are_dpkts():
+    """readers.py spells out dpkt's constants instead of importing dpkt (start-up time)."""
+    import subprocess
+    import sys
+
+    from kwinspect.capture import readers
+
+    for mod, names in ((dpkt.pcap, ("TCPDUMP_MAGIC", "PMUDPCT_MAGIC", "TCPDUMP_MAGIC_NANO", "PMUDPCT_MAGIC_NANO",
+                                     "MODPCAP_MAGIC")),
+                       (dpkt.pcapng, ("PCAPNG_BT_IDB", "PCAPNG_BT_PB", "PCAPNG_BT_SPB", "PCAPNG_BT_EPB",
+                                      "PCAPNG_BT_SHB", "BYTE_ORDER_MAGIC", "PCAPNG_OPT_ENDOFOPT",
+                                      "PCAPNG_OPT_IF_TSRESOL", "PCAPNG_OPT_IF_TSOFFSET"))):
+        for name in names:
+            assert getattr(readers, name) == getattr(mod, name), name
+    code = "import sys, kwinspect.capture.files; print('dpkt' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
