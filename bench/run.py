@@ -59,12 +59,23 @@ TSHARK_RECORD_FIELDS = ["kafka.topic_name", "kafka.partition_id", "kafka.message
 # ---------------------------------------------------------------------------
 
 
+# Commands run as an installed package runs: with its bytecode cached. A shell that sets
+# PYTHONDONTWRITEBYTECODE (ours do) would otherwise make every run compile kwinspect
+# from source, ~0.08 s that no user pays; compile_bytecode() fills the cache first.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def compile_bytecode() -> None:
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "kwinspect")],
+                   check=True, env=CHILD_ENV)
+
+
 def measure(cmd: list[str], stdout_path: str | None = None) -> dict:
     """Run `cmd`; wall time, CPU time (user+sys) and peak RSS of that child alone."""
     out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL  # noqa: SIM115
     try:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=ROOT, env=CHILD_ENV)
         stderr = proc.stderr.read() if proc.stderr else b""
         _pid, status, ru = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -356,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = [k for k in args.inputs.split(",") if k]
     need = keys + ([] if args.no_memory else ["c"])
     make_inputs.ensure(need)
+    compile_bytecode()
     jobs = [int(j) for j in args.jobs.split(",") if j] if kw_supports_jobs() else []
     only = set(args.only.split(",")) - {""} or None
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
