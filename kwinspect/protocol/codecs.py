@@ -346,12 +346,17 @@ def _unzstd(data: bytes, cap: int) -> tuple[bytes | None, Issue | None]:
     if not data:
         raise _Corrupt("empty zstd input")
     out = _Sink(cap)
+    # With a 1 MiB cap those pieces are 64 bytes: dozens of calls for a small
+    # batch.  When the block headers show that all of the input cannot come
+    # near the cap, it is fed at once (same output, same errors: only the
+    # piece size differs).
+    whole = _zstd_output_bound(data, cap - (256 << 10)) is not None
     buf = data
     while buf:
         d = dctx.decompressobj()
         pos = 0
         while pos < len(buf) and not d.eof:
-            step = max(64, (cap - out.total - (256 << 10)) // 32768)
+            step = len(buf) if whole else max(64, (cap - out.total - (256 << 10)) // 32768)
             out.add(d.decompress(buf[pos : pos + step]))
             pos += step
         if not d.eof:
@@ -360,6 +365,56 @@ def _unzstd(data: bytes, cap: int) -> tuple[bytes | None, Issue | None]:
         if not buf.strip(b"\x00"):
             break
     return out.result(), None
+
+
+ZSTD_BLOCK_MAX = 128 << 10  # the most one compressed block can regenerate
+
+
+def _zstd_output_bound(data: bytes, limit: int) -> int | None:
+    """An upper bound of what decoding the zstd frames in ``data`` can produce,
+    from their block headers (raw and RLE blocks say their size, a compressed
+    block regenerates at most 128 KiB); None when it passes ``limit`` or the
+    input is anything but plain frames (skippable frames, reserved bits,
+    truncation, trailing bytes other than zero padding)."""
+    n = len(data)
+    pos = 0
+    total = 0
+    while pos < n:
+        if n - pos < 5 or data[pos:pos + 4] != b"\x28\xb5\x2f\xfd":
+            if pos and not data[pos:].strip(b"\x00"):
+                break  # zero padding after a frame, as _unzstd accepts it
+            return None
+        fhd = data[pos + 4]
+        if fhd & 0x08:
+            return None
+        single = fhd & 0x20
+        pos += 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + ((1 if single else 0), 2, 4, 8)[fhd >> 6]
+        while True:
+            if n - pos < 3:
+                return None
+            h = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+            pos += 3
+            btype = (h >> 1) & 3
+            if btype == 0:  # raw
+                total += h >> 3
+                pos += h >> 3
+            elif btype == 1:  # RLE: one byte, repeated
+                total += h >> 3
+                pos += 1
+            elif btype == 2:  # compressed
+                total += ZSTD_BLOCK_MAX
+                pos += h >> 3
+            else:
+                return None
+            if pos > n or total > limit:
+                return None
+            if h & 1:  # last block
+                break
+        if fhd & 0x04:  # content checksum
+            pos += 4
+        if pos > n:
+            return None
+    return total
 
 
 _DECODERS = {GZIP: _gunzip, SNAPPY: _unsnappy, LZ4: _unlz4, ZSTD: _unzstd}
