@@ -300,3 +300,21 @@ def test_rows_with_missing_or_odd_body_parts_identical():
         assert new == ref
     assert list(table.iter_records_from_produce(None)) == []
     assert list(table.iter_records_from_fetch("x")) == []
+
+
+def test_rows_are_built_positionally_and_by_name_alike(monkeypatch):
+    """RecordRow is built with positional arguments while its fields are in the
+    expected order; the by-name fallback (for a reordered model) gives the same rows."""
+    import dataclasses
+
+    from kwinspect.model import RecordRow
+
+    assert tuple(f.name for f in dataclasses.fields(RecordRow)) == table._ROW_FIELDS
+    assert table._new_row is RecordRow
+    rs = records.parse_record_set(build(2, 1, n=5, producer_id=3, producer_epoch=1, base_sequence=9)
+                                  + build(1, 0, n=2))
+    body = {"responses": [{"topic": "t", "partitions": [{"partition_index": 4, "records": rs}]}]}
+    fast = [r.row() for r in table.iter_records_from_fetch(body, correlation_id=8, stream="s")]
+    monkeypatch.setattr(table, "_new_row", table._row_by_name)
+    named = [r.row() for r in table.iter_records_from_fetch(body, correlation_id=8, stream="s")]
+    assert fast == named and len(fast) == 7
