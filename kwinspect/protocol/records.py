@@ -893,6 +893,7 @@ def parse_record_set(
     pos = 0
     index = 0
     sink = rs.issues
+    view = memoryview(data)  # CRC input without copies
     while pos < n:
         left = n - pos
         if left < LOG_OVERHEAD + 5:
@@ -921,7 +922,7 @@ def parse_record_set(
         end = pos + LOG_OVERHEAD + size
         if magic == 2:
             if size >= V2_HEADER_SIZE - LOG_OVERHEAD:
-                b = _v2_batch(data, pos, size, index, limits, origin, sink)
+                b = _v2_batch(data, view, pos, size, index, limits, origin, sink)
                 problem = None
             else:
                 problem = f"batch length {size} is smaller than the v2 header"
@@ -972,8 +973,8 @@ _CODEC_BY_BITS = tuple(codec_name(i) for i in range(8))
 _new_batch = object.__new__
 
 
-def _v2_batch(data: bytes, pos: int, size: int, index: int, limits: Limits, origin: int,
-              sink: list[Issue]) -> RecordBatch:
+def _v2_batch(data: bytes, view: memoryview, pos: int, size: int, index: int, limits: Limits,
+              origin: int, sink: list[Issue]) -> RecordBatch:
     """A v2 RecordBatch from its header (``size`` already checked to hold it).
 
     Every ``exchanges`` run reads the header of every batch, so each slot is
@@ -990,7 +991,7 @@ def _v2_batch(data: bytes, pos: int, size: int, index: int, limits: Limits, orig
     b.partition_leader_epoch = ple
     b.magic = 2
     b.crc = crc
-    b.crc_ok = crc32c(memoryview(data)[pos + 21:end]) == crc
+    b.crc_ok = crc32c(view[pos + 21:end]) == crc
     b.attributes = attrs & 0xFFFF
     b.codec = codec = attrs & 0x07
     b.compression = _CODEC_BY_BITS[codec]
