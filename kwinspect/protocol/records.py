@@ -795,7 +795,8 @@ _KRAFT_DECODERS = {2: _leader_change, 3: _snapshot_header, 4: _snapshot_footer,
 class RecordSet:
     """A decoded RECORDS field: batch headers plus lazy record decoding."""
 
-    __slots__ = ("batches", "issues", "partial_tail_bytes", "size", "raw", "_limits")
+    __slots__ = ("batches", "issues", "partial_tail_bytes", "size", "raw", "_limits", "_origin",
+                 "_allow_partial")
 
     def __init__(self) -> None:
         self.batches: list[RecordBatch] = []
@@ -804,6 +805,18 @@ class RecordSet:
         self.size = 0
         self.raw: bytes | None = None  # the RECORDS field as read (the batches keep it anyway)
         self._limits = DEFAULT_LIMITS
+        self._origin = 0
+        self._allow_partial = True
+
+    def __reduce_ex__(self, protocol):
+        # Pickled (--jobs, Spark) as the field's bytes, read again on arrival
+        # (~2 us a set) instead of every batch's slots (~25 us, 2.3x the bytes),
+        # as long as nothing was decoded lazily: decoded records may have added
+        # issues that a fresh read would not have.
+        if self.raw is not None and not any(b._reported for b in self.batches):
+            limits = None if self._limits is DEFAULT_LIMITS else self._limits
+            return (_reparse, (self.raw, limits, self._origin, self._allow_partial))
+        return super().__reduce_ex__(protocol)
 
     def __repr__(self) -> str:
         return (f"RecordSet(batches={len(self.batches)}, size={self.size}, "
@@ -888,6 +901,8 @@ def parse_record_set(
     rs._limits = limits = limits or DEFAULT_LIMITS
     if data is None:
         return rs
+    rs._origin = origin
+    rs._allow_partial = allow_partial
     data = rs.raw = bytes(data)
     n = rs.size = len(data)
     pos = 0
@@ -955,6 +970,11 @@ def parse_record_set(
         pos = end
         index += 1
     return rs
+
+
+def _reparse(raw: bytes, limits: Limits | None, origin: int, allow_partial: bool) -> RecordSet:
+    """Unpickling a RecordSet: its bytes read again (see ``RecordSet.__reduce_ex__``)."""
+    return parse_record_set(raw, limits, origin=origin, allow_partial=allow_partial)
 
 
 def _partial(rs: RecordSet, pos: int, left: int, origin: int, allow: bool, what: str) -> None:

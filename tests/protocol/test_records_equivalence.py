@@ -318,3 +318,52 @@ def test_rows_are_built_positionally_and_by_name_alike(monkeypatch):
     monkeypatch.setattr(table, "_new_row", table._row_by_name)
     named = [r.row() for r in table.iter_records_from_fetch(body, correlation_id=8, stream="s")]
     assert fast == named and len(fast) == 7
+
+
+# --------------------------------------------------------------------------- pickling
+
+
+def _pickled(rs):
+    import pickle
+
+    return pickle.loads(pickle.dumps(rs, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def test_pickled_record_set_is_the_same_set():
+    """A RecordSet crosses processes (--jobs, Spark) as its bytes, read again on
+    arrival: everything observable stays the same, limits, origin and
+    allow_partial included."""
+    limits = Limits(max_records_per_batch=2, min_cap=64, max_ratio=2)
+    for data in _built():
+        for kw in ({}, {"origin": 99, "allow_partial": False}):
+            for cut in (len(data), len(data) - 3):
+                for lim in (None, limits):
+                    rs = records.parse_record_set(data[:cut], lim, **kw)
+                    back = _pickled(rs)
+                    assert back._limits == rs._limits
+                    assert back.raw == rs.raw
+                    assert _view(back) == _view(records.parse_record_set(data[:cut], lim, **kw))
+
+
+def test_pickled_after_lazy_issues_keeps_them():
+    """Once decoding records added issues, a fresh read would lose them: such a
+    set is pickled slot by slot as before."""
+    data = bytearray(build(2, 1, n=4))
+    data[-5] ^= 0xFF  # damage the gzip stream: decompression fails when records are read
+    rs = records.parse_record_set(bytes(data))
+    eager = _issues(rs.issues)
+    list(rs.iter_records())
+    assert len(rs.issues) > len(eager)
+    back = _pickled(rs)
+    assert _issues(back.issues) == _issues(rs.issues)
+    assert [_issues(b.issues) for b in back.batches] == [_issues(b.issues) for b in rs.batches]
+    assert back.batches[0]._sink is back.issues  # still one list, as in the original
+    assert list(back.iter_records()) == [] and _issues(back.issues) == _issues(rs.issues)
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mutated())
+def test_fuzz_pickled_sets_identical(data):
+    rs = records.parse_record_set(data, Limits(max_decompressed_bytes=4 << 20))
+    assert _view(_pickled(rs)) == _view(records.parse_record_set(data, Limits(max_decompressed_bytes=4 << 20)))
