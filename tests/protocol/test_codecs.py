@@ -341,9 +341,9 @@ def test_zstd_output_bound_is_an_upper_bound():
     assert _zstd_output_bound(rle, 1 << 20) is None  # would pass the cap: pieces, as before
 
 
-def test_zstd_reused_decompressor_keeps_no_state():
-    """The per-thread decompressor is reused: a corrupt, truncated or bombing
-    input before a good one changes nothing about the good one."""
+def test_zstd_keeps_no_state_between_inputs():
+    """A corrupt, truncated or bombing input before a good one changes nothing
+    about the good one."""
     good = zstandard.ZstdCompressor(level=3).compress(PAYLOAD)
     for d in _zstd_inputs():
         decompress(4, d, 10_000)
