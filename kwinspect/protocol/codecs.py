@@ -291,6 +291,21 @@ def xxh32(data: bytes, seed: int = 0) -> int:
 LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
 
 
+_HC_CACHE: dict[bytes, int] = {}
+
+
+def _header_checksum(descriptor: bytes) -> int:
+    """The LZ4 frame header checksum of ``descriptor`` (FLG..end of the optional
+    fields).  Producers write the same few descriptors again and again, and the
+    pure-Python xxh32 cost more than decompressing a small batch: cached."""
+    hc = _HC_CACHE.get(descriptor)
+    if hc is None:
+        if len(_HC_CACHE) >= 256:
+            _HC_CACHE.clear()
+        hc = _HC_CACHE[descriptor] = (xxh32(descriptor) >> 8) & 0xFF
+    return hc
+
+
 def lz4_fix_legacy_header(frame: bytes) -> bytes:
     """Return ``frame`` with a correct LZ4 header checksum if it carries the
     broken one written by Kafka < 0.10 (checksum computed from the magic
@@ -301,7 +316,7 @@ def lz4_fix_legacy_header(frame: bytes) -> bytes:
     hc_pos = 6 + (8 if flg & 0x08 else 0) + (4 if flg & 0x01 else 0)
     if hc_pos >= len(frame):
         return frame
-    good = (xxh32(frame[4:hc_pos]) >> 8) & 0xFF
+    good = _header_checksum(frame[4:hc_pos])
     if frame[hc_pos] == good:
         return frame
     broken = (xxh32(frame[0:hc_pos]) >> 8) & 0xFF

@@ -349,3 +349,13 @@ def test_zstd_keeps_no_state_between_inputs():
         decompress(4, d, 10_000)
         decompress(4, d[: len(d) // 2])
         assert decompress(4, good) == (PAYLOAD, None)
+
+
+def test_lz4_header_checksum_cache_matches_xxh32():
+    from kwinspect.protocol import codecs
+
+    rnd = random.Random(3)
+    descs = [bytes(rnd.randrange(256) for _ in range(rnd.choice((2, 6, 10, 14)))) for _ in range(600)]
+    for d in descs + descs[::-1]:  # more than the cache holds, then again: refills
+        assert codecs._header_checksum(d) == (xxh32(d) >> 8) & 0xFF
+    assert len(codecs._HC_CACHE) <= 256
