@@ -54,6 +54,9 @@ try:  # the fast path: the crc32c wheel (hardware accelerated where possible)
         """CRC-32C (Castagnoli) as an unsigned 32-bit int."""
         return _crc32c_mod.crc32c(data) & 0xFFFFFFFF
 
+    if _crc32c_mod.crc32c(b"\xff" * 4) == 0xFFFFFFFF:  # unsigned already: no wrapper call per batch
+        crc32c = _crc32c_mod.crc32c  # noqa: F811
+
     CRC32C_NATIVE = True
 except ImportError:  # pragma: no cover - exercised only without the wheel
     crc32c = _crc32c_py

@@ -98,7 +98,13 @@ def render_bytes(data: bytes | None, mode: str = "auto") -> tuple[str | None, st
     """
     if data is None:
         return None, None
-    data = bytes(data)
+    if type(data) is not bytes:
+        data = bytes(data)
+    if mode == "auto":  # the common case first
+        try:
+            return data.decode("utf-8"), "utf8"
+        except UnicodeDecodeError:
+            return base64.b64encode(data).decode("ascii"), "base64"
     if mode == "hex":
         return data.hex(), "hex"
     if mode == "base64":
@@ -310,14 +316,10 @@ class RecordBatch:
         return list(self.iter_records())
 
     def iter_records(self) -> Iterator[Record]:
-        issues: list[Issue] = []
-        try:
-            if self.magic == 2:
-                yield from self._v2_records(issues)
-            else:
-                yield from self._legacy_records(issues)
-        finally:
-            self._report(issues)
+        # not a generator itself: one generator per batch instead of two (the
+        # records table makes one per produce request); each reports its
+        # issues when it ends
+        return self._v2_records() if self.magic == 2 else self._legacy_records()
 
     def _report(self, issues: list[Issue]) -> None:
         if self._reported or not issues:
@@ -344,106 +346,170 @@ class RecordBatch:
             return None
         return out
 
-    def _v2_records(self, issues: list[Issue]) -> Iterator[Record]:
-        compressed = self.codec != 0
-        data = self._payload(issues) if compressed else self._data
-        if data is None:
-            return
-        base = 0 if compressed else self._body_start
-        end = len(data) if compressed else self._end
-        count = self.record_count or 0
-        if count < 0:
-            self._issue(issues, DECODE_ERROR, f"negative record count {count}", self.position + 57)
-            return
-        base_ts = self.base_timestamp
-        log_append = self.timestamp_type == TIMESTAMP_LOG_APPEND
-        pos = base
-        found = 0
-        max_records = self._limits.max_records_per_batch
-        while found < count and pos < end:
-            if found >= max_records:
-                self._issue(issues, LIMIT_EXCEEDED,
-                            f"more than {max_records} records in one batch; the rest skipped")
+    def _v2_records(self) -> Iterator[Record]:
+        # The hot loop of `kwinspect records`: one-byte varints (the usual case
+        # for lengths under 64 and small deltas) are decoded inline, longer ones
+        # by _varint; every check and message is the one _varint/_v2_bytes make.
+        issues: list[Issue] = []
+        try:
+            compressed = self.codec != 0
+            data = self._payload(issues) if compressed else self._data
+            if data is None:
                 return
-            start = pos
-            try:
-                length, pos = _varint(data, pos, end)
-                if length < 0 or length > end - pos:
-                    raise _Bad(f"record length {length} exceeds the {end - pos} bytes left")
-                rend = pos + length
-                if length < 1:
-                    raise _Bad("empty record")
-                attrs = data[pos]
-                pos += 1
-                ts_delta, pos = _varint(data, pos, rend, 10)
-                off_delta, pos = _varint(data, pos, rend)
-                key, pos = _v2_bytes(data, pos, rend, "key")
-                value, pos = _v2_bytes(data, pos, rend, "value")
-                nheaders, pos = _varint(data, pos, rend)
-                if nheaders < 0 or nheaders > (rend - pos) // 2:
-                    raise _Bad(f"header count {nheaders} does not fit in {rend - pos} bytes")
-                headers: list[tuple[str, bytes | None]] = []
-                for _ in range(nheaders):
-                    hk, pos = _v2_bytes(data, pos, rend, "header key")
-                    if hk is None:
-                        raise _Bad("null header key")
-                    hv, pos = _v2_bytes(data, pos, rend, "header value")
-                    headers.append((hk.decode("utf-8", "replace"), hv))
-                if pos != rend:
-                    self._issue(issues, DECODE_ERROR,
-                                f"record {found}: {rend - pos} unread bytes inside the record",
-                                None if compressed else pos, SEVERITY_WARNING)
-                pos = rend
-            except _Bad as exc:
-                where = f" (decompressed byte {start})" if compressed else ""
-                self._issue(issues, DECODE_ERROR, f"record {found}: {exc}{where}",
-                            None if compressed else start,
-                            path=f"batch[{self._index}].records[{found}]")
+            base = 0 if compressed else self._body_start
+            end = len(data) if compressed else self._end
+            count = self.record_count or 0
+            if count < 0:
+                self._issue(issues, DECODE_ERROR, f"negative record count {count}", self.position + 57)
                 return
-            seq = None
-            if self.base_sequence is not None and self.base_sequence >= 0:
-                seq = (self.base_sequence + off_delta) & INT31
-            rec = Record(
-                offset=self.base_offset + off_delta,
-                offset_delta=off_delta,
-                timestamp=self.max_timestamp if log_append else (
-                    None if base_ts is None else base_ts + ts_delta),
-                timestamp_type=self.timestamp_type,
-                key=key,
-                value=value,
-                headers=headers,
-                sequence=seq,
-                attributes=attrs,
-                magic=2,
-            )
-            if self.is_control:
-                rec.control_type, rec.control = _decode_control(key, value)
-            found += 1
-            yield rec
-        if found < count:
-            self._issue(issues, DECODE_ERROR,
-                        f"batch declares {count} records but only {found} are present",
-                        None if compressed else pos)
-        elif pos < end:
-            self._issue(issues, DECODE_ERROR,
-                        f"{end - pos} bytes after the last of {count} records",
-                        None if compressed else pos, SEVERITY_WARNING)
+            base_ts = self.base_timestamp
+            log_append = self.timestamp_type == TIMESTAMP_LOG_APPEND
+            max_ts = self.max_timestamp
+            tstype = self.timestamp_type
+            base_offset = self.base_offset
+            base_seq = self.base_sequence
+            has_seq = base_seq is not None and base_seq >= 0
+            is_control = self.is_control
+            pos = base
+            found = 0
+            max_records = self._limits.max_records_per_batch
+            while found < count and pos < end:
+                if found >= max_records:
+                    self._issue(issues, LIMIT_EXCEEDED,
+                                f"more than {max_records} records in one batch; the rest skipped")
+                    return
+                start = pos
+                try:
+                    b = data[pos]  # pos < end <= len(data)
+                    if b < 0x80:
+                        length = (b >> 1) ^ -(b & 1)
+                        pos += 1
+                    elif pos + 1 < end and (b2 := data[pos + 1]) < 0x80:  # two bytes
+                        u = (b & 0x7F) | (b2 << 7)
+                        length = (u >> 1) ^ -(u & 1)
+                        pos += 2
+                    else:
+                        length, pos = _varint(data, pos, end)
+                    if length < 0 or length > end - pos:
+                        raise _Bad(f"record length {length} exceeds the {end - pos} bytes left")
+                    rend = pos + length
+                    if length < 1:
+                        raise _Bad("empty record")
+                    attrs = data[pos]
+                    pos += 1
+                    if pos < rend and (b := data[pos]) < 0x80:
+                        ts_delta = (b >> 1) ^ -(b & 1)
+                        pos += 1
+                    else:
+                        ts_delta, pos = _varint(data, pos, rend, 10)
+                    if pos < rend and (b := data[pos]) < 0x80:
+                        off_delta = (b >> 1) ^ -(b & 1)
+                        pos += 1
+                    else:
+                        off_delta, pos = _varint(data, pos, rend)
+                    if pos < rend and (b := data[pos]) < 0x80:
+                        n = (b >> 1) ^ -(b & 1)
+                        pos += 1
+                    else:
+                        n, pos = _varint(data, pos, rend)
+                    if n < 0:
+                        if n != -1:
+                            raise _Bad(f"key length {n}")
+                        key = None
+                    elif n > rend - pos:
+                        raise _Bad(f"key length {n} exceeds the {rend - pos} bytes left")
+                    else:
+                        key = data[pos:pos + n]
+                        pos += n
+                    if pos < rend and (b := data[pos]) < 0x80:
+                        n = (b >> 1) ^ -(b & 1)
+                        pos += 1
+                    elif pos + 1 < rend and (b2 := data[pos + 1]) < 0x80:  # b is data[pos]
+                        u = (b & 0x7F) | (b2 << 7)
+                        n = (u >> 1) ^ -(u & 1)
+                        pos += 2
+                    else:
+                        n, pos = _varint(data, pos, rend)
+                    if n < 0:
+                        if n != -1:
+                            raise _Bad(f"value length {n}")
+                        value = None
+                    elif n > rend - pos:
+                        raise _Bad(f"value length {n} exceeds the {rend - pos} bytes left")
+                    else:
+                        value = data[pos:pos + n]
+                        pos += n
+                    if pos < rend and (b := data[pos]) < 0x80:
+                        nheaders = (b >> 1) ^ -(b & 1)
+                        pos += 1
+                    else:
+                        nheaders, pos = _varint(data, pos, rend)
+                    if nheaders < 0 or nheaders > (rend - pos) // 2:
+                        raise _Bad(f"header count {nheaders} does not fit in {rend - pos} bytes")
+                    headers: list[tuple[str, bytes | None]] = []
+                    for _ in range(nheaders):
+                        hk, pos = _v2_bytes(data, pos, rend, "header key")
+                        if hk is None:
+                            raise _Bad("null header key")
+                        hv, pos = _v2_bytes(data, pos, rend, "header value")
+                        headers.append((hk.decode("utf-8", "replace"), hv))
+                    if pos != rend:
+                        self._issue(issues, DECODE_ERROR,
+                                    f"record {found}: {rend - pos} unread bytes inside the record",
+                                    None if compressed else pos, SEVERITY_WARNING)
+                    pos = rend
+                except _Bad as exc:
+                    where = f" (decompressed byte {start})" if compressed else ""
+                    self._issue(issues, DECODE_ERROR, f"record {found}: {exc}{where}",
+                                None if compressed else start,
+                                path=f"batch[{self._index}].records[{found}]")
+                    return
+                rec = Record(
+                    base_offset + off_delta,
+                    off_delta,
+                    max_ts if log_append else (None if base_ts is None else base_ts + ts_delta),
+                    tstype,
+                    key,
+                    value,
+                    headers,
+                    (base_seq + off_delta) & INT31 if has_seq else None,
+                    attrs,
+                    2,
+                )
+                if is_control:
+                    rec.control_type, rec.control = _decode_control(key, value)
+                found += 1
+                yield rec
+            if found < count:
+                self._issue(issues, DECODE_ERROR,
+                            f"batch declares {count} records but only {found} are present",
+                            None if compressed else pos)
+            elif pos < end:
+                self._issue(issues, DECODE_ERROR,
+                            f"{end - pos} bytes after the last of {count} records",
+                            None if compressed else pos, SEVERITY_WARNING)
+        finally:
+            self._report(issues)
 
-    def _legacy_records(self, issues: list[Issue]) -> Iterator[Record]:
-        if self.codec == 0:
-            key = self._legacy_key
-            value_raw = self._data[self._body_start:self._end]
-            yield Record(
-                offset=self.base_offset, offset_delta=0, timestamp=self.base_timestamp,
-                timestamp_type=self.timestamp_type, key=key,
-                value=None if self._body_start < 0 else value_raw,
-                magic=self.magic, attributes=self.attributes, crc=self.crc, crc_ok=self.crc_ok,
-            )
-            return
-        inner = self._payload(issues)
-        if inner is None:
-            return
-        yield from _legacy_inner(self, inner, issues, depth=1)
+    def _legacy_records(self) -> Iterator[Record]:
+        issues: list[Issue] = []
+        try:
+            if self.codec == 0:
+                key = self._legacy_key
+                value_raw = self._data[self._body_start:self._end]
+                yield Record(
+                    offset=self.base_offset, offset_delta=0, timestamp=self.base_timestamp,
+                    timestamp_type=self.timestamp_type, key=key,
+                    value=None if self._body_start < 0 else value_raw,
+                    magic=self.magic, attributes=self.attributes, crc=self.crc, crc_ok=self.crc_ok,
+                )
+                return
+            inner = self._payload(issues)
+            if inner is None:
+                return
+            yield from _legacy_inner(self, inner, issues, depth=1)
+        finally:
+            self._report(issues)
 
 
 def _v2_bytes(data: bytes, pos: int, end: int, what: str) -> tuple[bytes | None, int]:
@@ -454,7 +520,7 @@ def _v2_bytes(data: bytes, pos: int, end: int, what: str) -> tuple[bytes | None,
         return None, pos
     if n > end - pos:
         raise _Bad(f"{what} length {n} exceeds the {end - pos} bytes left")
-    return bytes(data[pos:pos + n]), pos + n
+    return data[pos:pos + n], pos + n  # data is bytes: the slice is a copy already
 
 
 def _legacy_inner(wrapper: RecordBatch, inner: bytes, issues: list[Issue],
@@ -729,14 +795,28 @@ _KRAFT_DECODERS = {2: _leader_change, 3: _snapshot_header, 4: _snapshot_footer,
 class RecordSet:
     """A decoded RECORDS field: batch headers plus lazy record decoding."""
 
-    __slots__ = ("batches", "issues", "partial_tail_bytes", "size", "_limits")
+    __slots__ = ("batches", "issues", "partial_tail_bytes", "size", "raw", "_limits", "_origin",
+                 "_allow_partial")
 
     def __init__(self) -> None:
         self.batches: list[RecordBatch] = []
         self.issues: list[Issue] = []
         self.partial_tail_bytes = 0
         self.size = 0
+        self.raw: bytes | None = None  # the RECORDS field as read (the batches keep it anyway)
         self._limits = DEFAULT_LIMITS
+        self._origin = 0
+        self._allow_partial = True
+
+    def __reduce_ex__(self, protocol):
+        # Pickled (--jobs, Spark) as the field's bytes, read again on arrival
+        # (~2 us a set) instead of every batch's slots (~25 us, 2.3x the bytes),
+        # as long as nothing was decoded lazily: decoded records may have added
+        # issues that a fresh read would not have.
+        if self.raw is not None and not any(b._reported for b in self.batches):
+            limits = None if self._limits is DEFAULT_LIMITS else self._limits
+            return (_reparse, (self.raw, limits, self._origin, self._allow_partial))
+        return super().__reduce_ex__(protocol)
 
     def __repr__(self) -> str:
         return (f"RecordSet(batches={len(self.batches)}, size={self.size}, "
@@ -821,10 +901,14 @@ def parse_record_set(
     rs._limits = limits = limits or DEFAULT_LIMITS
     if data is None:
         return rs
-    data = bytes(data)
+    rs._origin = origin
+    rs._allow_partial = allow_partial
+    data = rs.raw = bytes(data)
     n = rs.size = len(data)
     pos = 0
     index = 0
+    sink = rs.issues
+    view = memoryview(data)  # CRC input without copies
     while pos < n:
         left = n - pos
         if left < LOG_OVERHEAD + 5:
@@ -851,19 +935,26 @@ def parse_record_set(
                      f"batch of {LOG_OVERHEAD + size} bytes")
             break
         end = pos + LOG_OVERHEAD + size
-        b = RecordBatch()
-        b.position = pos
-        b.size = LOG_OVERHEAD + size
-        b.base_offset = base_offset
-        b.length = size
-        b.magic = magic
-        b._data = data
-        b._end = end
-        b._limits = limits
-        b._origin = origin
-        b._sink = rs.issues
-        b._index = index
-        problem = _fill_v2(b, data, pos, size) if magic == 2 else _fill_legacy(b, data, pos, size)
+        if magic == 2:
+            if size >= V2_HEADER_SIZE - LOG_OVERHEAD:
+                b = _v2_batch(data, view, pos, size, index, limits, origin, sink)
+                problem = None
+            else:
+                problem = f"batch length {size} is smaller than the v2 header"
+        else:
+            b = RecordBatch()
+            b.position = pos
+            b.size = LOG_OVERHEAD + size
+            b.base_offset = base_offset
+            b.length = size
+            b.magic = magic
+            b._data = data
+            b._end = end
+            b._limits = limits
+            b._origin = origin
+            b._sink = sink
+            b._index = index
+            problem = _fill_legacy(b, data, pos, size)
         if problem is not None:
             rs.issues.append(Issue(DECODE_ERROR, problem + "; entry skipped", origin + pos,
                                    f"batch[{index}]"))
@@ -881,6 +972,11 @@ def parse_record_set(
     return rs
 
 
+def _reparse(raw: bytes, limits: Limits | None, origin: int, allow_partial: bool) -> RecordSet:
+    """Unpickling a RecordSet: its bytes read again (see ``RecordSet.__reduce_ex__``)."""
+    return parse_record_set(raw, limits, origin=origin, allow_partial=allow_partial)
+
+
 def _partial(rs: RecordSet, pos: int, left: int, origin: int, allow: bool, what: str) -> None:
     rs.partial_tail_bytes = left
     if allow:
@@ -892,22 +988,55 @@ def _partial(rs: RecordSet, pos: int, left: int, origin: int, allow: bool, what:
                                origin + pos, None))
 
 
-def _fill_v2(b: RecordBatch, data: bytes, pos: int, size: int) -> str | None:
-    if size < V2_HEADER_SIZE - LOG_OVERHEAD:
-        return f"batch length {size} is smaller than the v2 header"
-    (_, _, b.partition_leader_epoch, _, b.crc, attrs, b.last_offset_delta, b.base_timestamp,
-     b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence,
-     b.record_count) = _V2_HEADER.unpack_from(data, pos)
+# compression names by the 3 codec bits, so a batch header needs no call
+_CODEC_BY_BITS = tuple(codec_name(i) for i in range(8))
+_new_batch = object.__new__
+
+
+def _v2_batch(data: bytes, view: memoryview, pos: int, size: int, index: int, limits: Limits,
+              origin: int, sink: list[Issue]) -> RecordBatch:
+    """A v2 RecordBatch from its header (``size`` already checked to hold it).
+
+    Every ``exchanges`` run reads the header of every batch, so each slot is
+    set exactly once here instead of defaulted by ``__init__`` and overwritten.
+    """
+    (base_offset, _, ple, _, crc, attrs, lod, base_ts, max_ts, pid, epoch, base_seq,
+     count) = _V2_HEADER.unpack_from(data, pos)
+    b = _new_batch(RecordBatch)
+    b.position = pos
+    b.size = end = LOG_OVERHEAD + size
+    end += pos
+    b.base_offset = base_offset
+    b.length = size
+    b.partition_leader_epoch = ple
+    b.magic = 2
+    b.crc = crc
+    b.crc_ok = crc32c(view[pos + 21:end]) == crc
     b.attributes = attrs & 0xFFFF
-    b.codec = attrs & 0x07
-    b.compression = codec_name(b.codec)
+    b.codec = codec = attrs & 0x07
+    b.compression = _CODEC_BY_BITS[codec]
     b.timestamp_type = TIMESTAMP_LOG_APPEND if attrs & 0x08 else TIMESTAMP_CREATE
     b.is_transactional = bool(attrs & 0x10)
     b.is_control = bool(attrs & 0x20)
     b.has_delete_horizon = bool(attrs & 0x40)
+    b.last_offset_delta = lod
+    b.base_timestamp = base_ts
+    b.max_timestamp = max_ts
+    b.producer_id = pid
+    b.producer_epoch = epoch
+    b.base_sequence = base_seq
+    b.record_count = count
+    b.issues = []
+    b._data = data
     b._body_start = pos + V2_HEADER_SIZE
-    b.crc_ok = crc32c(memoryview(data)[pos + 21:pos + LOG_OVERHEAD + size]) == b.crc
-    return None
+    b._end = end
+    b._limits = limits
+    b._origin = origin
+    b._sink = sink
+    b._reported = False
+    b._legacy_key = None
+    b._index = index
+    return b
 
 
 def _fill_legacy(b: RecordBatch, data: bytes, pos: int, size: int) -> str | None:

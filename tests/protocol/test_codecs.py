@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import random
 import struct
 import tracemalloc
 import zlib
@@ -275,3 +276,86 @@ def test_crc32c_vectors_and_oracle():
 
 def test_crc32_vector():
     assert checksums.crc32(b"123456789") == 0xCBF43926
+
+
+# --------------------------------------------------------------------------- zstd: whole input at once
+
+
+def _zstd_inputs() -> list[bytes]:
+    text = b"".join(b"record %d value %s\n" % (i, b"x" * (i % 37)) for i in range(3000))
+    frames = [
+        zstandard.ZstdCompressor(level=3).compress(text),
+        zstandard.ZstdCompressor(level=1, write_checksum=True).compress(text[:5000]),
+        zstandard.ZstdCompressor(level=19, write_content_size=False).compress(text),
+        zstandard.ZstdCompressor().compress(b""),
+        zstandard.ZstdCompressor().compress(random.Random(7).randbytes(3000)),  # raw blocks
+        zstandard.ZstdCompressor().compress(b"\x00" * (3 << 20)),  # RLE blocks: bound over the cap
+    ]
+    cobj = zstandard.ZstdCompressor(write_content_size=False).compressobj()  # streamed, like Java
+    frames.append(cobj.compress(text) + cobj.flush())
+    out = list(frames)
+    out.append(frames[0] + frames[1])  # concatenated frames
+    out.append(frames[0] + b"\x00" * 7)  # zero padding
+    out.append(frames[0] + b"\x01garbage")
+    out.append(b"\x00" * 16)
+    out.append(b"\x50\x2a\x4d\x18" + struct.pack("<I", 3) + b"abc" + frames[1])  # skippable frame
+    for f in frames[:3]:
+        out += [f[:cut] for cut in range(0, len(f), max(1, len(f) // 25))]
+        for pos in range(0, len(f), max(1, len(f) // 25)):
+            b = bytearray(f)
+            b[pos] ^= 0x41
+            out.append(bytes(b))
+    return out
+
+
+def test_zstd_whole_input_same_as_pieces(monkeypatch):
+    """Feeding all input at once (when the block headers allow it) gives what
+    the 64-byte pieces give: output, bombs and error messages."""
+    from kwinspect.protocol import codecs
+
+    limits = [Limits(), Limits(min_cap=300 << 10, max_ratio=1), Limits(min_cap=40_000, max_ratio=1),
+              1 << 20, 10_000]
+    fast = [[decompress(4, d, lim) for lim in limits] for d in _zstd_inputs()]
+    monkeypatch.setattr(codecs, "_zstd_output_bound", lambda data, limit: None)
+    slow = [[decompress(4, d, lim) for lim in limits] for d in _zstd_inputs()]
+    assert len(fast) == len(slow)
+    for f_row, s_row in zip(fast, slow, strict=True):
+        for (fo, fi), (so, si) in zip(f_row, s_row, strict=True):
+            assert fo == so
+            assert (fi and fi.as_dict()) == (si and si.as_dict())
+
+
+def test_zstd_output_bound_is_an_upper_bound():
+    from kwinspect.protocol.codecs import _zstd_output_bound
+
+    for d in _zstd_inputs():
+        bound = _zstd_output_bound(d, 1 << 30)
+        if bound is None:
+            continue
+        try:
+            got = zstandard.ZstdDecompressor().decompressobj().decompress(d)
+        except zstandard.ZstdError:
+            continue
+        assert len(got) <= bound
+    rle = zstandard.ZstdCompressor().compress(b"\x00" * (3 << 20))
+    assert _zstd_output_bound(rle, 1 << 20) is None  # would pass the cap: pieces, as before
+
+
+def test_zstd_keeps_no_state_between_inputs():
+    """A corrupt, truncated or bombing input before a good one changes nothing
+    about the good one."""
+    good = zstandard.ZstdCompressor(level=3).compress(PAYLOAD)
+    for d in _zstd_inputs():
+        decompress(4, d, 10_000)
+        decompress(4, d[: len(d) // 2])
+        assert decompress(4, good) == (PAYLOAD, None)
+
+
+def test_lz4_header_checksum_cache_matches_xxh32():
+    from kwinspect.protocol import codecs
+
+    rnd = random.Random(3)
+    descs = [bytes(rnd.randrange(256) for _ in range(rnd.choice((2, 6, 10, 14)))) for _ in range(600)]
+    for d in descs + descs[::-1]:  # more than the cache holds, then again: refills
+        assert codecs._header_checksum(d) == (xxh32(d) >> 8) & 0xFF
+    assert len(codecs._HC_CACHE) <= 256
