@@ -342,6 +342,10 @@ class FrameSplitter:
         # payload of the last frame framed (for the validator's note_last_frame)
         self._last_frame: bytes | None = None
         self._need_off = 0  # stream offset the buffer must reach before _sync can progress
+        # chunks fed after _buf while inside a frame of known size, not yet copied
+        # into it (only while _need_off is ahead; see _flatten)
+        self._parts: list[bytes] = []
+        self._parts_len = 0
         self._landing = False  # the hunt starts where a trusted size said a frame starts
 
         self.fed_bytes = 0
@@ -359,12 +363,12 @@ class FrameSplitter:
     @property
     def offset(self) -> int:
         """Stream offset just past the last byte fed or lost."""
-        return self._base + len(self._buf)
+        return self._base + len(self._buf) + self._parts_len
 
     @property
     def buffered_bytes(self) -> int:
         """Bytes held, waiting for the rest of a frame (or for a resync decision)."""
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + self._parts_len
 
     @property
     def synced(self) -> bool:
@@ -411,17 +415,30 @@ class FrameSplitter:
                     return
                 data = data[p:]
                 n -= p
-        end_off = self._base + len(buf) + n
-        if end_off < self._need_off:
+        parts = self._parts
+        end_off = self._base + len(buf) + self._parts_len + n
+        need = self._need_off
+        if end_off < need:
             # Still inside a frame whose size is known: nothing to decide yet.  No
             # (offset, ts) entry either: timestamps are only asked for at a frame's
             # first byte (in an earlier chunk) and its last one (in a later chunk).
-            buf += data
+            # The chunk is kept as it is (no copy) until the frame is complete.
+            parts.append(data if type(data) is bytes else bytes(data))
+            self._parts_len += n
             self.fed_bytes += n
-            held = len(buf) - self._pos
+            held = len(buf) - self._pos + self._parts_len
             if held > self.peak_buffered:
                 self.peak_buffered = held
             return
+        if parts:
+            pos = self._pos
+            base = self._base
+            if self._state != _SYNC or len(buf) - pos < 4 or base + pos + 4 + _I32(buf, pos)[0] != need:
+                # a _need_off left by a gap's last _sync, not the frame at _pos
+                self._flatten()
+            else:
+                self._complete(data, n, need, end_off, ts)
+                return
         self._chunks.append((end_off - n, ts))
         buf += data
         self.fed_bytes += n
@@ -431,6 +448,8 @@ class FrameSplitter:
         """``nbytes`` of the direction were lost (not captured) at this point."""
         if self._finished or nbytes <= 0:
             return
+        if self._parts:
+            self._flatten()
         self._need_off = 0
         self._process(_GAP)
         self._note_hunt()
@@ -486,6 +505,8 @@ class FrameSplitter:
         """End of the direction: what is left is a truncated tail or skipped."""
         if self._finished:
             return
+        if self._parts:
+            self._flatten()
         self._process(_FINISH)
         avail = len(self._buf) - self._pos
         if self._state == _SYNC and avail:
@@ -542,6 +563,49 @@ class FrameSplitter:
             raise AssertionError(err)
 
     # ------------------------------------------------------------ internals
+
+    def _complete(self, data: bytes | bytearray | memoryview, n: int, need: int, end_off: int,
+                  ts: float) -> None:
+        """``data`` completes the frame the buffer starts (_sync stopped at its size
+        prefix, which it checked): join its pieces once, then carry on with the rest
+        of the chunk as if fed on its own."""
+        parts = self._parts
+        buf = self._buf
+        pos = self._pos
+        base = self._base
+        k = need - (end_off - n)  # bytes of this chunk that end the frame
+        parts.append(data[:k] if k < n else data)
+        with memoryview(buf) as mv:
+            parts[0:0] = (mv[pos + 4 :],)
+            last = b"".join(parts)
+        off = base + pos
+        self._events.append(tuple.__new__(Frame, (last, off, self._ts_at(off), ts)))
+        self._last_frame = last
+        self.frames += 1
+        self.frame_bytes += need - off
+        self.fed_bytes += k
+        parts.clear()
+        self._parts_len = 0
+        self._need_off = 0
+        buf.clear()
+        self._pos = 0
+        self._base = need
+        chunks = self._chunks
+        chunks.clear()
+        chunks.append((need, ts))
+        if k == n:
+            return
+        data = data[k:]
+        n -= k
+        self.feed(data, ts)
+
+    def _flatten(self) -> None:
+        """Copy the chunks held aside into the buffer (a gap or the end cut the frame)."""
+        buf = self._buf
+        for part in self._parts:
+            buf += part
+        self._parts.clear()
+        self._parts_len = 0
 
     def _ts_at(self, offset: int) -> float:
         chunks = self._chunks

@@ -95,3 +95,39 @@ def test_a_segment_of_whole_frames_then_part_of_one():
     frames_out = [e for evs, _ in got for e in evs]
     assert [(f.data, f.offset, f.ts_first, f.ts_last) for f in frames_out] == [
         (b"a" * 10, 0, 1.0, 1.0), (b"b" * 3, 14, 1.0, 1.0), (b"c" * 20, 21, 1.0, 3.0)]
+
+
+big_frames = st.lists(st.binary(min_size=0, max_size=3000), min_size=1, max_size=6).map(_frames_blob)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blob=st.one_of(big_frames, st.tuples(big_frames, st.binary(max_size=40)).map(b"".join)),
+       seg=st.integers(1, 700), cuts=st.lists(st.integers(0, 20000), max_size=6),
+       gaps=st.dictionaries(st.integers(0, 20000), st.integers(1, 2000), max_size=2),
+       kinds=st.lists(st.integers(0, 2), max_size=3), synced=st.booleans(),
+       kind=st.sampled_from(["req", "resp", "none"]))
+def test_frames_spanning_many_chunks_are_the_reference_frames(blob, seg, cuts, gaps, kinds, synced, kind):
+    """Chunks inside a frame of known size are held aside and joined once the frame is
+    complete: same frames, timestamps, counters and peak as copying every chunk into the
+    buffer, also when a gap or the end cuts such a frame, or a chunk is not bytes."""
+    def make(cls):
+        validator = {"req": RequestValidator(), "resp": ResponseValidator(), "none": None}[kind]
+        return cls(validator, synced=synced)
+
+    ops = _ops(blob, [*range(seg, len(blob), seg), *cuts], gaps, kinds)
+    assert _run(make(FrameSplitter), ops) == _run(make(ReferenceSplitter), ops)
+
+
+def test_a_frame_in_many_segments_is_joined_once():
+    payload = bytes(range(256)) * 40
+    nxt = (7).to_bytes(4, "big") + b"tail..."
+    blob = len(payload).to_bytes(4, "big") + payload + nxt
+    ops = [("data", blob[i : i + 1448], 1.0 + i) for i in range(0, len(blob), 1448)]
+    sp = FrameSplitter(None)
+    got = _run(sp, ops)
+    assert got == _run(ReferenceSplitter(None), ops)
+    frames = [e for evs, _ in got for e in evs]
+    assert [(f.data, f.offset, f.ts_first, f.ts_last) for f in frames] == [
+        (payload, 0, 1.0, 1.0 + 1448 * (len(blob) // 1448)), (b"tail...", 4 + len(payload), frames[1].ts_first,
+                                                             frames[1].ts_last)]
+    assert sp.peak_buffered > 6 * 1448  # the chunks held aside count as buffered
