@@ -286,22 +286,42 @@ class TcpReassembler:
         # before it (so the order of everything stays the same), sparing an event
         # object per segment.  The Dissector sets it.
         self.data_sink = None
+        # The connection of the last lookup, by the identity of its endpoint objects (the
+        # parser hands out the same ones per address): both directions of it skip hashing
+        # two endpoints per segment.  _close forgets it.
+        self._hot_a: model.Endpoint | None = None
+        self._hot_b: model.Endpoint | None = None
+        self._hot_ab: tuple[_Conn, _Half, _Half] | None = None
+        self._hot_ba: tuple[_Conn, _Half, _Half] | None = None
+        self._last_conn: _Conn | None = None  # already last in the LRU order
 
     # ------------------------------------------------------------------ public
     def feed(self, seg: TcpSegment) -> list[StreamEvent]:
         """Process one segment; returns the events it caused (often one StreamData, or none)."""
         out: list[StreamEvent] = []
         self.stats.segments += 1
-        entry = self._dirs.get((seg.src, seg.dst))
-        if entry is None:
-            entry = self._lookup_new(seg, out)
+        src = seg.src
+        dst = seg.dst
+        if src is self._hot_a and dst is self._hot_b:
+            entry = self._hot_ab
+        elif src is self._hot_b and dst is self._hot_a:
+            entry = self._hot_ba
+        else:
+            entry = self._dirs.get((src, dst))
             if entry is None:
-                return out
+                entry = self._lookup_new(seg, out)
+                if entry is None:
+                    return out
+            else:
+                self._hot_a, self._hot_b, self._hot_ab = src, dst, entry
+                self._hot_ba = (entry[0], entry[2], entry[1])
         conn, h, p = entry
         ts = seg.ts
         if ts > conn.last_ts:
             conn.last_ts = ts
-        self._conns.move_to_end(conn)
+        if conn is not self._last_conn:
+            self._conns.move_to_end(conn)
+            self._last_conn = conn
         flags = seg.flags
         seq = seg.seq
         st = h.st
@@ -487,6 +507,7 @@ class TcpReassembler:
         h1 = _Half(dst, src)
         conn = _Conn(cid, h0, h1, seg.ts)
         self._conns[conn] = None
+        self._last_conn = conn
         self._dirs[(src, dst)] = entry = (conn, h0, h1)
         self._dirs[(dst, src)] = (conn, h1, h0)
         client = server = None
@@ -513,6 +534,7 @@ class TcpReassembler:
             self._skip_to(conn, h, limit, ts, out, reason if reason != "fin" else "close")
         conn.closed = True
         cid = conn.cid
+        self._hot_a = self._hot_b = self._hot_ab = self._hot_ba = self._last_conn = None
         self._conns.pop(conn, None)
         self._dirs.pop((conn.h0.src, conn.h0.dst), None)
         self._dirs.pop((conn.h1.src, conn.h1.dst), None)
