@@ -55,7 +55,8 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     try:
         count = 0
         feed = dissector.feed_packet
-        for raw in _merged(sources):
+        # one file: its packets straight from its reader, without a generator in between
+        for raw in (iter(sources[0]) if len(sources) == 1 else _merged(sources)):
             feed(raw)
             if dissector._events:  # most packets complete no exchange
                 yield from dissector.pop_events()
