@@ -626,7 +626,7 @@ def cmd_diagnose(args) -> int:
     interrupted = _consume(args, run, diagnoser.add)
     for info in (run.dissector.connections.values() if run.dissector else ()):
         if info.conversation is not None and info.closed:
-            diagnoser.connection_ended(info.conversation.stream, info.closed)
+            diagnoser.connection_ended(info.conversation.stream, info.closed, info.closed_by)
     findings = diagnoser.findings(args.min_severity)
     fmt = args.format or ("text" if (args.output in (None, "-") and sys.stdout.isatty()) else "jsonl")
     out = open(args.output, "w", encoding="utf-8") if args.output and args.output != "-" else sys.stdout  # noqa: SIM115

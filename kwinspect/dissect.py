@@ -85,6 +85,7 @@ class ConnectionInfo:
     bytes: dict[str, int] = field(default_factory=lambda: {"to_broker": 0, "to_client": 0})
     gap_bytes: int = 0
     closed: str | None = None
+    closed_by: str | None = None  # "client" | "broker": whose FIN or RST came first (fin/rst only)
     conversation: Conversation | None = None
     accounting: dict[str, dict[str, int]] = field(default_factory=dict)
     packets: int = 0  # captured packets (TCP segments, IP fragments included) of this connection
@@ -294,6 +295,8 @@ class Dissector:
         elif isinstance(ev, StreamOpened):
             self._open(ev)
         elif isinstance(ev, StreamClosed):
+            if ev.closed_by is not None:
+                self._note_closer(ev.conn_id, ev.closed_by)
             self._close(ev.conn_id, ev.ts, ev.reason)
         elif isinstance(ev, StreamIssue):
             conn = self._conns.get(ev.conn_id)
@@ -483,6 +486,13 @@ class Dissector:
             elif isinstance(ev, Skipped):
                 pass  # every skip is also announced by a FramingIssue; the bytes are in the accounting
         self._events.extend(conv.pop_events())
+
+    def _note_closer(self, conn_id, endpoint: Endpoint) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is not None:
+            info = conn.info
+            info.closed_by = ("client" if endpoint == info.client else
+                              "broker" if endpoint == info.broker else None)
 
     def _close(self, conn_id, ts: float, reason: str) -> None:
         self._hot_cid = None

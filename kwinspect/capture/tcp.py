@@ -119,6 +119,9 @@ class StreamClosed:
     ts: float
     reason: str  # "fin" | "rst" | "idle" | "end"
     stats: tuple[DirectionStats, ...] = ()
+    # the endpoint whose FIN or RST came first: the side that ended the conversation
+    # (None for idle/end); a client closing with requests in flight abandoned them
+    closed_by: model.Endpoint | None = None
 
 
 @dataclass(slots=True)
@@ -216,7 +219,7 @@ class _Half:
 
 
 class _Conn:
-    __slots__ = ("cid", "h0", "h1", "client", "server", "syn_seen", "last_ts", "closed")
+    __slots__ = ("cid", "h0", "h1", "client", "server", "syn_seen", "last_ts", "closed", "closed_by")
 
     def __init__(self, cid: ConnId, h0: _Half, h1: _Half, ts: float) -> None:
         self.cid = cid
@@ -227,6 +230,7 @@ class _Conn:
         self.syn_seen = False
         self.last_ts = ts
         self.closed = False
+        self.closed_by: model.Endpoint | None = None
 
 
 class TcpReassembler:
@@ -407,6 +411,8 @@ class TcpReassembler:
                     if p.fin_at is not None:
                         self._check_fin(p)
         if flags & FIN and h.fin_at is None:
+            if conn.closed_by is None:
+                conn.closed_by = src
             h.fin_at = h.unwrap((seq + len(payload) + seg.missing) & _MASK)
             if h.fin_at > h.max_end:
                 h.max_end = h.fin_at
@@ -417,6 +423,8 @@ class TcpReassembler:
                 if x.hole_since is not None:
                     self._hole_timer(conn, x, ts, out)
         if flags & RST:
+            if conn.closed_by is None:
+                conn.closed_by = src
             self._close(conn, ts, "rst", out)
         elif h.fin_done and p.fin_done:
             self._close(conn, ts, "fin", out)
@@ -553,7 +561,8 @@ class TcpReassembler:
             self._closed.move_to_end(canon)
             while len(self._closed) > self.max_connections:
                 self._closed.popitem(last=False)
-        out.append(StreamClosed(cid, ts, reason, (conn.h0.st, conn.h1.st)))
+        out.append(StreamClosed(cid, ts, reason, (conn.h0.st, conn.h1.st),
+                                conn.closed_by if reason in ("fin", "rst") else None))
 
     def _expire_closed(self, now: float) -> None:
         closed = self._closed

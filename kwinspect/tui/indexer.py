@@ -66,7 +66,7 @@ class Diagnosis:
         for info in infos:
             conv = getattr(info, "conversation", None)
             if conv is not None and getattr(info, "closed", None):
-                self.diagnoser.connection_ended(conv.stream, info.closed)
+                self.diagnoser.connection_ended(conv.stream, info.closed, getattr(info, "closed_by", None))
                 self.dirty = True
 
     def due(self) -> bool:

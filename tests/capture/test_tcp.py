@@ -567,3 +567,23 @@ def test_ack_gap_delay_declares_the_gap_later():
     later = segs[-1]._replace(ts=segs[-1].ts + 1.0)
     out2 = r2.feed(later)
     assert [(g.nbytes, g.reason) for g in out2 if isinstance(g, StreamGap)] == [(100, "acked")]
+
+
+def test_closed_by_names_the_side_whose_fin_or_rst_came_first():
+    # client FIN first (the generator's order)
+    segs = conversation(C, S, MSGS[:2], mss=1000)
+    closed = [e for e in run(segs)[0] if isinstance(e, StreamClosed)]
+    assert [(c.reason, c.closed_by) for c in closed] == [("fin", C)]
+    # the server's FIN first: swap the two FIN segments (and their timestamps)
+    c_fin, s_fin = segs[-3], segs[-2]
+    swapped = [*segs[:-3], s_fin._replace(ts=c_fin.ts), c_fin._replace(ts=s_fin.ts), segs[-1]]
+    closed = [e for e in run(swapped)[0] if isinstance(e, StreamClosed)]
+    assert [(c.reason, c.closed_by) for c in closed] == [("fin", S)]
+    # a reset from the client
+    segs = conversation(C, S, [("c", b"r" * 300)], mss=100, close="rst")
+    closed = [e for e in run(segs, finish=False)[0] if isinstance(e, StreamClosed)]
+    assert [(c.reason, c.closed_by) for c in closed] == [("rst", C)]
+    # no FIN or RST in the capture: nobody closed it
+    segs = conversation(C, S, MSGS[:2], mss=1000, close=None)
+    closed = [e for e in run(segs)[0] if isinstance(e, StreamClosed)]
+    assert [(c.reason, c.closed_by) for c in closed] == [("end", None)]

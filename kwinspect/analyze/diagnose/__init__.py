@@ -76,11 +76,14 @@ class Diagnoser:
             self.fetch.on_error(event)
             self.connections.on_error(event)
 
-    def connection_ended(self, stream: str, reason: str) -> None:
-        """Optional: how a connection ended (``fin``, ``rst``, ``idle``, ``end``), e.g. from the
-        dissector's ``ConnectionInfo.closed``; findings about requests in flight then say so."""
+    def connection_ended(self, stream: str, reason: str, closed_by: str | None = None) -> None:
+        """Optional: how a connection ended (``fin``, ``rst``, ``idle``, ``end``) and which side's
+        FIN/RST came first (``client``, ``broker``), e.g. from the dissector's
+        ``ConnectionInfo.closed`` / ``closed_by``; findings about requests in flight then say so."""
         if len(self.connections.ended) < 1_000_000:
             self.connections.ended[stream] = reason
+            if closed_by is not None:
+                self.connections.closed_by[stream] = closed_by
 
     def add_all(self, events) -> Diagnoser:
         for ev in events:

@@ -15,7 +15,9 @@ Kinds:
   ``LOST_RETRY_WINDOW_S`` (the
   connection broke under the request). Without such a retry the client was simply closing
   (``unanswered_at_close``, info). Fetch long-polls are skipped: a consumer closing mid-poll
-  is routine.
+  is routine. When the capture shows the client's own FIN or RST came first, the client
+  abandoned the request itself (librdkafka drops a bootstrap connection right after
+  sending on it, then asks again elsewhere): ``unanswered_at_close`` (info) too.
 - ``latency_outlier`` (warning): exchanges far slower than their api's own distribution:
   above median + ``OUTLIER_MAD_K`` x 1.4826 x MAD (a robust z-score; p99-based rules are not
   used because the outliers inflate p99 themselves), and above ``OUTLIER_MIN_MS``; needs
@@ -97,6 +99,7 @@ class ConnectionAnalyzer:
         self.lat_broker: dict[tuple[str, str], _Reservoir] = {}
         self.slowest: dict[str, list[tuple[float, int, Evidence, float]]] = {}
         self.ended: dict[str, str] = {}  # stream -> how the connection ended (fin, rst, idle, end)
+        self.closed_by: dict[str, str] = {}  # stream -> "client" | "broker": whose FIN/RST came first
         self._n = 0
 
     def _add(self, key: tuple, severity: str, title: str, detail: str, ev: Evidence | None, **kw: Any) -> Finding:
@@ -224,12 +227,21 @@ class ConnectionAnalyzer:
             retried = any(s != ex.stream and t0 < ts <= t0 + LOST_RETRY_WINDOW_S
                           and (self.streams.get(s, ("", "", None))[2] or 0.0) >= t0
                           for ts, s in self.last_by_client_api.get((client, ex.broker, ex.api_key), []))
-            kind = "request_lost" if retried else "unanswered_at_close"
+            abandoned = retried and self.closed_by.get(ex.stream) == "client"
+            kind = "request_lost" if retried and not abandoned else "unanswered_at_close"
             how = self.ended.get(ex.stream)
-            key = (kind, client, ex.api_name)
+            key = (kind, client, ex.api_name, abandoned)
             f = lost.get(key)
             if f is None:
-                if retried:
+                if abandoned:
+                    f = Finding(kind, INFO, f"{client}: {ex.api_name} request(s) abandoned when the client closed "
+                                "the connection, then sent again on another connection",
+                                "The client's own FIN or RST ended the connection with these requests in "
+                                "flight, and it asked again elsewhere (librdkafka, for one, closes a bootstrap "
+                                "connection as soon as it knows the cluster). Nothing was lost by the broker "
+                                "or the network.",
+                                key={"client_id": ex.client_id, "api_name": ex.api_name})
+                elif retried:
                     f = Finding(kind, WARNING,
                                 f"{client}: {ex.api_name} request(s) lost when the connection ended, then retried "
                                 "on a new connection",
