@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kwinspect.protocol.errors import error_name, is_retriable
+from kwinspect.protocol.records import RecordSet
 
 _TOPIC_KEYS = ("name", "topic", "topic_name")
 _PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
@@ -194,18 +195,23 @@ def _walk_list(node: list, path: tuple | None, ctx: tuple, in_topics: bool, in_p
 def iter_record_sets(api_key: int | None, body: dict | None, topic_names: dict[str, str] | None = None):
     """(topic, partition, RecordSet) for every RECORDS field of a Produce request or Fetch response."""
     if not body or api_key not in (0, 1):
-        return
-    topics = body.get("topic_data") if api_key == 0 else body.get("responses")
-    for t in topics or []:
+        return iter(())
+    # A list, not a generator: called for every Produce/Fetch message, usually for one set.
+    out = []
+    if api_key == 0:
+        topics, parts_key = body.get("topic_data"), "partition_data"
+    else:
+        topics, parts_key = body.get("responses"), "partitions"
+    for t in topics or ():
         if not isinstance(t, dict):
             continue
         name = t.get("name") or t.get("topic")
         if not name and isinstance(t.get("topic_id"), str):
             name = (topic_names or {}).get(t["topic_id"], t["topic_id"])
-        parts = t.get("partition_data") if api_key == 0 else t.get("partitions")
-        for part in parts or []:
+        for part in t.get(parts_key) or ():
             if not isinstance(part, dict):
                 continue
             rs = part.get("records")
-            if rs is not None and hasattr(rs, "batches"):
-                yield name, part.get("index", part.get("partition_index")), rs
+            if rs is not None and (type(rs) is RecordSet or hasattr(rs, "batches")):
+                out.append((name, part.get("index", part.get("partition_index")), rs))
+    return iter(out)
