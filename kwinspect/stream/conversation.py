@@ -39,7 +39,7 @@ from kwinspect.protocol import decode_request, decode_response
 from kwinspect.protocol.apis import api_name
 from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
-from kwinspect.stream.findings import iter_errors, iter_record_sets, topics_of
+from kwinspect.stream.findings import iter_errors, iter_record_sets, response_errors, topics_of
 from kwinspect.stream.redact import (
     REDACTED_APIS,
     SASL_HANDSHAKE,
@@ -341,7 +341,13 @@ class Conversation:
         shared = self.shared
         names = shared.topic_names
         if api_key is not None:
-            errors = list(iter_errors(body, names)) if body else []
+            if not body:
+                errors = []
+            elif (api_key == 0 or api_key == 1) and not resp.issues:
+                # decoded cleanly: the walk guided by the schema (same results, a third of the time)
+                errors = response_errors(api_key, body, True, names)
+            else:
+                errors = list(iter_errors(body, names))
             topics = topics_of(req.body if req else None, names)
             if not topics and body:
                 topics = topics_of(body, names)

@@ -1,0 +1,145 @@
+"""findings.response_errors (the error walk guided by the schema, for clean Produce/Fetch
+responses) against the generic reference walk (tests/stream/findings_reference.py).
+
+It trusts what a clean decode guarantees: a schema field holds a value of the schema's
+type.  Everything else (unknown keys, struct fields holding anything, missing keys, odd
+arrays) must come out exactly as the reference's, order and topic-id lookups included.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kwinspect.stream.conversation as conversation
+from kwinspect.capture.files import dissect_files
+from kwinspect.dissect import DissectConfig
+from kwinspect.protocol.records import RecordSet
+from kwinspect.stream import findings
+from tests.stream import findings_reference as reference
+from tests.stream.test_findings import BODIES, CAPTURES, PUBLIC, TID, LoggingNames, _ports
+
+
+def assert_guided_same(api_key, body, clean, names: dict) -> None:
+    ref_names, new_names = LoggingNames(names), LoggingNames(names)
+    want = list(reference.iter_errors(body, ref_names))
+    got = findings.response_errors(api_key, body, clean, new_names)
+    assert got == want
+    assert set(new_names.log) <= set(ref_names.log)
+
+
+@pytest.mark.parametrize("pcap", CAPTURES + PUBLIC, ids=lambda p: p.rsplit("/", 1)[-1])
+def test_every_produce_and_fetch_response_of_the_shipped_captures(pcap, monkeypatch):
+    seen = []
+    response_errors = conversation.response_errors
+
+    def checked(api_key, body, clean, names=None):
+        seen.append(api_key)
+        assert_guided_same(api_key, body, clean, dict(names or {}))
+        return response_errors(api_key, body, clean, names)
+
+    monkeypatch.setattr(conversation, "response_errors", checked)
+    for _ev in dissect_files([pcap], DissectConfig(kafka_ports=_ports(pcap))):
+        pass
+
+
+def _produce(version_fields: bool):
+    part = {"index": 3, "error_code": 0, "base_offset": 0, "log_append_time_ms": -1, "log_start_offset": 0,
+            "record_errors": [{"batch_index": 0, "batch_index_error_message": None}],
+            "error_message": None}
+    if version_fields:
+        part["current_leader"] = {"leader_id": -1, "leader_epoch": -1}
+    body = {"responses": [{"name": "t1", "partition_responses": [part, dict(part, index=4)]},
+                          {"topic_id": TID, "partition_responses": [dict(part, index=0)]}],
+            "throttle_time_ms": 0}
+    if version_fields:
+        body["node_endpoints"] = [{"node_id": 1, "host": "h", "port": 9092, "rack": None}]
+    return body
+
+
+def _fetch():
+    part = {"partition_index": 0, "error_code": 0, "high_watermark": 5, "last_stable_offset": 5,
+            "log_start_offset": 0, "diverging_epoch": {"epoch": -1, "end_offset": -1},
+            "current_leader": {"leader_id": 1, "leader_epoch": 2}, "snapshot_id": {"end_offset": -1, "epoch": -1},
+            "aborted_transactions": [{"producer_id": 1, "first_offset": 0}], "preferred_read_replica": -1,
+            "records": RecordSet()}
+    return {"throttle_time_ms": 0, "error_code": 0, "session_id": 7,
+            "responses": [{"topic": "t2", "partitions": [part, dict(part, partition_index=1)]},
+                          {"topic_id": TID, "partitions": [dict(part)]}],
+            "node_endpoints": []}
+
+
+INTS = st.one_of(st.just(0), st.integers(-3, 120), st.booleans())
+
+
+@st.composite
+def mutated(draw, body):
+    """``body`` with some int fields changed (error codes above all), and some keys
+    added, removed or given odd values."""
+    def visit(node):
+        if isinstance(node, dict):
+            for key in list(node):
+                value = node[key]
+                if isinstance(value, (dict, list)):
+                    choice = draw(st.integers(0, 9))
+                    if choice == 0:
+                        node[key] = draw(BODIES)
+                    elif choice == 1:
+                        del node[key]
+                    elif choice == 2:
+                        node[key] = None
+                    else:
+                        visit(value)
+                elif type(value) is int and draw(st.integers(0, 1 if key.endswith("error_code") else 3)) == 0:
+                    node[key] = draw(INTS)
+                elif isinstance(key, str) and key.endswith("message") and draw(st.booleans()):
+                    node[key] = draw(st.sampled_from([None, "boom"]))
+            if len(node) > 1 and draw(st.integers(0, 3)) == 0:  # schema keys in another order
+                order = draw(st.permutations(list(node)))
+                items = [(k, node.pop(k)) for k in order]
+                node.update(items)
+            if draw(st.integers(0, 6)) == 0:
+                node[draw(st.sampled_from(["x", "error_code", "topics", "_unknown", 0]))] = draw(BODIES)
+        elif isinstance(node, list):
+            for item in list(node):
+                visit(item)
+            if node and draw(st.integers(0, 5)) == 0:
+                node.append(draw(st.one_of(BODIES, st.just(copy.deepcopy(node[0])))))
+        return node
+    return visit(copy.deepcopy(body))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), api_key=st.sampled_from([0, 1]), flexible=st.booleans(), known=st.booleans())
+def test_mutated_clean_bodies_walk_as_the_reference(data, api_key, flexible, known):
+    body = data.draw(mutated(_produce(flexible) if api_key == 0 else _fetch()))
+    assert_guided_same(api_key, body, True, {TID: "named"} if known else {})
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=st.dictionaries(st.sampled_from(["responses", "throttle_time_ms", "error_code", "x"]), BODIES,
+                            max_size=4), api_key=st.sampled_from([0, 1, 3, None]), clean=st.booleans())
+def test_bodies_that_are_not_clean_or_not_produce_fetch_walk_generically(body, api_key, clean):
+    if clean and api_key in (0, 1):
+        return  # the guided walk trusts a clean body's scalar fields; generated ones are not clean
+    assert_guided_same(api_key, body, clean, {})
+
+
+def test_an_error_in_a_clean_produce_response_is_found_with_its_labels():
+    body = _produce(True)
+    body["responses"][1]["partition_responses"][0].update(error_code=6, error_message="moved")
+    names = LoggingNames({TID: "orders"})
+    (err,) = findings.response_errors(0, body, True, names)
+    assert (err["topic"], err["partition"], err["path"], err["message"]) == (
+        "orders", 0, "responses[1].partition_responses[0].error_code", "moved")
+
+
+def test_a_nodes_own_error_comes_before_its_childrens_whatever_the_key_order():
+    body = _fetch()
+    body["responses"][0]["partitions"][1]["error_code"] = 6
+    body = {"responses": body.pop("responses"), **body, "error_code": 5}  # error_code after responses
+    assert_guided_same(1, body, True, {})
+    assert [e["code"] for e in findings.response_errors(1, body, True, {})] == [5, 6]
