@@ -39,7 +39,13 @@ from kwinspect.protocol import decode_request, decode_response
 from kwinspect.protocol.apis import api_name
 from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
-from kwinspect.stream.findings import iter_errors, iter_record_sets, response_errors, topics_of
+from kwinspect.stream.findings import (
+    iter_errors,
+    iter_record_sets,
+    message_topics,
+    response_errors,
+    topics_of,
+)
 from kwinspect.stream.redact import (
     REDACTED_APIS,
     SASL_HANDSHAKE,
@@ -348,7 +354,12 @@ class Conversation:
                 errors = response_errors(api_key, body, True, names)
             else:
                 errors = list(iter_errors(body, names))
-            topics = topics_of(req.body if req else None, names)
+            if req is None:
+                topics = []
+            elif (api_key == 0 or api_key == 1) and not req.issues:
+                topics = message_topics(api_key, req.body, True, True, names)
+            else:
+                topics = topics_of(req.body, names)
             if not topics and body:
                 topics = topics_of(body, names)
         else:

@@ -23,11 +23,23 @@ from tests.stream import findings_reference as reference
 from tests.stream.test_findings import BODIES, CAPTURES, PUBLIC, TID, LoggingNames, _ports
 
 
-def assert_guided_same(api_key, body, clean, names: dict) -> None:
+def assert_guided_same(api_key, body, clean, names: dict, request: bool | None = None) -> None:
     ref_names, new_names = LoggingNames(names), LoggingNames(names)
-    want = list(reference.iter_errors(body, ref_names))
-    got = findings.response_errors(api_key, body, clean, new_names)
-    assert got == want
+    if request is None:
+        want = list(reference.iter_errors(body, ref_names))
+        got = findings.response_errors(api_key, body, clean, new_names)
+        assert got == want
+        assert set(new_names.log) <= set(ref_names.log)
+        ref_names.log.clear()
+        new_names.log.clear()
+        request = False
+    try:
+        want_topics = reference.topics_of(body, ref_names)
+    except TypeError:  # a non-str key over a list: decoded bodies have none
+        with pytest.raises(TypeError):
+            findings.message_topics(api_key, body, request, clean, new_names)
+        return
+    assert findings.message_topics(api_key, body, request, clean, new_names) == want_topics
     assert set(new_names.log) <= set(ref_names.log)
 
 
@@ -41,7 +53,14 @@ def test_every_produce_and_fetch_response_of_the_shipped_captures(pcap, monkeypa
         assert_guided_same(api_key, body, clean, dict(names or {}))
         return response_errors(api_key, body, clean, names)
 
+    def checked_topics(api_key, body, request, clean, names=None):
+        seen.append(api_key)
+        assert_guided_same(api_key, body, clean, dict(names or {}), request)
+        return message_topics(api_key, body, request, clean, names)
+
+    message_topics = conversation.message_topics
     monkeypatch.setattr(conversation, "response_errors", checked)
+    monkeypatch.setattr(conversation, "message_topics", checked_topics)
     for _ev in dissect_files([pcap], DissectConfig(kafka_ports=_ports(pcap))):
         pass
 
@@ -75,6 +94,24 @@ def _fetch():
 INTS = st.one_of(st.just(0), st.integers(-3, 120), st.booleans())
 
 
+# Keys the Produce/Fetch schemas give scalar types: a clean decode never puts a dict or
+# a list there, and the guided walk does not look (generated values must not either).
+SCALAR_NAMES = frozenset({"name", "topic", "topic_id", "index", "partition_index", "partition", "records",
+                          "error_message"})
+
+
+def _trusted(value) -> bool:
+    if isinstance(value, dict):
+        return all(_trusted(v) and not (k in SCALAR_NAMES and isinstance(v, (dict, list)))
+                   for k, v in value.items())
+    if isinstance(value, list):
+        return all(_trusted(v) for v in value)
+    return True
+
+
+ODD = BODIES.filter(_trusted)
+
+
 @st.composite
 def mutated(draw, body):
     """``body`` with some int fields changed (error codes above all), and some keys
@@ -86,14 +123,14 @@ def mutated(draw, body):
                 if isinstance(value, (dict, list)):
                     choice = draw(st.integers(0, 9))
                     if choice == 0:
-                        node[key] = draw(BODIES)
+                        node[key] = draw(ODD)
                     elif choice == 1:
                         del node[key]
                     elif choice == 2:
                         node[key] = None
                     else:
                         visit(value)
-                elif type(value) is int and draw(st.integers(0, 1 if key.endswith("error_code") else 3)) == 0:
+                elif type(value) is int and draw(st.integers(0, 1 if str(key).endswith("error_code") else 3)) == 0:
                     node[key] = draw(INTS)
                 elif isinstance(key, str) and key.endswith("message") and draw(st.booleans()):
                     node[key] = draw(st.sampled_from([None, "boom"]))
@@ -102,12 +139,12 @@ def mutated(draw, body):
                 items = [(k, node.pop(k)) for k in order]
                 node.update(items)
             if draw(st.integers(0, 6)) == 0:
-                node[draw(st.sampled_from(["x", "error_code", "topics", "_unknown", 0]))] = draw(BODIES)
+                node[draw(st.sampled_from(["x", "error_code", "topics_x", "_unknown", 0]))] = draw(ODD)
         elif isinstance(node, list):
             for item in list(node):
                 visit(item)
             if node and draw(st.integers(0, 5)) == 0:
-                node.append(draw(st.one_of(BODIES, st.just(copy.deepcopy(node[0])))))
+                node.append(draw(st.one_of(ODD, st.just(copy.deepcopy(node[0])))))
         return node
     return visit(copy.deepcopy(body))
 
@@ -117,6 +154,30 @@ def mutated(draw, body):
 def test_mutated_clean_bodies_walk_as_the_reference(data, api_key, flexible, known):
     body = data.draw(mutated(_produce(flexible) if api_key == 0 else _fetch()))
     assert_guided_same(api_key, body, True, {TID: "named"} if known else {})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), api_key=st.sampled_from([0, 1]), known=st.booleans())
+def test_mutated_clean_requests_name_the_reference_topics(data, api_key, known):
+    body = data.draw(mutated(_produce_request() if api_key == 0 else _fetch_request()))
+    assert_guided_same(api_key, body, True, {TID: "named"} if known else {}, request=True)
+
+
+def _produce_request():
+    return {"transactional_id": None, "acks": 1, "timeout_ms": 30000, "topic_data": [
+        {"name": "t1", "partition_data": [{"index": 3, "records": RecordSet()}, {"index": 4, "records": None}]},
+        {"topic_id": TID, "partition_data": [{"index": 0, "records": RecordSet()}]},
+        {"name": "t0", "partition_data": []}]}
+
+
+def _fetch_request():
+    part = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 5, "last_fetched_epoch": -1,
+            "log_start_offset": -1, "partition_max_bytes": 1048576}
+    return {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": 52428800, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": "t2", "partitions": [part]}, {"topic_id": TID, "partitions": [dict(part)]},
+                       {"topic_id": "AAAAAAAAAAAAAAAAAAAAAA", "partitions": []}],
+            "forgotten_topics_data": [{"topic": "t3", "partitions": [0, 1]}], "rack_id": ""}
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
