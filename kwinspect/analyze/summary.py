@@ -225,6 +225,7 @@ class SummaryBuilder:
         self._tls: set[str] = set()
         self._not_kafka: set[str] = set()
         self._broker_conns: dict[str, set[str]] = defaultdict(set)
+        self._conn_keys: dict[tuple, tuple[str | None, str]] = {}  # see add_exchange
         self._broker_reqs: Counter[str] = Counter()
         self._broker_ids: dict[str, int] = {}
         self._advertised: dict[int, str] = {}  # node id -> "host:port" from Metadata
@@ -267,31 +268,44 @@ class SummaryBuilder:
 
     def add_exchange(self, ex: Exchange) -> None:
         self._exchanges += 1
-        self._statuses[ex.status] += 1
+        status = ex.status
+        self._statuses[status] += 1
         self._seen(ex.request_ts)
         self._seen(ex.response_last_ts if ex.response_last_ts is not None else ex.response_ts)
-        if ex.stream:
-            self._streams.add(ex.stream)
+        stream = ex.stream
         broker = ex.broker or "(unknown)"
-        self._broker_conns[broker].add(ex.stream)
+        client_id = ex.client_id
+        # The sets below only grow: an exchange on a (stream, broker, client) already
+        # seen adds nothing to them (most exchanges), so skip them and _host's parsing.
+        conn = (stream, broker, client_id, ex.client)
+        ckey = self._conn_keys.get(conn)
+        if ckey is None:
+            ckey = self._conn_keys[conn] = (client_id, _host(ex.client))
+            if stream:
+                self._streams.add(stream)
+            self._broker_conns[broker].add(stream)
+            self._client_conns[ckey].add(stream)
+            self._stream_clients[stream].add(ckey)
         self._broker_reqs[broker] += 1
         if ex.broker_id is not None:
             self._broker_ids[broker] = ex.broker_id
-        ckey = (ex.client_id, _host(ex.client))
-        self._client_conns[ckey].add(ex.stream)
         self._client_reqs[ckey] += 1
-        self._stream_clients[ex.stream].add(ckey)
         api = api_label(ex)
         self._api_counts[api] += 1
         if ex.api_version is not None:
             self._api_versions[api].add(ex.api_version)
-        if any(c for c in ex.error_codes) or ex.status not in (STATUS_PAIRED, STATUS_NO_RESPONSE_EXPECTED):
+        if (status != STATUS_PAIRED and status != STATUS_NO_RESPONSE_EXPECTED) or any(ex.error_codes):
             self._api_errors[api] += 1
         self._latency.add(ex)
-        for t in dict.fromkeys(ex.topics):
-            if t is not None:
-                self._topics[t].requests += 1
-        self._learn_from_bodies(ex)
+        topics = ex.topics
+        if topics:
+            accs = self._topics
+            for t in (topics if len(topics) == 1 else dict.fromkeys(topics)):
+                if t is not None:
+                    accs[t].requests += 1
+        api_key = ex.api_key
+        if api_key == 18 or api_key == 3 or api_key == 60:
+            self._learn_from_bodies(ex)
 
     def _learn_from_bodies(self, ex: Exchange) -> None:
         req = ex.request

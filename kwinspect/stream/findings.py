@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kwinspect.protocol.errors import error_name, is_retriable
+from kwinspect.protocol.records import RecordSet
 
 _TOPIC_KEYS = ("name", "topic", "topic_name")
 _PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
@@ -194,18 +195,237 @@ def _walk_list(node: list, path: tuple | None, ctx: tuple, in_topics: bool, in_p
 def iter_record_sets(api_key: int | None, body: dict | None, topic_names: dict[str, str] | None = None):
     """(topic, partition, RecordSet) for every RECORDS field of a Produce request or Fetch response."""
     if not body or api_key not in (0, 1):
-        return
-    topics = body.get("topic_data") if api_key == 0 else body.get("responses")
-    for t in topics or []:
+        return iter(())
+    # A list, not a generator: called for every Produce/Fetch message, usually for one set.
+    out = []
+    if api_key == 0:
+        topics, parts_key = body.get("topic_data"), "partition_data"
+    else:
+        topics, parts_key = body.get("responses"), "partitions"
+    for t in topics or ():
         if not isinstance(t, dict):
             continue
         name = t.get("name") or t.get("topic")
         if not name and isinstance(t.get("topic_id"), str):
             name = (topic_names or {}).get(t["topic_id"], t["topic_id"])
-        parts = t.get("partition_data") if api_key == 0 else t.get("partitions")
-        for part in parts or []:
+        for part in t.get(parts_key) or ():
             if not isinstance(part, dict):
                 continue
             rs = part.get("records")
-            if rs is not None and hasattr(rs, "batches"):
-                yield name, part.get("index", part.get("partition_index")), rs
+            if rs is not None and (type(rs) is RecordSet or hasattr(rs, "batches")):
+                out.append((name, part.get("index", part.get("partition_index")), rs))
+    return iter(out)
+
+
+# -- the error walk guided by the schema, for clean Produce/Fetch responses ----------------
+#
+# The generic walk type-checks every value of every dict.  A Produce or Fetch response
+# decoded without issues holds, under each key the schema names, a value of the schema's
+# type: ints, strings, uuids and record sets cannot hold an error code below them, so for
+# a dict whose keys are all schema fields only its ``*error_code`` ints and its struct
+# fields need a look.  A dict with any other key (unknown tags...) and any value of an
+# unexpected type go to the generic walk, from the same path and chain, so the results
+# (order included) are the generic walk's.
+
+_SCALAR_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint16", "string", "uuid", "records",
+                           "bool", "float64"})
+_ERR, _STRUCT, _ARRAY, _GENERIC = 0, 1, 2, 3
+
+
+def _fields_of(definitions) -> dict:
+    """name -> (type, sub-fields) over every definition and version; None where they disagree."""
+    merged: dict = {}
+    for fields in definitions:
+        for f in fields:
+            name, ftype, sub = f[0], f[1], f[8]
+            old = merged.get(name, ...)
+            if old is ...:
+                merged[name] = (ftype, [sub] if sub else [])
+            elif old is None or old[0] != ftype:
+                merged[name] = None
+            elif sub:
+                old[1].append(sub)
+    return {name: (None if v is None else (v[0], _fields_of(v[1]) if v[1] else None))
+            for name, v in merged.items()}
+
+
+class _Struct:
+    """One struct of a response schema with the plans of the key tuples met so far."""
+
+    __slots__ = ("fields", "plans")
+
+    def __init__(self, fields: dict) -> None:
+        self.fields = fields
+        self.plans: dict = {}
+
+    def plan(self, keys: tuple):
+        """(key, action, sub-struct, in topics, in partitions) for the keys worth a look; None: walk generically."""
+        plan = []
+        for key in keys:
+            info = self.fields.get(key) if type(key) is str else None
+            if info is None:
+                return None
+            ftype, sub = info
+            if ftype in _SCALAR_TYPES:
+                if key.endswith("error_code"):
+                    plan.append((key, _ERR, None, False, False))
+            elif ftype in ("struct", "[]struct") and sub is not None:
+                plan.append((key, _STRUCT if ftype == "struct" else _ARRAY, _Struct(sub),
+                             "topic" in key or key == "responses", "partition" in key))
+            else:
+                plan.append((key, _GENERIC, None, "topic" in key or key == "responses", "partition" in key))
+        return tuple(plan)
+
+
+_GUIDED: dict[tuple[int, bool], _Struct | None] = {}
+
+
+def _guide(api_key: int, request: bool = False) -> _Struct | None:
+    try:
+        return _GUIDED[api_key, request]
+    except KeyError:
+        pass
+    guide = None
+    try:
+        if api_key == 0:
+            from kwinspect.protocol.schema import api_000_produce as module
+        else:
+            from kwinspect.protocol.schema import api_001_fetch as module
+        guide = _Struct(_fields_of([d[3] for d in (module.REQUEST if request else module.RESPONSE)]))
+    except Exception:  # noqa: BLE001 - no guide: the generic walk serves
+        guide = None
+    _GUIDED[api_key, request] = guide
+    return guide
+
+
+def response_errors(api_key: int | None, body: dict | None, clean: bool,
+                    topic_names: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """``list(iter_errors(body, topic_names))`` for a response of ``api_key``; faster when
+    ``clean`` (decoded without issues, unredacted) and the api is Produce or Fetch."""
+    if not body:
+        return []
+    names = topic_names or {}
+    out: list[dict[str, Any]] = []
+    guide = _guide(api_key) if clean and (api_key == 0 or api_key == 1) and type(body) is dict else None
+    if guide is None:
+        _walk_errors(body, None, (None, body, False, False), names, out)
+    else:
+        _guided_errors(body, guide, None, (None, body, False, False), names, out)
+    return out
+
+
+def _guided_errors(node: dict, struct: _Struct, path, ctx: tuple, topic_names: dict, out: list) -> None:
+    keys = tuple(node)
+    plans = struct.plans
+    plan = plans.get(keys, ...)
+    if plan is ...:
+        plan = plans[keys] = struct.plan(keys) if len(plans) < 64 else None
+    if plan is None:
+        _walk_errors(node, path, ctx, topic_names, out)
+        return
+    start = len(out)
+    for key, action, sub, in_topics, in_partitions in plan:
+        value = node[key]
+        t = type(value)
+        if action == _ERR:
+            if t is int or t is bool:
+                if value:
+                    out.insert(start, _error(node, key, value, path, ctx, topic_names))
+                    start += 1
+            else:
+                start = _one(node, key, value, path, ctx, topic_names, out, start)
+        elif t is dict:
+            child = (ctx, value, in_topics, ctx[3] or in_partitions)
+            if action == _STRUCT:
+                _guided_errors(value, sub, (path, key), child, topic_names, out)
+            else:
+                _walk_errors(value, (path, key), child, topic_names, out)
+        elif t is list:
+            if value:
+                in_partitions = ctx[3] or in_partitions
+                if action == _ARRAY:
+                    lpath = (path, key)
+                    for i, item in enumerate(value):
+                        ti = type(item)
+                        if ti is dict:
+                            _guided_errors(item, sub, (lpath, i), (ctx, item, in_topics, in_partitions),
+                                           topic_names, out)
+                        elif ti is not list and isinstance(item, dict):
+                            _walk_errors(item, (lpath, i), (ctx, item, in_topics, in_partitions), topic_names, out)
+                        elif ti is list or isinstance(item, list):
+                            _walk_list(item, (lpath, i), ctx, in_topics, in_partitions, topic_names, out)
+                else:
+                    _walk_list(value, (path, key), ctx, in_topics, in_partitions, topic_names, out)
+        elif t is not str and value is not None:
+            start = _one(node, key, value, path, ctx, topic_names, out, start)
+
+
+def _one(node: dict, key: str, value: Any, path, ctx: tuple, topic_names: dict, out: list, start: int) -> int:
+    """What _walk_errors does with one item of ``node`` (values of unexpected types); returns ``start``."""
+    if isinstance(value, int):
+        if value != 0 and key.endswith("error_code"):
+            out.insert(start, _error(node, key, value, path, ctx, topic_names))
+            start += 1
+    elif isinstance(value, dict):
+        _walk_errors(value, (path, key), (ctx, value, "topic" in key or key == "responses",
+                                          ctx[3] or "partition" in key), topic_names, out)
+    elif isinstance(value, list) and value:
+        _walk_list(value, (path, key), ctx, "topic" in key or key == "responses",
+                   ctx[3] or "partition" in key, topic_names, out)
+    return start
+
+
+def message_topics(api_key: int | None, body: dict | None, request: bool, clean: bool,
+                   topic_names: dict[str, str] | None = None) -> list[str]:
+    """``topics_of(body, topic_names)`` for a message of ``api_key``; faster when ``clean``
+    (decoded without issues) and the api is Produce or Fetch (same guide as the errors)."""
+    if not body:
+        return []
+    guide = _guide(api_key, request) if clean and (api_key == 0 or api_key == 1) and type(body) is dict else None
+    if guide is None:
+        return topics_of(body, topic_names)
+    seen: dict[str, None] = {}
+    _guided_topics(body, guide, False, topic_names or {}, seen)
+    return list(seen)
+
+
+def _guided_topics(node: dict, struct: _Struct, in_topic_array: bool, topic_names: dict, seen: dict) -> None:
+    keys = tuple(node)
+    plans = struct.plans
+    plan = plans.get(keys, ...)
+    if plan is ...:
+        plan = plans[keys] = struct.plan(keys) if len(plans) < 64 else None
+    if plan is None:
+        _walk_topics(node, in_topic_array, topic_names, seen)
+        return
+    if in_topic_array:  # as _walk_topics
+        name = None
+        for k in _TOPIC_KEYS:
+            v = node.get(k)
+            if isinstance(v, str):
+                name = v
+                break
+        if not name:
+            tid = node.get("topic_id")
+            if isinstance(tid, str):
+                name = topic_names.get(tid)
+                if name is None and tid != _ZERO_UUID:
+                    name = tid
+        if name:
+            seen.setdefault(name, None)
+    for key, action, sub, in_topics, _in_partitions in plan:
+        value = node[key]
+        if isinstance(value, list):
+            if action == _ARRAY and type(value) is list:
+                for item in value:
+                    if type(item) is dict:
+                        _guided_topics(item, sub, in_topics, topic_names, seen)
+                    else:
+                        _walk_topics_list((item,), in_topics, topic_names, seen)
+            else:
+                _walk_topics_list(value, in_topics, topic_names, seen)
+        elif isinstance(value, dict):
+            if action == _STRUCT and type(value) is dict:
+                _guided_topics(value, sub, False, topic_names, seen)
+            else:
+                _walk_topics(value, False, topic_names, seen)
