@@ -178,3 +178,30 @@ def test_fast_path_with_long_record_values(data):
     assert writers._FastRows(RECORD_COLUMNS).jsonl(rows[-1]) is not None or type(rows[-1]["key"]) not in (str, int, type(None))
     _same("records", rows)
     _same("records", [RecordRow(**r) for r in rows])
+
+
+@pytest.mark.parametrize("n", [0, 1, writers._LINES_PER_WRITE, writers._LINES_PER_WRITE * 2 + 3])
+def test_batched_file_writes_equal_row_by_row_writes(tmp_path, n):
+    """write_rows to a file joins lines into one write per _LINES_PER_WRITE rows:
+    same bytes as JsonlWriter.write row by row, worker-rendered text rows included,
+    and on Ctrl-C every row handed over before it is on disk."""
+    rows = _capture_rows(CAPTURES[0])["exchanges"]
+    rows = (rows * (n // max(1, len(rows)) + 1))[:n]
+    render = writers.TextRenderer("jsonl", "exchanges")
+    mixed = [render(r) if i % 3 == 0 else r for i, r in enumerate(rows)]
+    buf = io.StringIO()
+    w = writers.JsonlWriter("exchanges", buf)
+    for r in rows:
+        w.write(r)
+    want = buf.getvalue()
+    out = tmp_path / "x.jsonl"
+    assert writers.write_rows(iter(mixed), "exchanges", "jsonl", str(out)) == n
+    assert out.read_text(encoding="utf-8") == want
+
+    def interrupted():
+        yield from mixed
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        writers.write_rows(interrupted(), "exchanges", "jsonl", str(out))
+    assert out.read_text(encoding="utf-8") == want
