@@ -349,8 +349,16 @@ def _compile_fast(columns: tuple[str, ...], fmt: str, newline: bool = False) -> 
     lines = ["def fast(vals):", f"    {', '.join(names)}{',' if len(names) == 1 else ''} = vals"]
     for i, c in enumerate(columns):
         v, o = f"v{i}", f"o{i}"
-        if c in TIMESTAMP_COLUMNS:
-            lines.append(f"    {o} = {'_j_ts' if fmt == 'jsonl' else '_c_ts'}({v})")
+        if c in TIMESTAMP_COLUMNS and fmt == "jsonl":
+            # _j_ts inline for floats well inside years 1..9999 (exchanges have two a row)
+            lines += [
+                f"    if type({v}) is float and {_MIN_US // 1_000_000 + 1}.0 < {v} < {_MAX_US // 1_000_000 - 1}.0:",
+                f"        s, m = divmod(round({v} * 1000000), 1000000)",
+                f"        {o} = f'\"{{_iso_second(s)}}.{{str(1000000 + m)[1:]}}Z\"'",
+                f"    else: {o} = _j_ts({v})",
+            ]
+        elif c in TIMESTAMP_COLUMNS:
+            lines.append(f"    {o} = _c_ts({v})")
         elif c in LIST_COLUMNS:
             fn = "_j_list" if fmt == "jsonl" else "_c_list"
             lines.append(f"    {o} = '[]' if type({v}) is list and not {v} else {fn}({v})")
@@ -388,6 +396,7 @@ def _compile_fast(columns: tuple[str, ...], fmt: str, newline: bool = False) -> 
         "_j_ts": _j_ts, "_c_ts": _c_ts, "_j_list": _j_list, "_c_list": _c_list,
         "_j_scalar": _j_scalar, "_c_scalar": _c_scalar, "_enc_str": _enc_str,
         "_int_repr": _int_repr, "_surrogate_cell": _surrogate_cell, "_enc_long": _enc_long,
+        "_iso_second": _iso_second,
     }
     exec("\n".join(lines), scope)  # noqa: S102 - our own generated source, no input in it
     return scope["fast"]
