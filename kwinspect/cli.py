@@ -273,9 +273,15 @@ def _consume(args, run: FileRun, handle: Callable[[Any], Any]) -> bool:
 
 def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None) -> list[RecordRow]:
     """The records a Produce request or Fetch response carries, as table rows."""
-    from kwinspect.analyze.records import records_from_exchange
+    global _records_from_exchange
+    if _records_from_exchange is None:  # imported once, not on every exchange
+        from kwinspect.analyze.records import records_from_exchange
 
-    return records_from_exchange(ex, values=values, topic_names=topic_names)
+        _records_from_exchange = records_from_exchange
+    return _records_from_exchange(ex, values=values, topic_names=topic_names)
+
+
+_records_from_exchange: Callable[..., Any] | None = None
 
 
 def _compile_filter(expr: str | None, columns) -> Callable[[dict], bool] | None:
@@ -335,8 +341,11 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
             items = records_of(ev, args.values, names)
         else:
             continue
+        if keep is None:
+            yield from items
+            continue
         for item in items:
-            if keep is None or keep(item.row()):
+            if keep(item.row()):
                 yield item
 
 

@@ -144,3 +144,64 @@ def test_fast_path_with_a_subset_of_columns(data):
     exchanges = [Exchange(**r) for r in rows]
     _same("exchanges", exchanges, columns=cols)
     _same("exchanges", rows, columns=cols)
+
+
+# Record keys/values of _LONG_TEXT chars or more take _enc_long (a byte-table test, then
+# the plain quotes) instead of the C encoder: every char the encoder escapes, anywhere.
+_long_text = st.builds(
+    lambda head, mid, tail: head + mid + tail,
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=writers._LONG_TEXT,
+            max_size=writers._LONG_TEXT + 300),
+    st.text(alphabet=st.sampled_from(['"', "\\", "\n", "\x00", "\x1f", "\x7f", "é", "\udcff", "\u2028"]),
+            max_size=2),
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(v=st.one_of(_long_text, st.text(min_size=writers._LONG_TEXT)))
+def test_long_text_escapes_like_the_encoder(v):
+    assert writers._enc_long(v) == writers._enc_str(v)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_fast_path_with_long_record_values(data):
+    rows = data.draw(st.lists(_row_strategy("records"), min_size=1, max_size=3))
+    plain = dict.fromkeys(RECORD_COLUMNS)
+    plain.update(direction="produce", topic="t", partition=0, offset=1, timestamp=1.5,
+                 headers=[{"key": "h", "value": "v", "value_encoding": "utf8"}])
+    rows.append(plain)  # and a row the fast path surely takes
+    for r in rows:
+        r["key"] = data.draw(st.one_of(_long_text, _scalars))
+        r["value"] = data.draw(_long_text)
+    assert writers._FastRows(RECORD_COLUMNS).jsonl(rows[-1]) is not None or type(rows[-1]["key"]) not in (str, int, type(None))
+    _same("records", rows)
+    _same("records", [RecordRow(**r) for r in rows])
+
+
+@pytest.mark.parametrize("n", [0, 1, writers._LINES_PER_WRITE, writers._LINES_PER_WRITE * 2 + 3])
+def test_batched_file_writes_equal_row_by_row_writes(tmp_path, n):
+    """write_rows to a file joins lines into one write per _LINES_PER_WRITE rows:
+    same bytes as JsonlWriter.write row by row, worker-rendered text rows included,
+    and on Ctrl-C every row handed over before it is on disk."""
+    rows = _capture_rows(CAPTURES[0])["exchanges"]
+    rows = (rows * (n // max(1, len(rows)) + 1))[:n]
+    render = writers.TextRenderer("jsonl", "exchanges")
+    mixed = [render(r) if i % 3 == 0 else r for i, r in enumerate(rows)]
+    buf = io.StringIO()
+    w = writers.JsonlWriter("exchanges", buf)
+    for r in rows:
+        w.write(r)
+    want = buf.getvalue()
+    out = tmp_path / "x.jsonl"
+    assert writers.write_rows(iter(mixed), "exchanges", "jsonl", str(out)) == n
+    assert out.read_text(encoding="utf-8") == want
+
+    def interrupted():
+        yield from mixed
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        writers.write_rows(interrupted(), "exchanges", "jsonl", str(out))
+    assert out.read_text(encoding="utf-8") == want
