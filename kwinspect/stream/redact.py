@@ -67,6 +67,7 @@ def redact_body(api_key: int | None, is_request: bool, body: dict | None, mechan
     elif api_key == CREATE_DELEGATION_TOKEN and not is_request and "hmac" in body:
         body["hmac"] = REDACTED
     elif api_key == DESCRIBE_DELEGATION_TOKEN and not is_request:
-        for token in body.get("tokens") or []:
+        tokens = body.get("tokens")
+        for token in tokens if isinstance(tokens, list) else ():  # a hand-built body may hold anything
             if isinstance(token, dict) and "hmac" in token:
                 token["hmac"] = REDACTED

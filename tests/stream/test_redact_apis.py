@@ -32,3 +32,11 @@ def test_the_listed_apis_do_redact():
         before = copy.deepcopy(body)
         redact_body(api, is_request, body, "PLAIN")
         assert body != before and api in REDACTED_APIS
+
+
+@settings(max_examples=300, deadline=None)
+@given(api=st.sampled_from(sorted(REDACTED_APIS)), is_request=st.booleans(), body=BODIES,
+       mechanism=st.sampled_from([None, "PLAIN", "SCRAM-SHA-256", "OAUTHBEARER", "GSSAPI"]))
+def test_the_listed_apis_never_raise_on_odd_bodies(api, is_request, body, mechanism):
+    # found by the test above: DescribeDelegationToken with {"tokens": 1} raised TypeError
+    redact_body(api, is_request, body, mechanism)
