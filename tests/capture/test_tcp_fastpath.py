@@ -84,6 +84,8 @@ class ReferenceReassembler(TcpReassembler):
                         self._acked_hole(conn, p, p.fin_at, ts, out)
                     self._check_fin(p)
         if flags & FIN and h.fin_at is None:
+            if conn.closed_by is None:  # added with closed_by, after the fast path
+                conn.closed_by = seg.src
             h.fin_at = h.unwrap((seq + len(payload) + seg.missing) & _MASK)
             if h.fin_at > h.max_end:
                 h.max_end = h.fin_at
@@ -94,6 +96,8 @@ class ReferenceReassembler(TcpReassembler):
                 if x.hole_since is not None:
                     self._hole_timer(conn, x, ts, out)
         if flags & RST:
+            if conn.closed_by is None:
+                conn.closed_by = seg.src
             self._close(conn, ts, "rst", out)
         elif h.fin_done and p.fin_done:
             self._close(conn, ts, "fin", out)
