@@ -257,6 +257,28 @@ def test_api_versions_fallback_is_info_and_failure_without_success_is_a_warning(
     assert w.kinds() == {"apiversions_failed": "warning"}
 
 
+def test_api_versions_failure_on_a_connection_the_client_closed_itself_is_info_once():
+    # a client shutting down between the rejection and its retry (a rig run under load)
+    w = Wire()
+    w.x(AV_REQ, api_versions({18: (0, 2)}, error=35), 1.0)
+    w.close(50000, 1.1)
+    w.d.connection_ended(w.conv(50000).stream, "fin", "client")
+    assert w.kinds() == {"apiversions_failed": "info"}
+    # the broker closed it: the client did not give up on its own
+    w = Wire()
+    w.x(AV_REQ, api_versions({18: (0, 2)}, error=35), 1.0)
+    w.close(50000, 1.1)
+    w.d.connection_ended(w.conv(50000).stream, "fin", "broker")
+    assert w.kinds() == {"apiversions_failed": "warning"}
+    # twice from the same client to the same broker: not a shutdown race
+    w = Wire()
+    for port, t in ((50000, 1.0), (50001, 2.0)):
+        w.x(AV_REQ, api_versions({18: (0, 2)}, error=35), t, port=port)
+        w.close(port, t + 0.1)
+        w.d.connection_ended(w.conv(port).stream, "fin", "client")
+    assert w.kinds() == {"apiversions_failed": "warning"}
+
+
 # -- producers ------------------------------------------------------------------------------
 
 

@@ -56,6 +56,7 @@ class Diagnoser:
         self.groups = GroupAnalyzer(self.topic_names)
         self.fetch = FetchMetadataAnalyzer(self.topic_names)
         self.connections = ConnectionAnalyzer()
+        self.negotiation.closed_by = self.connections.closed_by  # filled by connection_ended
         self.exchanges = 0
         self.errors = 0
         self.first_ts: float | None = None

@@ -8,7 +8,10 @@ Kinds:
   api other than ApiVersions.
 - ``apiversions_fallback`` (info): ApiVersions vN answered with UNSUPPORTED_VERSION and the
   client retried with a lower version that succeeded (the normal KIP-511 dance); warning
-  (``apiversions_failed``) when no ApiVersions succeeded afterwards on that connection.
+  (``apiversions_failed``) when no ApiVersions succeeded afterwards on that connection;
+  info when that was the only such connection of the client to that broker and the
+  client's own FIN or RST closed it (a client shutting down between the rejection and
+  its retry, seen in rig runs under load).
 - ``old_version`` (info): a client used an api version at least ``OLD_VERSION_GAP`` below
   the highest the broker advertised.
 """
@@ -45,6 +48,7 @@ class NegotiationAnalyzer:
         self.by_stream: dict[str, dict[int, tuple[int, int]]] = {}
         self.by_broker: dict[str, dict[int, tuple[int, int]]] = {}
         self.fallbacks: dict[str, list[Any]] = {}  # stream -> [ (evidence, asked version, broker range) ]
+        self.closed_by: dict[str, str] = {}  # stream -> "client" | "broker" (the Diagnoser shares its own)
         self.fallback_ok: dict[str, int] = {}  # stream -> version that then succeeded
         self.findings: dict[tuple, Finding] = {}
         self.used: dict[tuple[str, str, int], tuple[int, Evidence]] = {}  # (client, broker, api) -> max version
@@ -124,14 +128,30 @@ class NegotiationAnalyzer:
         out = list(self.findings.values())
         # ApiVersions fallbacks: one finding per (asked version, version that worked)
         groups: dict[tuple, Finding] = {}
+        failed_streams: dict[tuple, set[str]] = {}  # (client, broker) -> streams that never negotiated
+        for stream, items in self.fallbacks.items():
+            if self.fallback_ok.get(stream) is None:
+                for _ev, _asked, _brange, client, broker in items:
+                    if (client, broker) not in self.negotiated:
+                        failed_streams.setdefault((client, broker), set()).add(stream)
         for stream, items in self.fallbacks.items():
             ok = self.fallback_ok.get(stream)
             for ev, asked, brange, client, broker in items:
                 failed = ok is None and (client, broker) not in self.negotiated
-                k = (asked, ok, failed) if not failed else (asked, client, broker)
+                closed = (failed and self.closed_by.get(stream) == "client"
+                          and len(failed_streams.get((client, broker), ())) == 1)
+                k = (asked, ok, failed) if not failed else (asked, client, broker, closed)
                 f = groups.get(k)
                 if f is None:
-                    if ok is not None or not failed:
+                    if closed:
+                        f = Finding("apiversions_failed", INFO,
+                                    f"{client}: ApiVersions v{asked} answered UNSUPPORTED_VERSION, then the client "
+                                    f"closed its connection to {broker} before retrying",
+                                    f"Client {client} closed the connection itself right after the rejection and "
+                                    "did not try again: most likely it was shutting down. Repeated, this would be "
+                                    "a warning.",
+                                    key={"client_id": client, "broker": broker, "asked": asked})
+                    elif ok is not None or not failed:
                         f = Finding("apiversions_fallback", INFO,
                                     f"ApiVersions v{asked} answered UNSUPPORTED_VERSION; clients fell back to a "
                                     "lower version (normal negotiation)",
