@@ -315,13 +315,13 @@ def diag_group_churn(rig: Rig, workdir: str) -> Manifest:
             survivor = Consumer(survivor_conf)
             try:
                 survivor.subscribe([topic])
-                _wait_assigned(survivor, [], 15)
+                _wait_assigned(survivor, [], 30)
                 for i in range(3):
                     conf = dict(base, **{"client.id": f"transient-consumer-{i}"})
                     _client(m, "consumer", conf["client.id"], conf)
                     c = Consumer(conf)
                     c.subscribe([topic])
-                    _wait_assigned(c, [survivor], 15)
+                    _wait_assigned(c, [survivor], 30)
                     c.close()  # LeaveGroup
                     del c
                     _poll(survivor, 0.5)
@@ -427,7 +427,7 @@ def diag_kip848_member_lost(rig: Rig, workdir: str) -> Manifest:
             victim = None
             try:
                 survivor.subscribe([topic])
-                _wait_assigned(survivor, [], 15)
+                _wait_assigned(survivor, [], 30)
                 victim = subprocess.Popen([sys.executable, "-c", _VICTIM_848, mc.bootstrap_servers, group, topic],
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                 m.clients.append(ClientInfo("consumer", "confluent-kafka", _ck_version()[0], "victim-848",
@@ -494,7 +494,7 @@ def diag_kip848_clean(rig: Rig, workdir: str) -> Manifest:
                     c = Consumer(conf)
                     c.subscribe([topic])
                     consumers.append(c)
-                    _wait_assigned(c, consumers[:-1], 15)
+                    _wait_assigned(c, consumers[:-1], 30)
                 for c in consumers:
                     _poll(c, 0.5)
                     with contextlib.suppress(Exception):
@@ -510,6 +510,8 @@ def diag_kip848_clean(rig: Rig, workdir: str) -> Manifest:
 
 
 def _wait_assigned(c: Any, others: list[Any], timeout: float) -> None:
+    # 30 s at the call sites: a rebalance on the mock normally takes well under a second,
+    # but a CI run with both cores busy once needed more than 15 s.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         c.poll(0.05)
@@ -722,7 +724,7 @@ def diag_consumer_lag(rig: Rig, workdir: str) -> Manifest:
             t = threading.Thread(target=produce_fast, daemon=True)
             try:
                 consumer.subscribe([topic])
-                _wait_assigned(consumer, [], 15)
+                _wait_assigned(consumer, [], 30)
                 t.start()
                 end = time.monotonic() + 5.0
                 got = 0
