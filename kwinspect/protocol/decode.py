@@ -426,9 +426,10 @@ def _generate(build, *args):
         return False
 
 
-def _fast_request_decoder(frame: bytes):
+def _or_false(make, *args):
+    """A generated decoder, or False where none can be made (the reference then decides)."""
     try:
-        return _new_fast_request_decoder(frame)
+        return make(*args)
     except Exception:  # noqa: BLE001 - e.g. a version that is not an int: the reference reports it
         return False
 
@@ -448,13 +449,6 @@ def _new_fast_request_decoder(frame: bytes):
     return fast
 
 
-def _fast_response_decoder(api_key: int, api_version: int):
-    try:
-        return _new_fast_response_decoder(api_key, api_version)
-    except Exception:  # noqa: BLE001 - e.g. a version that is not an int: the reference reports it
-        return False
-
-
 def _new_fast_response_decoder(api_key: int, api_version: int):
     if api_key not in APIS:
         return False
@@ -465,13 +459,6 @@ def _new_fast_response_decoder(api_key: int, api_version: int):
                      definition)
     _fast_responses[(api_key, api_version)] = fast
     return fast
-
-
-def _fast_struct_decoder(name: str, version: int):
-    try:
-        return _new_fast_struct_decoder(name, version)
-    except Exception:  # noqa: BLE001 - e.g. a version that is not an int: the reference reports it
-        return False
 
 
 def _new_fast_struct_decoder(name: str, version: int):
@@ -525,7 +512,7 @@ def decode_struct(name: str, version: int, data: bytes) -> tuple[dict | None, li
     if type(data) is bytes:
         fast = _fast_structs.get((name, version))
         if fast is None:
-            fast = _fast_struct_decoder(name, version)
+            fast = _or_false(_new_fast_struct_decoder, name, version)
         if fast:
             try:
                 value = fast(data)
@@ -563,7 +550,7 @@ def decode_request(frame: bytes) -> Message:
     if type(frame) is bytes:
         fast = _fast_requests.get(frame[:4])  # keyed by the raw api key + version
         if fast is None:
-            fast = _fast_request_decoder(frame)
+            fast = _or_false(_new_fast_request_decoder, frame)
         if fast:
             try:
                 msg = fast(frame)
@@ -619,7 +606,7 @@ def decode_response(frame: bytes, api_key: int, api_version: int) -> Message:
     if type(frame) is bytes:
         fast = _fast_responses.get((api_key, api_version))
         if fast is None:
-            fast = _fast_response_decoder(api_key, api_version)
+            fast = _or_false(_new_fast_response_decoder, api_key, api_version)
         if fast:
             try:
                 msg = fast(frame, api_key, api_version)

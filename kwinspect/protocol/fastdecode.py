@@ -24,6 +24,11 @@ import struct
 from typing import Any
 
 from kwinspect.model import Message
+
+# The reference decoder's own rules: arrays of these fixed-size numbers are read with one
+# unpack, and a field is in a version when its range holds it.
+from kwinspect.protocol.decode import _FIXED_ARRAY_CODES as _ARRAY_CODES
+from kwinspect.protocol.decode import _in
 from kwinspect.protocol.primitives import FIXED_SIZES, read_uvarint, uuid_to_str
 
 
@@ -34,16 +39,9 @@ class Bail(Exception):  # noqa: N818 - a control-flow signal: "let the reference
 # One-field struct codes of the fixed-size types; uuid is read as 16 raw bytes.
 _CODES = {"bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
           "int64": "q", "float64": "d", "uuid": "16s"}
-# Same as decode._FIXED_ARRAY_CODES: arrays of these are read with one unpack.
-_ARRAY_CODES = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
-                "int64": "q", "float64": "d"}
 _SMALL = 17  # arrays of fixed-size numbers shorter than this use a precompiled Struct
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
-
-
-def _in(rng, version: int) -> bool:
-    return rng is not None and rng[0] <= version <= rng[1]
 
 
 class _Gen:
@@ -310,7 +308,7 @@ def read_tagged(buf, pos: int, end_of_data: int, table) -> tuple[dict, int]:
 
 def _definition(ref, defs, version):
     definition, use_version = ref._find_definition(defs, version)
-    return definition[3], use_version, ref._in(definition[2], use_version)
+    return definition[3], use_version, _in(definition[2], use_version)
 
 
 def build(ref, is_request: bool, api_key: int, api_version: int, header_version: int,

@@ -61,7 +61,7 @@ def canon_msg(m):
 
 def fast_request(frame: bytes):
     """The generated decoder's own answer (None: it hands the frame to the reference)."""
-    fn = D._fast_requests.get(frame[:4]) or D._fast_request_decoder(frame)
+    fn = D._fast_requests.get(frame[:4]) or D._or_false(D._new_fast_request_decoder, frame)
     try:
         return fn(frame) if fn else None
     except Exception:  # noqa: BLE001
@@ -69,7 +69,7 @@ def fast_request(frame: bytes):
 
 
 def fast_response(frame: bytes, key: int, version: int):
-    fn = D._fast_responses.get((key, version)) or D._fast_response_decoder(key, version)
+    fn = D._fast_responses.get((key, version)) or D._or_false(D._new_fast_response_decoder, key, version)
     try:
         return fn(frame, key, version) if fn else None
     except Exception:  # noqa: BLE001
@@ -376,7 +376,7 @@ def test_named_structs_match_the_reference():
                             assert (canon(got[0]), [x.as_dict() for x in got[1]]) == \
                                    (canon(want[0]), [x.as_dict() for x in want[1]]), (name, version, variant.hex())
                         if i < 2 and not D.decode_struct_reference(name, version, data)[1]:
-                            fast = D._fast_structs.get((name, version)) or D._fast_struct_decoder(name, version)
+                            fast = D._fast_structs.get((name, version)) or D._or_false(D._new_fast_struct_decoder, name, version)
                             assert fast and fast(data) is not None, (name, version)
                             taken += 1
     assert taken > 50
