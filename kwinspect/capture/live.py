@@ -571,8 +571,7 @@ class StopWhen:
 
 def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
                 on_packets: Callable[[list[RawPacket]], None] | None = None,
-                tick: float = 0.2, prune_every: float = 5.0, drain: float = 2.0,
-                keep_closed: int = 0) -> Iterator[Any]:
+                tick: float = 0.2, drain: float = 2.0) -> Iterator[Any]:
     """Exchange/ErrorRow values from a live capture, as they complete.
 
     Yields ``None`` as an idle tick about every ``tick`` seconds (callers flush
@@ -581,13 +580,13 @@ def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
     to ``drain`` seconds (not for ``count``), then the dissector is finished:
     requests still waiting for their response come out as ``response_missing``
     exchanges.  ``on_packets`` sees every batch before the dissector (the -w
-    writer).  Closed connections beyond the newest ``keep_closed`` are pruned
-    from ``dissector.connections`` so hours of traffic keep memory flat.  ``stop.drained`` counts the packets
+    writer).  Memory stays flat over hours of traffic because the Dissector keeps only
+    its newest ``keep_closed_connections`` closed connections, folding the others into
+    its packet counts.  ``stop.drained`` counts the packets
     read after the stop (a backlog: decoding was behind the traffic).
     """
     feed = dissector.feed_packet
     pop = dissector.pop_events
-    next_prune = time.monotonic() + prune_every
     next_tick = time.monotonic() + tick
     count = stop.count
     try:
@@ -622,9 +621,6 @@ def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
             if not batch or now >= next_tick:  # idle, or busy for a whole tick: let the caller flush
                 next_tick = now + tick
                 yield None
-            if now >= next_prune:
-                next_prune = now + prune_every
-                _prune_closed(dissector, keep_closed)
         if stop.reason != "count" and drain > 0:
             deadline = time.monotonic() + drain
             while time.monotonic() < deadline:
@@ -643,16 +639,6 @@ def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
         capture.kernel_stats()
     dissector.finish()
     yield from dissector.pop_events()
-    _prune_closed(dissector, keep_closed)
-
-
-def _prune_closed(dissector: Any, keep: int = 0) -> None:
-    """Forget closed connections, all but the newest ``keep`` (a UI's connection list)."""
-    conns = getattr(dissector, "connections", None)
-    if conns:
-        closed = [k for k, info in list(conns.items()) if info.closed]
-        for key in closed[:max(0, len(closed) - keep)]:
-            conns.pop(key, None)
 
 
 class LiveEventSource:
@@ -671,7 +657,7 @@ class LiveEventSource:
                  dissector: Any = None, snaplen: int = DEFAULT_SNAPLEN, promisc: bool = True,
                  write: str | None = None, rotate_bytes: int | None = None,
                  rotate_seconds: float | None = None, max_files: int | None = None,
-                 maxsize: int = 10_000, keep_closed: int = 10_000) -> None:
+                 maxsize: int = 10_000) -> None:
         from kwinspect.dissect import Dissector
 
         self.config = config
@@ -681,7 +667,6 @@ class LiveEventSource:
         self.capture = LiveCapture(interface, bpf, snaplen=snaplen, promisc=promisc)
         self._write = (write, dict(max_bytes=rotate_bytes, every=rotate_seconds, max_files=max_files))
         self.writer: PcapRotator | None = None
-        self.keep_closed = keep_closed  # closed connections kept in dissector.connections (the UI lists them)
         self.queue: queue.Queue = queue.Queue(maxsize=maxsize)
         self.stopped = threading.Event()
         self.error: str | None = None
@@ -712,8 +697,7 @@ class LiveEventSource:
                 for raw in batch:
                     write(raw)
         try:
-            for ev in live_events(self.capture, self.dissector, stop, on_packets=on_packets,
-                                  keep_closed=self.keep_closed):
+            for ev in live_events(self.capture, self.dissector, stop, on_packets=on_packets):
                 if ev is None:
                     if self.writer is not None:
                         self.writer.tick()
