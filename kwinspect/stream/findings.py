@@ -158,30 +158,17 @@ def _walk_errors(node: dict, path: tuple | None, ctx: tuple, topic_names: dict, 
     start = len(out)
     for key, value in node.items():
         t = type(value)
-        if t is int or t is bool:
+        if t is str or value is None:
+            continue
+        if t is int or t is bool or (t is not dict and t is not list and isinstance(value, int)):
             if value and isinstance(key, str) and key.endswith("error_code"):
                 out.insert(start, _error(node, key, value, path, ctx, topic_names))
                 start += 1
-        elif t is dict:
+        elif t is dict or (t is not list and isinstance(value, dict)):
             key = key if isinstance(key, str) else str(key)
             _walk_errors(value, (path, key), (ctx, value, "topic" in key or key == "responses",
                                               ctx[3] or "partition" in key), topic_names, out)
-        elif t is list:
-            if value:
-                key = key if isinstance(key, str) else str(key)
-                _walk_list(value, (path, key), ctx, "topic" in key or key == "responses",
-                           ctx[3] or "partition" in key, topic_names, out)
-        elif t is str or value is None:
-            pass
-        elif isinstance(value, int):
-            if value != 0 and isinstance(key, str) and key.endswith("error_code"):
-                out.insert(start, _error(node, key, value, path, ctx, topic_names))
-                start += 1
-        elif isinstance(value, dict):
-            key = key if isinstance(key, str) else str(key)
-            _walk_errors(value, (path, key), (ctx, value, "topic" in key or key == "responses",
-                                              ctx[3] or "partition" in key), topic_names, out)
-        elif isinstance(value, list) and value:
+        elif value and (t is list or isinstance(value, list)):
             key = key if isinstance(key, str) else str(key)
             _walk_list(value, (path, key), ctx, "topic" in key or key == "responses",
                        ctx[3] or "partition" in key, topic_names, out)
