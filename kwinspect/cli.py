@@ -250,9 +250,10 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> I
         if getattr(args, "jobs", 1) > 1:
             from kwinspect.capture.parallel import dissect_files_parallel
 
-            # exchanges/errors rows need no decoded bodies, summary only record counts and sizes:
-            # do not ship the rest between processes
-            bodies = {"exchanges": False, "errors": False, "summary": "summary"}.get(args.command, True)
+            # exchanges/errors rows and latency stats need no decoded bodies, summary only record
+            # counts and sizes: do not ship the rest between processes
+            bodies = {"exchanges": False, "errors": False, "latency": False,
+                      "summary": "summary"}.get(args.command, True)
             yield from dissect_files_parallel(args.pcap, _config(args), run=run,
                                               progress=lambda done, _total: progress.update(done),
                                               jobs=args.jobs, bodies=bodies, render=render)

@@ -334,3 +334,13 @@ def test_rendering_left_to_the_main_process_or_not_gives_the_same_output(share, 
             assert cli.main([table, "-q", "-F", fmt, "-o", str(one), path]) == 0
             assert cli.main([table, "-q", "-j", "2", "-F", fmt, "-o", str(two), path]) == 0
             assert one.read_bytes() == two.read_bytes(), (path, table, fmt)
+
+
+@pytest.mark.parametrize("by", ["api", "broker", "client", "topic"])
+def test_cli_latency_jobs_2_equals_jobs_1(by, tmp_path):
+    # latency ships exchanges without bodies (it reads only their columns)
+    for path in CAPTURES:
+        one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+        assert cli.main(["latency", "-q", "--by", by, "-F", "jsonl", "-o", str(one), path]) == 0
+        assert cli.main(["latency", "-q", "--by", by, "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+        assert one.read_bytes() == two.read_bytes(), path
