@@ -40,15 +40,14 @@ from kwinspect.protocol.apis import api_name
 from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
 from kwinspect.stream.findings import (
-    iter_errors,
     iter_record_sets,
     message_topics,
     response_errors,
     topics_of,
 )
 from kwinspect.stream.redact import (
-    REDACTED_APIS,
     SASL_HANDSHAKE,
+    SECRET_APIS,
     describe_sasl_token,
     redact_body,
 )
@@ -62,9 +61,6 @@ SASL_API_NAME = "SaslToken"  # raw SASL tokens after SaslHandshake v0 carry no K
 
 DEFAULT_MAX_IN_FLIGHT = 10_000
 MAX_ORPHAN_CANDIDATES = 64  # api/versions tried on a response whose request was not captured
-# APIs whose bodies carry credentials (SaslHandshake, SaslAuthenticate, delegation tokens)
-_SECRET_APIS = frozenset({17, 36, 38, 39, 40, 41})
-_REDACTED_APIS = REDACTED_APIS  # redact_body changes nothing in the bodies of other apis
 
 
 @dataclass
@@ -185,7 +181,7 @@ class Conversation:
             self._check_advertised(msg, ts_last)
         if api_key == SASL_HANDSHAKE and body:
             self.sasl_mechanism = body.get("mechanism")
-        if self.redact and api_key in _REDACTED_APIS:
+        if self.redact:
             redact_body(api_key, True, body, self.sasl_mechanism)
         if api_key == API_VERSIONS and body and body.get("client_software_name"):
             self.client_software = (body["client_software_name"], body.get("client_software_version", ""))
@@ -260,7 +256,7 @@ class Conversation:
             }
         elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
             self._sasl_raw = True
-        if self.redact and req.api_key in _REDACTED_APIS:
+        if self.redact:
             redact_body(req.api_key, False, body, self.sasl_mechanism)
 
     def _on_sasl_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
@@ -297,7 +293,7 @@ class Conversation:
                       "so the api key and version needed to decode the body are unknown")
             issues.append(Issue(REQUEST_MISSING, reason, offset=0, severity="warning"))
             raw = bytes(frame[4:])
-            if self.redact and any(k in _SECRET_APIS for k, _v in self._api_versions_seen):
+            if self.redact and any(k in SECRET_APIS for k, _v in self._api_versions_seen):
                 # an undecoded body on a connection that carries credentials may hold them
                 raw = None
                 issues.append(Issue("redacted", "raw body withheld: this connection carries SASL or "
@@ -347,19 +343,9 @@ class Conversation:
         shared = self.shared
         names = shared.topic_names
         if api_key is not None:
-            if not body:
-                errors = []
-            elif (api_key == 0 or api_key == 1) and not resp.issues:
-                # decoded cleanly: the walk guided by the schema (same results, a third of the time)
-                errors = response_errors(api_key, body, True, names)
-            else:
-                errors = list(iter_errors(body, names))
-            if req is None:
-                topics = []
-            elif (api_key == 0 or api_key == 1) and not req.issues:
-                topics = message_topics(api_key, req.body, True, True, names)
-            else:
-                topics = topics_of(req.body, names)
+            # a cleanly decoded Produce/Fetch body takes the walk guided by the schema
+            errors = response_errors(api_key, body, not resp.issues, names) if body else []
+            topics = message_topics(api_key, req.body, True, not req.issues, names) if req else []
             if not topics and body:
                 topics = topics_of(body, names)
         else:

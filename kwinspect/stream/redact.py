@@ -18,9 +18,11 @@ CREATE_DELEGATION_TOKEN = 38
 RENEW_DELEGATION_TOKEN = 39
 EXPIRE_DELEGATION_TOKEN = 40
 DESCRIBE_DELEGATION_TOKEN = 41
-# the apis redact_body acts on (callers skip the call for the others)
+# the apis redact_body acts on; for the others it returns at once
 REDACTED_APIS = frozenset({SASL_AUTHENTICATE, CREATE_DELEGATION_TOKEN, RENEW_DELEGATION_TOKEN,
                            EXPIRE_DELEGATION_TOKEN, DESCRIBE_DELEGATION_TOKEN})
+# apis whose frames carry credentials: the redacted ones plus SaslHandshake (raw tokens follow it)
+SECRET_APIS = REDACTED_APIS | {SASL_HANDSHAKE}
 
 _SCRAM_SECRET = re.compile(rb"(^|,)(p|v)=[^,]*")
 _OAUTH_TOKEN = re.compile(rb"(auth=Bearer )[^\x01]*", re.I)
@@ -58,7 +60,7 @@ def describe_sasl_token(token: bytes | None, mechanism: str | None, from_client:
 
 def redact_body(api_key: int | None, is_request: bool, body: dict | None, mechanism: str | None) -> None:
     """Replace secrets inside a decoded body, in place."""
-    if not body:
+    if not body or api_key not in REDACTED_APIS:
         return
     if api_key == SASL_AUTHENTICATE and isinstance(body.get("auth_bytes"), bytes | type(None)):
         body["auth_bytes"] = describe_sasl_token(body.get("auth_bytes"), mechanism, is_request)

@@ -45,6 +45,7 @@ from kwinspect.model import (
     Issue,
     Message,
 )
+from kwinspect.stream.redact import SECRET_APIS  # their frames' hex stays hidden
 
 NAN = float("nan")
 NONE_INT = -(2**63)  # "null" in the int64 columns
@@ -52,8 +53,6 @@ STATUSES = (STATUS_PAIRED, STATUS_NO_RESPONSE_EXPECTED, STATUS_RESPONSE_MISSING,
 _STATUS_INDEX = {s: i for i, s in enumerate(STATUSES)}
 
 
-# APIs whose frames carry credentials: SASL, delegation tokens (their hex stays hidden)
-_SECRET_APIS = frozenset({17, 36, 38, 39, 40, 41})
 
 class Interner:
     """value <-> small int, so a million rows share a few hundred strings/tuples."""
@@ -255,7 +254,7 @@ class ExchangeStore:
         c["client_id"].append(self.strings(client_id))
         c["api_name"].append(self.strings(api_name))
         c["api_key"].append(-1 if api_key is None else api_key)
-        if api_key in _SECRET_APIS or api_name == "SaslToken":
+        if api_key in SECRET_APIS or api_name == "SaslToken":
             self.secret_streams.add(stream)
         c["api_version"].append(-1 if api_version is None else api_version)
         c["cid"].append(_opt_int(cid))
@@ -387,7 +386,7 @@ class ExchangeStore:
         key = self.cell("api_key", row)
         if key < 0 and self.cell("stream", row) in self.secret_streams:
             return False  # an undecoded response on a connection that carries credentials
-        return key not in _SECRET_APIS and self.strings[self.cell("api_name", row)] != "SaslToken"
+        return key not in SECRET_APIS and self.strings[self.cell("api_name", row)] != "SaslToken"
 
 
 class RowView:

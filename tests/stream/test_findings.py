@@ -74,14 +74,20 @@ def _ports(pcap: str) -> frozenset[int]:
 @pytest.mark.parametrize("pcap", CAPTURES + PUBLIC, ids=os.path.basename)
 def test_every_body_of_the_shipped_captures_walks_as_the_reference(pcap, monkeypatch):
     seen = []
-    iter_errors, topics_of = conversation.iter_errors, conversation.topics_of
+    response_errors, message_topics = conversation.response_errors, conversation.message_topics
+    topics_of = conversation.topics_of
 
-    def checked_errors(body, names=None):
+    def checked_errors(api_key, body, clean, names=None):
         seen.append(body)
         assert_same(body, dict(names or {}))
-        return iter_errors(body, names)
+        return response_errors(api_key, body, clean, names)
 
-    monkeypatch.setattr(conversation, "iter_errors", checked_errors)
+    def checked_topics(api_key, body, request, clean, names=None):
+        assert_same(body, dict(names or {}))
+        return message_topics(api_key, body, request, clean, names)
+
+    monkeypatch.setattr(conversation, "response_errors", checked_errors)
+    monkeypatch.setattr(conversation, "message_topics", checked_topics)
     monkeypatch.setattr(conversation, "topics_of", lambda body, names=None: (
         assert_same(body, dict(names or {})), topics_of(body, names))[1])
     for _ev in dissect_files([pcap], DissectConfig(kafka_ports=_ports(pcap))):

@@ -1,4 +1,4 @@
-"""Conversation calls redact_body only for REDACTED_APIS: for every other api it must change nothing."""
+"""redact_body acts only on REDACTED_APIS: for every other api it changes nothing."""
 
 from __future__ import annotations
 
