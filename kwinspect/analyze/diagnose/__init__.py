@@ -58,22 +58,16 @@ class Diagnoser:
         self.connections = ConnectionAnalyzer()
         self.negotiation.closed_by = self.connections.closed_by  # filled by connection_ended
         self.exchanges = 0
-        self.errors = 0
-        self.first_ts: float | None = None
-        self.last_ts: float | None = None
 
     def add(self, event: Exchange | ErrorRow | Any) -> None:
         """An Exchange or ErrorRow (anything else is ignored, so a mixed stream can be fed as is)."""
         if isinstance(event, Exchange):
             self.exchanges += 1
-            self._seen(event.request_ts if event.request_ts is not None else event.response_ts)
             if event.api_key == METADATA and event.response is not None:
                 self._learn_topics(event.response.body)
             for a in (self.negotiation, self.producers, self.groups, self.fetch, self.connections):
                 a.on_exchange(event)
         elif isinstance(event, ErrorRow):
-            self.errors += 1
-            self._seen(event.ts)
             self.fetch.on_error(event)
             self.connections.on_error(event)
 
@@ -90,12 +84,6 @@ class Diagnoser:
         for ev in events:
             self.add(ev)
         return self
-
-    def _seen(self, ts: float | None) -> None:
-        if ts is None:
-            return
-        self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
-        self.last_ts = ts if self.last_ts is None else max(self.last_ts, ts)
 
     def _learn_topics(self, body: dict | None) -> None:
         for t in (body or {}).get("topics") or []:
