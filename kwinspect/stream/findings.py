@@ -250,6 +250,14 @@ class _Struct:
         self.fields = fields
         self.plans: dict = {}
 
+    def plan_for(self, keys: tuple):
+        """plan(keys), remembered for the first 64 key tuples (a body shape repeats)."""
+        plans = self.plans
+        plan = plans.get(keys, ...)
+        if plan is ...:
+            plan = plans[keys] = self.plan(keys) if len(plans) < 64 else None
+        return plan
+
     def plan(self, keys: tuple):
         """(key, action, sub-struct, in topics, in partitions) for the keys worth a look; None: walk generically."""
         plan = []
@@ -308,10 +316,7 @@ def response_errors(api_key: int | None, body: dict | None, clean: bool,
 
 def _guided_errors(node: dict, struct: _Struct, path, ctx: tuple, topic_names: dict, out: list) -> None:
     keys = tuple(node)
-    plans = struct.plans
-    plan = plans.get(keys, ...)
-    if plan is ...:
-        plan = plans[keys] = struct.plan(keys) if len(plans) < 64 else None
+    plan = struct.plan_for(keys)
     if plan is None:
         _walk_errors(node, path, ctx, topic_names, out)
         return
@@ -383,10 +388,7 @@ def message_topics(api_key: int | None, body: dict | None, request: bool, clean:
 
 def _guided_topics(node: dict, struct: _Struct, in_topic_array: bool, topic_names: dict, seen: dict) -> None:
     keys = tuple(node)
-    plans = struct.plans
-    plan = plans.get(keys, ...)
-    if plan is ...:
-        plan = plans[keys] = struct.plan(keys) if len(plans) < 64 else None
+    plan = struct.plan_for(keys)
     if plan is None:
         _walk_topics(node, in_topic_array, topic_names, seen)
         return
