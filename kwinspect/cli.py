@@ -272,7 +272,7 @@ def _consume(args, run: FileRun, handle: Callable[[Any], Any]) -> bool:
     return False
 
 
-def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None) -> list[RecordRow]:
+def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None) -> Iterator[RecordRow]:
     """The records a Produce request or Fetch response carries, as table rows."""
     global _records_from_exchange
     if _records_from_exchange is None:  # imported once, not on every exchange

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -162,7 +162,7 @@ class _Sink:
                 pass
 
 
-def run_live(opts: LiveOptions, records_of: Callable[..., list], *, stderr: IO[str] | None = None) -> int:
+def run_live(opts: LiveOptions, records_of: Callable[..., Iterable], *, stderr: IO[str] | None = None) -> int:
     """Capture until stopped; returns the exit status (0 on a clean stop).
 
     Raises ``LiveCaptureError`` (exit 1) before anything is written when the

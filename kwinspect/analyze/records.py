@@ -41,7 +41,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from base64 import b64encode
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -307,7 +306,7 @@ def _batch_rows(direction, topic, partition, batch, correlation_id, stream, valu
                 try:
                     key_text, key_enc = key.decode("utf-8"), "utf8"
                 except UnicodeDecodeError:
-                    key_text, key_enc = b64encode(key).decode("ascii"), "base64"
+                    key_text, key_enc = base64.b64encode(key).decode("ascii"), "base64"
             else:
                 key_text, key_enc = render_bytes(key, values)
             if value is None:
@@ -316,7 +315,7 @@ def _batch_rows(direction, topic, partition, batch, correlation_id, stream, valu
                 try:
                     value_text, value_enc = value.decode("utf-8"), "utf8"
                 except UnicodeDecodeError:
-                    value_text, value_enc = b64encode(value).decode("ascii"), "base64"
+                    value_text, value_enc = base64.b64encode(value).decode("ascii"), "base64"
             else:
                 value_text, value_enc = render_bytes(value, values)
         elif special:

@@ -335,7 +335,7 @@ def idle_checks(ts: Any, positions: Callable[[int], Pos]) -> list[tuple[Pos, flo
 # ---------------------------------------------------------------------------
 
 
-def records_of(ex: Exchange, values: str, topic_names: Mapping[str, str] | None) -> list[RecordRow]:
+def records_of(ex: Exchange, values: str, topic_names: Mapping[str, str] | None) -> Iterator[RecordRow]:
     """The records table rows of one exchange, exactly as `kwinspect records` makes them."""
     from kwinspect.analyze.records import records_from_exchange
 
