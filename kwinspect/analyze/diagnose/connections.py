@@ -42,6 +42,7 @@ from kwinspect.analyze.diagnose.core import (
     WARNING,
     Evidence,
     Finding,
+    FindingTable,
     Window,
     client_label,
     evidence_of,
@@ -87,7 +88,7 @@ class _Reservoir:
                 self.values[j] = v
 
 
-class ConnectionAnalyzer:
+class ConnectionAnalyzer(FindingTable):
     def __init__(self) -> None:
         self.findings: dict[tuple, Finding] = {}
         self.throttle: dict[tuple[str, str], list[Any]] = {}  # (client, api) -> [count, total, max, evidence]
@@ -101,13 +102,6 @@ class ConnectionAnalyzer:
         self.ended: dict[str, str] = {}  # stream -> how the connection ended (fin, rst, idle, end)
         self.closed_by: dict[str, str] = {}  # stream -> "client" | "broker": whose FIN/RST came first
         self._n = 0
-
-    def _add(self, key: tuple, severity: str, title: str, detail: str, ev: Evidence | None, **kw: Any) -> Finding:
-        f = self.findings.get(key)
-        if f is None:
-            f = self.findings[key] = Finding(key[0], severity, title, detail, key=kw)
-        f.add(ev)
-        return f
 
     def on_exchange(self, ex: Exchange) -> None:
         ev = evidence_of(ex)

@@ -77,6 +77,19 @@ class Finding:
                 "key": dict(self.key), "evidence": [e.as_dict() for e in self.evidence]}
 
 
+class FindingTable:
+    """Base of the analyzers: ``self.findings`` keyed by (kind, ...), a finding made on first use."""
+
+    findings: dict[tuple, Finding]
+
+    def _add(self, key: tuple, severity: str, title: str, detail: str,
+             ev: Evidence | Exchange | None, **kw: Any) -> Finding:
+        f = self.findings.get(key)
+        if f is None:
+            f = self.findings[key] = Finding(key[0], severity, title, detail, key=kw)
+        return f.add(ev if ev is None or isinstance(ev, Evidence) else evidence_of(ev))
+
+
 def make(kind: str, severity: str, title: str, detail: str = "", evidence=(), **key: Any) -> Finding:
     f = Finding(kind, severity, title, detail, key=key)
     for ev in evidence:

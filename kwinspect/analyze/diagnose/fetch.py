@@ -20,13 +20,13 @@ Kinds:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
 
 from kwinspect.analyze.diagnose.core import (
     INFO,
     WARNING,
     Evidence,
     Finding,
+    FindingTable,
     Window,
     as_int,
     client_label,
@@ -52,7 +52,7 @@ LEADER_FLAP_WINDOW_S = 60.0
 MAX_KEYS = 100_000
 
 
-class FetchMetadataAnalyzer:
+class FetchMetadataAnalyzer(FindingTable):
     def __init__(self, topic_names: dict[str, str]) -> None:
         self.topic_names = topic_names
         self.findings: dict[tuple, Finding] = {}
@@ -67,13 +67,6 @@ class FetchMetadataAnalyzer:
                 self.windows.popitem(last=False)
             w = self.windows[key] = Window(seconds)
         return w
-
-    def _add(self, key: tuple, severity: str, title: str, detail: str, ev: Evidence | None, **kw: Any) -> Finding:
-        f = self.findings.get(key)
-        if f is None:
-            f = self.findings[key] = Finding(key[0], severity, title, detail, key=kw)
-        f.add(ev)
-        return f
 
     def on_exchange(self, ex: Exchange) -> None:
         ev = evidence_of(ex)

@@ -34,6 +34,7 @@ from kwinspect.analyze.diagnose.core import (
     WARNING,
     Evidence,
     Finding,
+    FindingTable,
     Window,
     as_int,
     as_str,
@@ -147,7 +148,7 @@ def _decode_protocol(name: str, data: Any) -> Any:
     return out
 
 
-class GroupAnalyzer:
+class GroupAnalyzer(FindingTable):
     def __init__(self, topic_names: dict[str, str]) -> None:
         self.topic_names = topic_names
         self.groups: OrderedDict[str, GroupTimeline] = OrderedDict()
@@ -163,13 +164,6 @@ class GroupAnalyzer:
                 self.groups.popitem(last=False)
             g = self.groups[gid] = GroupTimeline(gid)
         return g
-
-    def _add(self, key: tuple, severity: str, title: str, detail: str, ev: Evidence, **kw: Any) -> Finding:
-        f = self.findings.get(key)
-        if f is None:
-            f = self.findings[key] = Finding(key[0], severity, title, detail, key=kw)
-        f.add(ev)
-        return f
 
     def on_exchange(self, ex: Exchange) -> None:
         k = ex.api_key

@@ -26,11 +26,11 @@ from kwinspect.analyze.diagnose.core import (
     WARNING,
     Evidence,
     Finding,
+    FindingTable,
     as_int,
     client_label,
     evidence_of,
     range_text,
-    ts_of,
 )
 from kwinspect.model import Exchange
 from kwinspect.protocol.apis import api_name
@@ -43,7 +43,7 @@ OLD_VERSION_GAP = 3
 MAX_STREAMS = 100_000
 
 
-class NegotiationAnalyzer:
+class NegotiationAnalyzer(FindingTable):
     def __init__(self) -> None:
         self.by_stream: dict[str, dict[int, tuple[int, int]]] = {}
         self.by_broker: dict[str, dict[int, tuple[int, int]]] = {}
@@ -117,12 +117,6 @@ class NegotiationAnalyzer:
         elif code == UNSUPPORTED_VERSION and len(self.fallbacks) < MAX_STREAMS:
             self.fallbacks.setdefault(ex.stream, []).append((evidence_of(ex), ex.api_version, ranges.get(API_VERSIONS),
                                                             client_label(ex), ex.broker))
-
-    def _add(self, key: tuple, severity: str, title: str, detail: str, ex: Exchange, **kw: Any) -> None:
-        f = self.findings.get(key)
-        if f is None:
-            f = self.findings[key] = Finding(key[0], severity, title, detail, key=kw)
-        f.add(evidence_of(ex), ts_of(ex))
 
     def results(self) -> list[Finding]:
         out = list(self.findings.values())

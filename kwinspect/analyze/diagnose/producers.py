@@ -25,7 +25,6 @@ Kinds:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
 
 from kwinspect.analyze.diagnose.core import (
     ERROR,
@@ -33,6 +32,7 @@ from kwinspect.analyze.diagnose.core import (
     WARNING,
     Evidence,
     Finding,
+    FindingTable,
     as_int,
     as_str,
     client_label,
@@ -88,7 +88,7 @@ def _partition_outcomes(ex: Exchange, topic_names: dict[str, str]) -> dict[tuple
     return out
 
 
-class ProducerAnalyzer:
+class ProducerAnalyzer(FindingTable):
     def __init__(self, topic_names: dict[str, str]) -> None:
         self.topic_names = topic_names
         self.batches: OrderedDict[tuple, OrderedDict[int, _Batch]] = OrderedDict()  # key -> base seq -> batch
@@ -124,14 +124,6 @@ class ProducerAnalyzer:
                               "instance with the same transactional.id fenced it, its producer id expired, or it "
                               "used the transaction API out of order. The producer must be recreated.",
                               ex, client_id=ex.client_id, error=FENCING_ERRORS[code])
-
-    def _add(self, key: tuple, severity: str, title: str, detail: str, ex: Exchange | Evidence, **kw: Any) -> Finding:
-        f = self.findings.get(key)
-        if f is None:
-            f = self.findings[key] = Finding(key[0], severity, title, detail, key=kw)
-        ev = ex if isinstance(ex, Evidence) else evidence_of(ex)
-        f.add(ev)
-        return f
 
     def _produce(self, ex: Exchange) -> None:
         body = ex.request.body if ex.request is not None else None
