@@ -634,9 +634,8 @@ def cmd_diagnose(args) -> int:
     diagnoser = Diagnoser()
     run = FileRun()
     interrupted = _consume(args, run, diagnoser.add)
-    for info in (run.dissector.connections.values() if run.dissector else ()):
-        if info.conversation is not None and info.closed:
-            diagnoser.connection_ended(info.conversation.stream, info.closed, info.closed_by)
+    if run.dissector is not None:
+        diagnoser.connections_ended(run.dissector.connections.values(), _config(args).kafka_ports)
     findings = diagnoser.findings(args.min_severity)
     fmt = args.format or ("text" if (args.output in (None, "-") and sys.stdout.isatty()) else "jsonl")
     out = open(args.output, "w", encoding="utf-8") if args.output and args.output != "-" else sys.stdout  # noqa: SIM115
@@ -647,7 +646,8 @@ def cmd_diagnose(args) -> int:
             from rich.console import Console
 
             console = Console(file=out) if out is not sys.stdout else None
-            render_text(findings, console, exchanges=diagnoser.exchanges)
+            render_text(findings, console, exchanges=diagnoser.exchanges,
+                        pcap=args.pcap[0] if len(args.pcap) == 1 else "PCAP")
     finally:
         if out is not sys.stdout:
             out.close()

@@ -726,3 +726,72 @@ def test_kip848_heartbeat_error():
     w = Wire()
     _cgh(w, 1.0, "a", 5, -1, port=50001, client="ca", error=110)  # FENCED_MEMBER_EPOCH
     assert w.kinds() == {"heartbeat_error": "warning"}
+
+
+# -- on the shipped captures, through the command line --------------------------------------------
+
+CAPTURES = __import__("pathlib").Path(__file__).resolve().parents[2] / "captures"
+
+
+def _diagnose_cli(capsys, pcap: str) -> list[dict]:
+    import json
+
+    from kwinspect.cli import main
+
+    assert main(["diagnose", "-q", "-F", "jsonl", str(CAPTURES / pcap)]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def _tshark_refused_streams(pcap: str) -> set[str]:
+    """Connections whose SYN the broker answered with RST, according to tshark."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("tshark"):
+        pytest.skip("tshark not installed")
+    out = subprocess.run(["tshark", "-r", str(CAPTURES / pcap), "-Y", "tcp.flags.syn == 1 || tcp.flags.reset == 1",
+                          "-T", "fields", "-e", "tcp.stream", "-e", "tcp.flags.syn", "-e", "tcp.flags.ack",
+                          "-e", "tcp.flags.reset", "-e", "ip.src", "-e", "tcp.srcport", "-e", "ip.dst",
+                          "-e", "tcp.dstport"], capture_output=True, text=True, check=True).stdout
+    syn_acked, rst = set(), {}
+    for line in out.splitlines():
+        stream, syn, ack, reset, src, sport, dst, dport = line.split("\t")
+        if syn in ("1", "True") and ack in ("1", "True"):
+            syn_acked.add(stream)
+        elif reset in ("1", "True"):
+            rst[stream] = f"{dst}:{dport}->{src}:{sport}"  # the RST comes from the broker
+    return {name for stream, name in rst.items() if stream not in syn_acked}
+
+
+def test_broker_that_drops_and_refuses_connections_is_a_warning_on_the_real_capture(capsys):
+    rows = _diagnose_cli(capsys, "confluent-mock-broker-down.pcap")
+    (f,) = [r for r in rows if r["kind"] == "broker_unavailable"]
+    assert f["severity"] == "warning"
+    refused = {e["stream"] for e in f["evidence"] if e["api_name"] == "(connection refused)"}
+    assert refused and refused == _tshark_refused_streams("confluent-mock-broker-down.pcap")
+    closed = [e["stream"] for e in f["evidence"] if e["api_name"] == "(connection closed)"]
+    assert len(closed) == 1 and closed[0].endswith(f["key"]["broker"])
+    # text output lists the connections too
+    from kwinspect.cli import main
+
+    assert main(["diagnose", "-q", "-F", "text", str(CAPTURES / "confluent-mock-broker-down.pcap")]) == 0
+    text = capsys.readouterr().out
+    assert "broker_unavailable" in text and "(connection refused)" in text
+
+
+def test_a_clean_capture_has_no_broker_unavailable(capsys):
+    for pcap in ("confluent-mock-produce-consume.pcap", "tansu-produce-consume.pcap", "tansu-tls-proxy.pcap",
+                 "tansu-sasl-plain-proxy.pcap"):
+        assert "broker_unavailable" not in {r["kind"] for r in _diagnose_cli(capsys, pcap)}, pcap
+
+
+def test_produce_retry_counts_each_request_once_and_the_hint_names_the_stream(capsys):
+    rows = _diagnose_cli(capsys, "confluent-mock-errors.pcap")
+    (f,) = [r for r in rows if r["kind"] == "produce_retry"]
+    ids = [(e["stream"], e["correlation_id"]) for e in f["evidence"]]
+    assert len(ids) == len(set(ids)) == f["count"]
+    from kwinspect.cli import main
+
+    assert main(["diagnose", "-q", "-F", "text", str(CAPTURES / "confluent-mock-errors.pcap")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "-f 'stream == \"" in text and "and correlation_id ==" in text
