@@ -43,7 +43,8 @@ examples:
 
 Kafka is found on port 9092 and, by detection, on any other port; --kafka-ports
 names broker ports up front (needed for connections whose start was not captured
-on unusual ports). See docs/cli.md for the filter language and output columns.
+on unusual ports). Output columns of every table: docs/columns.md; the filter
+language: docs/filter.md; formats and examples: docs/cli.md.
 """
 
 
@@ -149,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("summary", "one-screen overview of a capture",
             "Capture span, connections, brokers, clients (with library guess), API mix and versions,\n"
-            "error counts, latency percentiles per API, top topics, and anomalies.")
+            "error counts, latency percentiles per API, top topics, and anomalies.\n"
+            "The -F json fields are defined in docs/columns.md.")
     _input_options(p)
     p.add_argument("-F", "--format", choices=("table", "json"), default="table",
                    help="table (default) or json")
@@ -157,20 +159,22 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("exchanges", "one row per request/response pair"),
                        ("records", "one row per Kafka record produced or fetched"),
                        ("errors", "Kafka error codes and anomalies (gaps, missing requests, bad CRCs, ...)")):
-        p = add(name, what, f"{what[0].upper()}{what[1:]}; columns in docs/cli.md.")
+        p = add(name, what, f"{what[0].upper()}{what[1:]}; every column is defined in docs/columns.md.")
         _input_options(p)
         _output_options(p)
 
     p = add("latency", "latency percentiles by api, broker, client or topic",
             "Latency = request's last byte to response's first byte, from capture timestamps.\n"
-            "Percentiles are nearest-rank (p50/p95/p99/max) over paired exchanges.")
+            "Percentiles are nearest-rank (p50/p95/p99/max) over paired exchanges.\n"
+            "Columns: docs/columns.md.")
     _input_options(p)
     p.add_argument("--by", choices=("api", "broker", "client", "topic"), default="api", help="grouping (default api)")
     p.add_argument("--plot", metavar="FILE", help="also write a histogram and time series: .png, .svg or .html")
     _output_options(p)
 
     p = add("decode", "every message fully decoded, as JSON lines (for jq)",
-            "One JSON object per exchange: its columns plus request and response with header, body, issues.")
+            "One JSON object per exchange: its columns plus request and response with header, body, issues.\n"
+            "Fields: docs/columns.md.")
     _input_options(p)
     g = p.add_argument_group("output")
     g.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
@@ -218,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Version negotiation, producer sequences/retries/transactions, consumer-group rebalances,\n"
             "fetch sessions, metadata storms, leader changes, throttling, connection churn, lost requests\n"
             "and latency outliers; each finding has a severity and the exchanges (stream + correlation\n"
-            "id) that show it. Rules and thresholds: docs/diagnose.md.")
+            "id) that show it. Rules and thresholds: docs/diagnose.md; fields: docs/columns.md.")
     _input_options(p)
     g = p.add_argument_group("output")
     g.add_argument("-F", "--format", choices=("text", "jsonl"), default=None,
