@@ -795,3 +795,52 @@ def test_produce_retry_counts_each_request_once_and_the_hint_names_the_stream(ca
     assert main(["diagnose", "-q", "-F", "text", str(CAPTURES / "confluent-mock-errors.pcap")]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "-f 'stream == \"" in text and "and correlation_id ==" in text
+
+
+def _conn(client: str, broker: str, first: float, last: float | None, *, kind="kafka", closed="fin",
+          closed_by="client", data=True):
+    from types import SimpleNamespace
+
+    from kwinspect.model import stream_name
+
+    c_ip, c_port = client.rsplit(":", 1)
+    b_ip, b_port = broker.rsplit(":", 1)
+    c, b = Endpoint(c_ip, int(c_port)), Endpoint(b_ip, int(b_port))
+    conv = SimpleNamespace(stream=stream_name(c, b)) if kind == "kafka" else None
+    return SimpleNamespace(client=c, broker=b, kind=kind, first_ts=first, last_ts=last, syn_seen=True,
+                           closed=closed, closed_by=closed_by, conversation=conv,
+                           bytes={"to_broker": 100 if data else 0, "to_client": 100 if data else 0})
+
+
+def test_broker_closing_a_connection_the_client_reopens_soon_is_unavailable_but_an_idle_close_is_not():
+    def kinds(*infos, ports=frozenset()):
+        d = Diagnoser()
+        d.connections_ended(infos, ports)
+        return [(f.kind, f.severity, f.key) for f in d.findings()]
+
+    dropped = _conn("10.0.0.1:5000", "10.0.0.9:9092", 100.0, 110.0, closed_by="broker")
+    assert kinds(dropped, _conn("10.0.0.1:5001", "10.0.0.9:9092", 110.5, 120.0)) == [
+        ("broker_unavailable", "warning", {"broker": "10.0.0.9:9092", "closed": 1, "refused": 0})]
+    # reopened only after conn_rules.LOST_RETRY_WINDOW_S: an idle timeout, or the client's own pace
+    late = 110.0 + conn_rules.LOST_RETRY_WINDOW_S + 1
+    assert kinds(dropped, _conn("10.0.0.1:5001", "10.0.0.9:9092", late, late + 5)) == []
+    # the client closed it: not the broker's doing
+    own = _conn("10.0.0.1:5000", "10.0.0.9:9092", 100.0, 110.0, closed_by="client")
+    assert kinds(own, _conn("10.0.0.1:5001", "10.0.0.9:9092", 110.5, 120.0)) == []
+
+
+def test_refused_connection_attempts_count_only_on_kafka_broker_addresses():
+    d = Diagnoser()
+    ok = _conn("10.0.0.1:5000", "10.0.0.9:9092", 100.0, 110.0)
+    refused = _conn("10.0.0.1:5001", "10.0.0.9:9092", 111.0, None, kind="undecided", closed="rst",
+                    closed_by="broker", data=False)
+    elsewhere = _conn("10.0.0.1:5002", "10.0.0.7:22", 111.0, None, kind="undecided", closed="rst",
+                      closed_by="broker", data=False)
+    d.connections_ended([ok, refused, elsewhere])
+    (f,) = d.findings()
+    assert (f.kind, f.key["refused"], [e.stream for e in f.evidence]) == (
+        "broker_unavailable", 1, ["10.0.0.1:5001->10.0.0.9:9092"])
+    # a --kafka-ports port counts even before any connection to it spoke Kafka
+    d = Diagnoser()
+    d.connections_ended([elsewhere], frozenset({22}))
+    assert [f.kind for f in d.findings()] == ["broker_unavailable"]
