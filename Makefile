@@ -27,10 +27,10 @@ $(STAMP): pyproject.toml | $(PY)
 #   tcpdump            required: captures the real traffic on lo
 #   iproute2, ethtool  the 1500-MTU network-namespace variant (skipped without them)
 #   tshark             the independent oracle in tests/e2e (skipped without it)
-#   jq                 the docs' shell examples pipe into it (tests/docs; skipped without it)
+#   jq                 required: the docs' shell examples pipe into it (tests/docs)
 # Only what is missing is installed; the optional ones may fail without failing the build.
-SYSDEPS_REQUIRED := tcpdump:tcpdump
-SYSDEPS_OPTIONAL := ip:iproute2 ethtool:ethtool tshark:tshark jq:jq
+SYSDEPS_REQUIRED := tcpdump:tcpdump jq:jq
+SYSDEPS_OPTIONAL := ip:iproute2 ethtool:ethtool tshark:tshark
 sysdeps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	have() { command -v "$$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$$1" ] || [ -x "/sbin/$$1" ]; }; \

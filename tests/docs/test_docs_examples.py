@@ -178,7 +178,7 @@ def _check(ex: Example, work: Path) -> str | None:
     """None when the example works, else what is wrong."""
     where = f"{ex.doc}:{ex.line}: {ex.command}"
     if NEEDS_JQ in ex.command and not shutil.which("jq"):
-        return None  # `make sysdeps` installs jq; without it these are not run
+        return f"{where}\n  jq is not installed (`make sysdeps` installs it)"
     if ex.command.startswith(INTERACTIVE):
         status, text = _run_interactive(ex.command, work)
         if status != 0 or "Traceback" in text or not text.strip():
