@@ -2,23 +2,34 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-stamp
+# Two installs, two stamps: `make demo` needs only kwinspect itself (a few MB);
+# `make test` and the rest need the dev set (Spark, brokers, clients: ~1.2 GB).
+# The dev set includes the demo's, so either order works, on a fresh clone too.
+DEMO_STAMP := $(VENV)/.demo-stamp
+STAMP      := $(VENV)/.dev-stamp
 DEMO_CAPTURE ?= captures/confluent-mock-produce-consume.pcap
 
 .PHONY: demo test lint sysdeps bench fuzz schema captures clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+
+$(DEMO_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $(DEMO_STAMP)
+
+$(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
 # Tools the end-to-end tests need from the system (Debian packages):
 #   tcpdump            required: captures the real traffic on lo
 #   iproute2, ethtool  the 1500-MTU network-namespace variant (skipped without them)
 #   tshark             the independent oracle in tests/e2e (skipped without it)
+#   jq                 required: the docs' shell examples pipe into it (tests/docs)
 # Only what is missing is installed; the optional ones may fail without failing the build.
-SYSDEPS_REQUIRED := tcpdump:tcpdump
+SYSDEPS_REQUIRED := tcpdump:tcpdump jq:jq
 SYSDEPS_OPTIONAL := ip:iproute2 ethtool:ethtool tshark:tshark
 sysdeps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -27,7 +38,7 @@ sysdeps:
 	for t in $(SYSDEPS_REQUIRED); do have "$${t%%:*}" || req="$$req $${t#*:}"; done; \
 	for t in $(SYSDEPS_OPTIONAL); do have "$${t%%:*}" || opt="$$opt $${t#*:}"; done; \
 	if [ -n "$$req$$opt" ]; then \
-	  echo "installing for the end-to-end tests:$$req$$opt"; \
+	  echo "installing for the tests:$$req$$opt"; \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq || true; \
 	fi; \
 	if [ -n "$$req" ]; then \
@@ -38,7 +49,7 @@ sysdeps:
 	    echo "note: could not install $$p; the tests that need it will be skipped"; \
 	done
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/kwinspect summary $(DEMO_CAPTURE)
 
 lint: $(STAMP)

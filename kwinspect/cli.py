@@ -43,7 +43,8 @@ examples:
 
 Kafka is found on port 9092 and, by detection, on any other port; --kafka-ports
 names broker ports up front (needed for connections whose start was not captured
-on unusual ports). See docs/cli.md for the filter language and output columns.
+on unusual ports). Output columns of every table: docs/columns.md; the filter
+language: docs/filter.md; formats and examples: docs/cli.md.
 """
 
 
@@ -68,8 +69,10 @@ def parse_ports(text: str) -> frozenset[int]:
             a, b = int(lo), int(hi) if sep else int(lo)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a port or port range: {part!r}") from None
-        if not (0 < a <= b <= 65535) or b - a > 65535:
-            raise argparse.ArgumentTypeError(f"port range out of bounds: {part!r}")
+        if sep and a > b:
+            raise argparse.ArgumentTypeError(f"port range {part!r} is reversed: write {b}-{a}")
+        if not (0 < a <= b <= 65535):
+            raise argparse.ArgumentTypeError(f"port range out of bounds (1-65535): {part!r}")
         ports.update(range(a, b + 1))
     if not ports:
         raise argparse.ArgumentTypeError("no ports given")
@@ -88,13 +91,26 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+", jobs: bool = Tr
                    help="how to show keys, values and bytes: auto = UTF-8 text when it decodes, else base64")
     g.add_argument("--no-redact", action="store_true",
                    help="show SASL passwords, SCRAM proofs, OAuth tokens and token HMACs (redacted by default)")
-    g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
+    g.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     if jobs:  # not for the tui, which decodes in one process as it browses
         g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
                        help="decode with N processes, TCP connections shared out among them; same "
                             "output as one (default 1; 0 = one per CPU)")
+
+
+def _frame_size(text: str) -> int:
+    from kwinspect.protocol.peek import MIN_REQUEST_HEADER
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if n < MIN_REQUEST_HEADER:  # api key, version, correlation id, client id length
+        raise argparse.ArgumentTypeError(
+            f"{n} is below the smallest valid Kafka frame ({MIN_REQUEST_HEADER} bytes: a request header)")
+    return n
 
 
 def _jobs(text: str) -> int:
@@ -134,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("summary", "one-screen overview of a capture",
             "Capture span, connections, brokers, clients (with library guess), API mix and versions,\n"
-            "error counts, latency percentiles per API, top topics, and anomalies.")
+            "error counts, latency percentiles per API, top topics, and anomalies.\n"
+            "The -F json fields are defined in docs/columns.md.")
     _input_options(p)
     p.add_argument("-F", "--format", choices=("table", "json"), default="table",
                    help="table (default) or json")
@@ -142,20 +159,22 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("exchanges", "one row per request/response pair"),
                        ("records", "one row per Kafka record produced or fetched"),
                        ("errors", "Kafka error codes and anomalies (gaps, missing requests, bad CRCs, ...)")):
-        p = add(name, what, f"{what[0].upper()}{what[1:]}; columns in docs/cli.md.")
+        p = add(name, what, f"{what[0].upper()}{what[1:]}; every column is defined in docs/columns.md.")
         _input_options(p)
         _output_options(p)
 
     p = add("latency", "latency percentiles by api, broker, client or topic",
             "Latency = request's last byte to response's first byte, from capture timestamps.\n"
-            "Percentiles are nearest-rank (p50/p95/p99/max) over paired exchanges.")
+            "Percentiles are nearest-rank (p50/p95/p99/max) over paired exchanges.\n"
+            "Columns: docs/columns.md.")
     _input_options(p)
     p.add_argument("--by", choices=("api", "broker", "client", "topic"), default="api", help="grouping (default api)")
     p.add_argument("--plot", metavar="FILE", help="also write a histogram and time series: .png, .svg or .html")
     _output_options(p)
 
     p = add("decode", "every message fully decoded, as JSON lines (for jq)",
-            "One JSON object per exchange: its columns plus request and response with header, body, issues.")
+            "One JSON object per exchange: its columns plus request and response with header, body, issues.\n"
+            "Fields: docs/columns.md.")
     _input_options(p)
     g = p.add_argument_group("output")
     g.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
@@ -195,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-detect", action="store_true", help="only treat --kafka-ports as Kafka")
     g.add_argument("--values", choices=VALUE_MODES, default="auto", help="how to show keys and values (records)")
     g.add_argument("--no-redact", action="store_true", help="show SASL secrets (redacted by default)")
-    g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
+    g.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB)")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
@@ -203,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Version negotiation, producer sequences/retries/transactions, consumer-group rebalances,\n"
             "fetch sessions, metadata storms, leader changes, throttling, connection churn, lost requests\n"
             "and latency outliers; each finding has a severity and the exchanges (stream + correlation\n"
-            "id) that show it. Rules and thresholds: docs/diagnose.md.")
+            "id) that show it. Rules and thresholds: docs/diagnose.md; fields: docs/columns.md.")
     _input_options(p)
     g = p.add_argument_group("output")
     g.add_argument("-F", "--format", choices=("text", "jsonl"), default=None,
@@ -224,7 +243,7 @@ def _config(args) -> DissectConfig:
     kw: dict[str, Any] = {"redact": not args.no_redact, "detect": not args.no_detect}
     if args.kafka_ports:
         kw["kafka_ports"] = args.kafka_ports if args.no_detect else args.kafka_ports | DEFAULT_KAFKA_PORTS
-    if args.max_frame_size:
+    if args.max_frame_size is not None:
         kw["max_frame_size"] = args.max_frame_size
     return DissectConfig(**kw)
 
@@ -356,7 +375,11 @@ def _output_format(args, default_table: str = "table") -> str:
     if args.format:
         return args.format
     if args.output and args.output != "-":
-        return format_from_path(args.output) or "jsonl"
+        fmt = format_from_path(args.output)
+        if fmt is None:
+            raise UsageError(f"-o {args.output}: unknown extension; use .jsonl, .json, .ndjson, .csv, "
+                             ".parquet, .pq or .txt, or name the format with -F")
+        return fmt
     fmt = default_format(sys.stdout)
     return fmt if fmt != "table" else default_table
 
@@ -365,8 +388,8 @@ def cmd_table(args, table: str) -> int:
     from kwinspect.export.writers import write_rows
 
     fmt = _output_format(args)
-    if fmt == "parquet" and not args.output:
-        raise UsageError("parquet output needs -o FILE")
+    if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
+        raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
     run = FileRun()
     write_rows(_rows(args, table, run, fmt), table, fmt, args.output)
     return 0
@@ -400,14 +423,16 @@ def cmd_summary(args) -> int:
 
 
 def cmd_latency(args) -> int:
-    from kwinspect.analyze.latency import LatencyStats, plot_latency, render_latency
+    from kwinspect.analyze.latency import PLOT_SUFFIXES, LatencyStats, plot_latency, render_latency
 
     stats = LatencyStats(args.by, keep_series=bool(args.plot))
     keep = _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in PLOT_SUFFIXES:
+        raise UsageError(f"--plot {args.plot}: unknown extension; use .png, .svg or .html")
+    fmt = _output_format(args)  # a bad -o fails before the capture is read
     run = FileRun()
     interrupted = _consume(args, run, lambda ev: (
         stats.add(ev) if isinstance(ev, Exchange) and (keep is None or keep(ev.row())) else None))
-    fmt = _output_format(args)
     if fmt == "table":
         render_latency(stats)
     else:
@@ -415,7 +440,10 @@ def cmd_latency(args) -> int:
 
         write_rows(stats.rows(), "latency", fmt, args.output)
     if args.plot:
-        path = plot_latency(stats, args.plot)
+        try:
+            path = plot_latency(stats, args.plot)
+        except RuntimeError as exc:  # matplotlib missing
+            raise UsageError(str(exc)) from None
         print(f"plot written to {path}", file=sys.stderr)
     return 130 if interrupted else 0
 
@@ -553,7 +581,7 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="how to show keys, values and bytes: auto = UTF-8 text when it decodes, else base64")
     g.add_argument("--no-redact", action="store_true",
                    help="show SASL passwords, SCRAM proofs, OAuth tokens and token HMACs (redacted by default)")
-    g.add_argument("--max-frame-size", type=int, default=None, metavar="BYTES",
+    g.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
     g = p.add_argument_group("output")
     g.add_argument("-t", "--table", choices=("exchanges", "records", "errors", "none"), default="exchanges",
@@ -589,9 +617,7 @@ def cmd_live(args) -> int:
     if args.format:
         fmt = args.format
     elif args.output and args.output != "-":
-        from kwinspect.export.writers import format_from_path
-
-        fmt = format_from_path(args.output) or "jsonl"
+        fmt = _output_format(args)
         if fmt == "parquet":
             raise UsageError("live output is jsonl, csv or table (write -w FILE.pcap and convert it later)")
     else:
@@ -605,7 +631,9 @@ def cmd_live(args) -> int:
             raise UsageError(f"--also {spec!r}: expected exchanges=FILE, records=FILE or errors=FILE")
         from kwinspect.export.writers import format_from_path
 
-        afmt = format_from_path(path) or "jsonl"
+        afmt = format_from_path(path)
+        if afmt is None:
+            raise UsageError(f"--also {spec}: unknown extension; use .jsonl, .csv or .txt")
         if afmt == "parquet":
             raise UsageError("--also: live output is jsonl, csv or table (.txt)")
         also.append((table, afmt, path))
@@ -634,9 +662,8 @@ def cmd_diagnose(args) -> int:
     diagnoser = Diagnoser()
     run = FileRun()
     interrupted = _consume(args, run, diagnoser.add)
-    for info in (run.dissector.connections.values() if run.dissector else ()):
-        if info.conversation is not None and info.closed:
-            diagnoser.connection_ended(info.conversation.stream, info.closed, info.closed_by)
+    if run.dissector is not None:
+        diagnoser.connections_ended(run.dissector.connections.values(), _config(args).kafka_ports)
     findings = diagnoser.findings(args.min_severity)
     fmt = args.format or ("text" if (args.output in (None, "-") and sys.stdout.isatty()) else "jsonl")
     out = open(args.output, "w", encoding="utf-8") if args.output and args.output != "-" else sys.stdout  # noqa: SIM115
@@ -647,7 +674,8 @@ def cmd_diagnose(args) -> int:
             from rich.console import Console
 
             console = Console(file=out) if out is not sys.stdout else None
-            render_text(findings, console, exchanges=diagnoser.exchanges)
+            render_text(findings, console, exchanges=diagnoser.exchanges,
+                        pcap=args.pcap[0] if len(args.pcap) == 1 else "PCAP")
     finally:
         if out is not sys.stdout:
             out.close()

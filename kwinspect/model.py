@@ -128,7 +128,7 @@ def stream_name(client: Endpoint, broker: Endpoint) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Rows of the public tables (DESIGN.md section 2).  Column order is the order
+# Rows of the public tables (defined in docs/columns.md).  Column order is the order
 # of the *_COLUMNS tuples; exporters must use them, not dict order.
 # ---------------------------------------------------------------------------
 

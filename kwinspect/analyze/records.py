@@ -24,8 +24,12 @@ Keys, values and header values are rendered per ``values``
 ``__consumer_offsets`` and ``__transaction_state`` are decoded with the
 internal-topic schemas: key and value become structures, rendered as JSON text
 with encoding ``json`` (the default, fits every export format) or left as
-dicts with encoding ``struct`` (``internal="struct"``).  Control records keep
-their raw key/value and say what they are in ``control_type``.
+dicts with encoding ``struct`` (``internal="struct"``).  Control records say
+what they are in ``control_type`` (COMMIT, ABORT, LEADER_CHANGE, ...); in
+``auto`` mode their key is that name (encoding ``control``) and their value the
+decoded marker (transaction markers: version, coordinator_epoch; KRaft control
+records: their fields) as JSON text (encoding ``json``), not the raw bytes,
+which ``--values hex|base64|utf8`` still show.
 
 ``producer_id``/``producer_epoch``/``sequence`` are null when the batch carries
 none (legacy formats, or Kafka's -1 "no producer").  ``timestamp`` is float
@@ -295,7 +299,8 @@ def _batch_rows(direction, topic, partition, batch, correlation_id, stream, valu
     elif epoch is not None and epoch < 0:
         epoch = None
     special = topic in INTERNAL_TOPICS and not is_control
-    inline = values == "auto" and not special
+    inline = values == "auto" and not special and not is_control
+    control = values == "auto" and is_control
     for rec in batch.iter_records():
         key = rec.key
         value = rec.value
@@ -318,6 +323,8 @@ def _batch_rows(direction, topic, partition, batch, correlation_id, stream, valu
                     value_text, value_enc = base64.b64encode(value).decode("ascii"), "base64"
             else:
                 value_text, value_enc = render_bytes(value, values)
+        elif control:
+            key_text, key_enc, value_text, value_enc = _control_kv(rec, values)
         elif special:
             key_text, key_enc, value_text, value_enc = _internal_kv(topic, key, value, values,
                                                                     internal)
@@ -353,6 +360,18 @@ def _batch_rows(direction, topic, partition, batch, correlation_id, stream, valu
             correlation_id,
             stream,
         )
+
+
+def _control_kv(rec: Any, values: str) -> tuple[Any, Any, Any, Any]:
+    """A control record's key as its type name and its value as the decoded marker (JSON text)."""
+    if rec.control_type is None:
+        key_text, key_enc = render_bytes(rec.key, values)
+        value_text, value_enc = render_bytes(rec.value, values)
+        return key_text, key_enc, value_text, value_enc
+    fields = {k: v for k, v in (rec.control or {}).items() if k not in ("key_version", "type_id")}
+    if rec.value is None:
+        return rec.control_type, "control", None, None
+    return rec.control_type, "control", json.dumps(fields, separators=(",", ":"), default=str), "json"
 
 
 # RecordRow's fields in the order _batch_rows passes them.  Positional

@@ -1,7 +1,10 @@
 """A progress bar on stderr for long inputs, and the Ctrl-C report.
 
 The bar is drawn only when stderr is a terminal (so pipes, CI logs and
-redirected output never see it) and disappears when done.  Typical use in the
+redirected output never see it) and disappears when done.  It is not drawn when
+stdout is a pipe either (``kwinspect exchanges x.pcap | head``): the program
+reading the pipe writes to the same terminal, between the bar's redraws, so the
+bar could not tell which line to erase and would stay on screen.  Typical use in the
 CLI::
 
     with Progress(total=total_bytes, description="reading capture.pcap") as bar:
@@ -17,6 +20,8 @@ CLI::
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import time
 from typing import IO, Any
@@ -43,7 +48,7 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         if enabled is None:
             try:
-                enabled = self.stream.isatty()
+                enabled = self.stream.isatty() and not _stdout_is_a_pipe()
             except (AttributeError, ValueError):
                 enabled = False
         self.enabled = enabled
@@ -122,6 +127,15 @@ class Progress:
         if not self.total:
             return None
         return min(1.0, self.completed / self.total)
+
+
+def _stdout_is_a_pipe() -> bool:
+    """True when stdout feeds another program (a pipe or socket) rather than a terminal or file."""
+    try:
+        mode = os.fstat(sys.stdout.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # replaced by a StringIO, closed, ...
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def interrupted_message(progress: Progress | None, counts: dict[str, int]) -> str:

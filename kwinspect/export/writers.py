@@ -1,6 +1,6 @@
 """Streaming writers for the three public tables: exchanges, records, errors.
 
-One schema per table, shared by every format (DESIGN.md section 2).  Column
+One schema per table, shared by every format (columns: docs/columns.md).  Column
 order is always the order of ``model.*_COLUMNS``.  Writers take model rows
 (``Exchange``/``RecordRow``/``ErrorRow``, anything with ``.row()``) or plain
 dicts, one at a time, so memory stays bounded on millions of rows.

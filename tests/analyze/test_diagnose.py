@@ -726,3 +726,121 @@ def test_kip848_heartbeat_error():
     w = Wire()
     _cgh(w, 1.0, "a", 5, -1, port=50001, client="ca", error=110)  # FENCED_MEMBER_EPOCH
     assert w.kinds() == {"heartbeat_error": "warning"}
+
+
+# -- on the shipped captures, through the command line --------------------------------------------
+
+CAPTURES = __import__("pathlib").Path(__file__).resolve().parents[2] / "captures"
+
+
+def _diagnose_cli(capsys, pcap: str) -> list[dict]:
+    import json
+
+    from kwinspect.cli import main
+
+    assert main(["diagnose", "-q", "-F", "jsonl", str(CAPTURES / pcap)]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def _tshark_refused_streams(pcap: str) -> set[str]:
+    """Connections whose SYN the broker answered with RST, according to tshark."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("tshark"):
+        pytest.skip("tshark not installed")
+    out = subprocess.run(["tshark", "-r", str(CAPTURES / pcap), "-Y", "tcp.flags.syn == 1 || tcp.flags.reset == 1",
+                          "-T", "fields", "-e", "tcp.stream", "-e", "tcp.flags.syn", "-e", "tcp.flags.ack",
+                          "-e", "tcp.flags.reset", "-e", "ip.src", "-e", "tcp.srcport", "-e", "ip.dst",
+                          "-e", "tcp.dstport"], capture_output=True, text=True, check=True).stdout
+    syn_acked, rst = set(), {}
+    for line in out.splitlines():
+        stream, syn, ack, reset, src, sport, dst, dport = line.split("\t")
+        if syn in ("1", "True") and ack in ("1", "True"):
+            syn_acked.add(stream)
+        elif reset in ("1", "True"):
+            rst[stream] = f"{dst}:{dport}->{src}:{sport}"  # the RST comes from the broker
+    return {name for stream, name in rst.items() if stream not in syn_acked}
+
+
+def test_broker_that_drops_and_refuses_connections_is_a_warning_on_the_real_capture(capsys):
+    rows = _diagnose_cli(capsys, "confluent-mock-broker-down.pcap")
+    (f,) = [r for r in rows if r["kind"] == "broker_unavailable"]
+    assert f["severity"] == "warning"
+    refused = {e["stream"] for e in f["evidence"] if e["api_name"] == "(connection refused)"}
+    assert refused and refused == _tshark_refused_streams("confluent-mock-broker-down.pcap")
+    closed = [e["stream"] for e in f["evidence"] if e["api_name"] == "(connection closed)"]
+    assert len(closed) == 1 and closed[0].endswith(f["key"]["broker"])
+    # text output lists the connections too
+    from kwinspect.cli import main
+
+    assert main(["diagnose", "-q", "-F", "text", str(CAPTURES / "confluent-mock-broker-down.pcap")]) == 0
+    text = capsys.readouterr().out
+    assert "broker_unavailable" in text and "(connection refused)" in text
+
+
+def test_a_clean_capture_has_no_broker_unavailable(capsys):
+    for pcap in ("confluent-mock-produce-consume.pcap", "tansu-produce-consume.pcap", "tansu-tls-proxy.pcap",
+                 "tansu-sasl-plain-proxy.pcap"):
+        assert "broker_unavailable" not in {r["kind"] for r in _diagnose_cli(capsys, pcap)}, pcap
+
+
+def test_produce_retry_counts_each_request_once_and_the_hint_names_the_stream(capsys):
+    rows = _diagnose_cli(capsys, "confluent-mock-errors.pcap")
+    (f,) = [r for r in rows if r["kind"] == "produce_retry"]
+    ids = [(e["stream"], e["correlation_id"]) for e in f["evidence"]]
+    assert len(ids) == len(set(ids)) == f["count"]
+    from kwinspect.cli import main
+
+    assert main(["diagnose", "-q", "-F", "text", str(CAPTURES / "confluent-mock-errors.pcap")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "-f 'stream == \"" in text and "and correlation_id ==" in text
+
+
+def _conn(client: str, broker: str, first: float, last: float | None, *, kind="kafka", closed="fin",
+          closed_by="client", data=True):
+    from types import SimpleNamespace
+
+    from kwinspect.model import stream_name
+
+    c_ip, c_port = client.rsplit(":", 1)
+    b_ip, b_port = broker.rsplit(":", 1)
+    c, b = Endpoint(c_ip, int(c_port)), Endpoint(b_ip, int(b_port))
+    conv = SimpleNamespace(stream=stream_name(c, b)) if kind == "kafka" else None
+    return SimpleNamespace(client=c, broker=b, kind=kind, first_ts=first, last_ts=last, syn_seen=True,
+                           closed=closed, closed_by=closed_by, conversation=conv,
+                           bytes={"to_broker": 100 if data else 0, "to_client": 100 if data else 0})
+
+
+def test_broker_closing_a_connection_the_client_reopens_soon_is_unavailable_but_an_idle_close_is_not():
+    def kinds(*infos, ports=frozenset()):
+        d = Diagnoser()
+        d.connections_ended(infos, ports)
+        return [(f.kind, f.severity, f.key) for f in d.findings()]
+
+    dropped = _conn("10.0.0.1:5000", "10.0.0.9:9092", 100.0, 110.0, closed_by="broker")
+    assert kinds(dropped, _conn("10.0.0.1:5001", "10.0.0.9:9092", 110.5, 120.0)) == [
+        ("broker_unavailable", "warning", {"broker": "10.0.0.9:9092", "closed": 1, "refused": 0})]
+    # reopened only after conn_rules.LOST_RETRY_WINDOW_S: an idle timeout, or the client's own pace
+    late = 110.0 + conn_rules.LOST_RETRY_WINDOW_S + 1
+    assert kinds(dropped, _conn("10.0.0.1:5001", "10.0.0.9:9092", late, late + 5)) == []
+    # the client closed it: not the broker's doing
+    own = _conn("10.0.0.1:5000", "10.0.0.9:9092", 100.0, 110.0, closed_by="client")
+    assert kinds(own, _conn("10.0.0.1:5001", "10.0.0.9:9092", 110.5, 120.0)) == []
+
+
+def test_refused_connection_attempts_count_only_on_kafka_broker_addresses():
+    d = Diagnoser()
+    ok = _conn("10.0.0.1:5000", "10.0.0.9:9092", 100.0, 110.0)
+    refused = _conn("10.0.0.1:5001", "10.0.0.9:9092", 111.0, None, kind="undecided", closed="rst",
+                    closed_by="broker", data=False)
+    elsewhere = _conn("10.0.0.1:5002", "10.0.0.7:22", 111.0, None, kind="undecided", closed="rst",
+                      closed_by="broker", data=False)
+    d.connections_ended([ok, refused, elsewhere])
+    (f,) = d.findings()
+    assert (f.kind, f.key["refused"], [e.stream for e in f.evidence]) == (
+        "broker_unavailable", 1, ["10.0.0.1:5001->10.0.0.9:9092"])
+    # a --kafka-ports port counts even before any connection to it spoke Kafka
+    d = Diagnoser()
+    d.connections_ended([elsewhere], frozenset({22}))
+    assert [f.kind for f in d.findings()] == ["broker_unavailable"]

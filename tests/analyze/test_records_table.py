@@ -368,3 +368,39 @@ def test_public_capture_produce_with_response(name, topic, offset, value):
     (row,) = records_from_exchange(ex)
     assert (row.topic, row.partition, row.offset, row.value) == (topic, 0, offset, value)
     assert row.crc_ok is True and row.correlation_id == req.correlation_id
+
+
+def test_control_records_on_the_real_capture_show_their_type_not_key_bytes(capsys):
+    """The mock commits, aborts, then commits (the manifest's description): each fetched
+    partition shows COMMIT, ABORT, COMMIT in offset order; --values hex still has the raw
+    key, whose type field (int16 after the int16 version: 0 abort, 1 commit) agrees."""
+    import json
+    import struct
+    from pathlib import Path
+
+    from kwinspect.cli import main
+
+    pcap = str(Path(__file__).resolve().parents[2] / "captures" / "confluent-mock-transactions.pcap")
+
+    def control_rows(*extra: str) -> list[dict]:
+        assert main(["records", pcap, "-q", "-F", "jsonl", "-f", "is_control", *extra]) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    rows = control_rows()
+    by_part: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_part.setdefault((r["stream"], r["partition"]), []).append(r)
+    assert by_part
+    for part_rows in by_part.values():
+        part_rows.sort(key=lambda r: r["offset"])
+        assert [r["key"] for r in part_rows] == ["COMMIT", "ABORT", "COMMIT"]
+        assert {r["key_encoding"] for r in part_rows} == {"control"}
+        assert all(json.loads(r["value"])["version"] == 0 for r in part_rows)
+    raw = control_rows("--values", "hex")
+    names = {0: "ABORT", 1: "COMMIT"}
+    assert sorted((r["stream"], r["offset"], names[struct.unpack(">hh", bytes.fromhex(r["key"]))[1]])
+                  for r in raw) == sorted((r["stream"], r["offset"], r["key"]) for r in rows)
+    # the terminal table, too
+    assert main(["records", pcap, "-q", "-F", "table", "-f", "is_control"]) == 0
+    table = capsys.readouterr().out
+    assert "COMMIT" in table and "ABORT" in table and "\\x00" not in table

@@ -21,11 +21,12 @@ FAULTY = {
     # a SASL client against a broker without SASL: it fails and reconnects in a loop
     "tansu-errors": {"authentication_failed", "connection_churn", "leadership_errors"},
     # SaslHandshake left unanswered (the broker closes), retried on new connections
-    "tansu-sasl-rejected": {"request_lost"},
+    # ... and the broker closing each connection is a broker dropping connections
+    "tansu-sasl-rejected": {"request_lost", "broker_unavailable"},
     # one client logs in with a wrong password on purpose (SASL_AUTHENTICATION_FAILED)
     "tansu-sasl-plain-proxy": {"authentication_failed"},
-    # the broker goes away: nothing is required (no request was in flight), but it is not clean traffic
-    "confluent-mock-broker-down": set(),
+    # the broker closes its connections, then refuses reconnects with RST
+    "confluent-mock-broker-down": {"broker_unavailable"},
 }
 CLEAN = sorted(os.path.basename(p)[: -len(".manifest.json")]
                for p in glob.glob(os.path.join(ROOT, "*.manifest.json"))
@@ -34,7 +35,7 @@ CLEAN = sorted(os.path.basename(p)[: -len(".manifest.json")]
 
 def _findings(name: str):
     from kwinspect.analyze.diagnose import Diagnoser
-    from kwinspect.capture.files import dissect_files
+    from kwinspect.capture.files import FileRun, dissect_files
     from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
 
     with open(os.path.join(ROOT, f"{name}.manifest.json")) as fh:
@@ -43,7 +44,10 @@ def _findings(name: str):
     if not os.path.exists(pcap):
         pytest.skip(f"{pcap} missing")
     cfg = DissectConfig(kafka_ports=frozenset(m["kafka_ports"]) | DEFAULT_KAFKA_PORTS)
-    return Diagnoser().add_all(dissect_files([pcap], cfg)), m
+    run = FileRun()
+    d = Diagnoser().add_all(dissect_files([pcap], cfg, run=run))
+    d.connections_ended(run.dissector.connections.values(), cfg.kafka_ports)  # as `kwinspect diagnose`
+    return d, m
 
 
 @pytest.mark.parametrize("name", CLEAN)

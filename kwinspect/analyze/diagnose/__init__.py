@@ -80,6 +80,30 @@ class Diagnoser:
             if closed_by is not None:
                 self.connections.closed_by[stream] = closed_by
 
+    def connections_ended(self, infos, kafka_ports=frozenset()) -> None:
+        """Tell the analyzers about every connection of a capture at its end: ``infos`` are the
+        dissector's ``ConnectionInfo`` objects (``Dissector.connections.values()``). Adds what
+        `connection_ended` does for each Kafka connection, and finds brokers that refused
+        connection attempts (SYN answered by RST, on a broker address or a ``kafka_ports`` port)
+        or closed connections the clients had to reopen (``broker_unavailable``)."""
+        infos = list(infos)
+        brokers = {str(i.broker) for i in infos if i.kind == "kafka" and i.broker is not None}
+        attempts = self.connections.attempts
+        for info in infos:
+            conv = info.conversation
+            if conv is not None and info.closed:
+                self.connection_ended(conv.stream, info.closed, info.closed_by)
+            if info.client is None or info.broker is None or info.first_ts is None:
+                continue
+            broker = str(info.broker)
+            refused = (info.kind == "undecided" and info.syn_seen and info.closed == "rst"
+                       and info.closed_by == "broker" and not any(info.bytes.values())
+                       and (broker in brokers or info.broker.port in kafka_ports))
+            if (conv is not None or refused) and len(attempts) < 1_000_000:
+                host = str(info.client).rsplit(":", 1)[0]
+                stream = conv.stream if conv is not None else f"{info.client}->{info.broker}"
+                attempts.append((host, broker, info.first_ts, info.last_ts or info.first_ts, stream, refused))
+
     def add_all(self, events) -> Diagnoser:
         for ev in events:
             self.add(ev)

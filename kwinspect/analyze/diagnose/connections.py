@@ -18,6 +18,11 @@ Kinds:
   is routine. When the capture shows the client's own FIN or RST came first, the client
   abandoned the request itself (librdkafka drops a bootstrap connection right after
   sending on it, then asks again elsewhere): ``unanswered_at_close`` (info) too.
+- ``broker_unavailable`` (warning): a broker refused connection attempts (the client's SYN
+  answered by RST: nothing listening, or a broker shutting down) or closed connections itself
+  (its FIN/RST first) that the client then had to reopen to the same broker within
+  ``LOST_RETRY_WINDOW_S`` of the connection's last traffic (so not an idle timeout). A
+  connection whose authentication failed is left to ``authentication_failed``.
 - ``latency_outlier`` (warning): exchanges far slower than their api's own distribution:
   above median + ``OUTLIER_MAD_K`` x 1.4826 x MAD (a robust z-score; p99-based rules are not
   used because the outliers inflate p99 themselves), and above ``OUTLIER_MIN_MS``; needs
@@ -101,6 +106,10 @@ class ConnectionAnalyzer(FindingTable):
         self.slowest: dict[str, list[tuple[float, int, Evidence, float]]] = {}
         self.ended: dict[str, str] = {}  # stream -> how the connection ended (fin, rst, idle, end)
         self.closed_by: dict[str, str] = {}  # stream -> "client" | "broker": whose FIN/RST came first
+        self.auth_failed: set[str] = set()  # streams whose SASL handshake/authentication failed
+        # (client host, broker, first_ts, last_ts, stream, refused) of every connection attempt the
+        # caller reported (Diagnoser.connections_ended), for broker_unavailable
+        self.attempts: list[tuple[str, str, float, float, str, bool]] = []
         self._n = 0
 
     def on_exchange(self, ex: Exchange) -> None:
@@ -144,6 +153,8 @@ class ConnectionAnalyzer(FindingTable):
         # authentication
         if ex.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and ex.error_names:
             err = ex.error_names[0]
+            if len(self.auth_failed) < MAX_KEYS:
+                self.auth_failed.add(ex.stream)
             self._add(("authentication_failed", client, ex.broker, err), ERROR,
                       f"{client}: {ex.api_name} to {ex.broker} failed with {err}",
                       "The client cannot authenticate, so it gets no further than the handshake and keeps "
@@ -259,7 +270,38 @@ class ConnectionAnalyzer(FindingTable):
                 if how == "rst" and kind == "request_lost" and "reset" not in f.title:
                     f.title += " (connection reset)"
         out.extend(lost.values())
+        out.extend(self._broker_unavailable())
         out.extend(self._latency())
+        return out
+
+    def _broker_unavailable(self) -> list[Finding]:
+        """Refused connection attempts and broker-side closes the client had to recover from."""
+        by_broker: dict[str, list[tuple[str, float, str]]] = {}  # broker -> [(how, ts, stream)]
+        starts: dict[tuple[str, str], list[float]] = {}  # (client host, broker) -> connection start times
+        for host, broker, first, _last, _stream, _refused in self.attempts:
+            starts.setdefault((host, broker), []).append(first)
+        for host, broker, first, last, stream, refused in self.attempts:
+            if refused:
+                by_broker.setdefault(broker, []).append(("refused", first, stream))
+            elif self.closed_by.get(stream) == "broker" and stream not in self.auth_failed:
+                # the client needed the broker again soon after: not an idle timeout or a shutdown
+                if any(last < t <= last + LOST_RETRY_WINDOW_S for t in starts.get((host, broker), ())):
+                    by_broker.setdefault(broker, []).append(("closed", last, stream))
+        out = []
+        for broker, items in by_broker.items():
+            refused = sum(1 for how, *_ in items if how == "refused")
+            closed = len(items) - refused
+            parts = ([f"closed {closed} connection(s) the client had to reopen"] if closed else []) + \
+                    ([f"refused {refused} connection attempt(s)"] if refused else [])
+            f = Finding("broker_unavailable", WARNING, f"broker {broker} {' and '.join(parts)}",
+                        "The broker dropped connections (its FIN or RST came first) while clients still "
+                        "needed it, and/or answered new connections' SYN with RST (nothing listening: the "
+                        "broker is down, restarting, or the port is wrong). Clients see disconnects and "
+                        "retries; check the broker's log and health around these times.",
+                        key={"broker": broker, "closed": closed, "refused": refused})
+            for how, ts, stream in sorted(items, key=lambda x: x[1]):
+                f.add(Evidence(stream, None, f"(connection {how})", ts))
+            out.append(f)
         return out
 
     def _latency(self) -> list[Finding]:

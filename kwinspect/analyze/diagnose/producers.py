@@ -95,6 +95,7 @@ class ProducerAnalyzer(FindingTable):
         self.plain: OrderedDict[tuple, _Batch] = OrderedDict()  # non-idempotent: (topic, part, crc, count, ts)
         self.findings: dict[tuple, Finding] = {}
         self.txns: OrderedDict[str, _Txn] = OrderedDict()
+        self.retry_requests: dict[tuple, set[tuple]] = {}  # produce_retry key -> (stream, correlation id)
 
     # -- events ------------------------------------------------------------------------
     def on_exchange(self, ex: Exchange) -> None:
@@ -215,12 +216,22 @@ class ProducerAnalyzer(FindingTable):
             return
         what = ("acknowledged" if prior.outcome == 0 else
                 "unanswered" if prior.outcome is None else f"answered {error_name(prior.outcome)}")
-        f = self._add(("produce_retry", topic, part, client_label(ex)), INFO,
-                      f"{client_label(ex)} retried batches to {topic}[{part}]",
-                      f"The same batch was sent more than once (first attempt {what}). Retries follow "
-                      "retriable errors, timeouts and reconnects; an idempotent producer's duplicates are "
-                      "dropped by the broker.", prior.ev, client_id=ex.client_id, topic=topic, partition=part)
-        f.add(ev)
+        key = ("produce_retry", topic, part, client_label(ex))
+        f = self.findings.get(key)
+        if f is None:  # the first attempt is evidence (and an attempt) once, not once per retry
+            f = self._add(key, INFO, f"{client_label(ex)} retried batches to {topic}[{part}]",
+                          f"The same batch was sent more than once (first attempt {what}). Retries follow "
+                          "retriable errors, timeouts and reconnects; an idempotent producer's duplicates "
+                          "are dropped by the broker. Count: Produce requests involved (first attempts "
+                          "and retries).", prior.ev, client_id=ex.client_id, topic=topic, partition=part)
+            self.retry_requests[key] = {(prior.ev.stream, prior.ev.correlation_id)}
+        seen = self.retry_requests[key]
+        # one attempt per request: a request carrying several retried batches counts once
+        for attempt in (prior.ev, ev):
+            rid = (attempt.stream, attempt.correlation_id)
+            if rid not in seen and len(seen) < MAX_KEYS:
+                seen.add(rid)
+                f.add(attempt)
 
     # -- transactions ----------------------------------------------------------------------
     def _get_txn(self, tid: str) -> _Txn:

@@ -37,7 +37,7 @@ def write_jsonl(findings: Iterable[Finding], out: IO[str]) -> None:
         out.write(json.dumps(finding_json(f), ensure_ascii=False, default=str) + "\n")
 
 
-def render_text(findings: list[Finding], console: Any = None, *, exchanges: int = 0) -> None:
+def render_text(findings: list[Finding], console: Any = None, *, exchanges: int = 0, pcap: str = "PCAP") -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.text import Text
@@ -73,11 +73,19 @@ def render_text(findings: list[Finding], console: Any = None, *, exchanges: int 
                 console.print(Text(f"    when: {when}" + (f" .. {last}" if last and last != when else ""),
                                    style="dim"))
             for e in f.evidence[:EVIDENCE_SHOWN]:
-                console.print(f"    - correlation_id={e.correlation_id} {escape(clean(str(e.api_name)))} "
-                              f"{_clock(e.ts)} {escape(clean(str(e.stream)))}", overflow="fold")
+                what = (f"correlation_id={e.correlation_id} " if e.correlation_id is not None else "") + \
+                    clean(str(e.api_name))
+                console.print(f"    - {escape(what)} {_clock(e.ts)} {escape(clean(str(e.stream)))}",
+                              overflow="fold")
             if len(f.evidence) > EVIDENCE_SHOWN or f.count > len(f.evidence):
                 more = max(len(f.evidence), f.count) - EVIDENCE_SHOWN
                 if more > 0:
                     console.print(Text(f"    ... {more} more (-F jsonl lists up to 20)", style="dim"))
     console.print()
-    console.print(Text("Find an exchange: kwinspect exchanges PCAP --filter 'correlation_id == N'", style="dim"))
+    # correlation ids repeat across connections: the stream names the connection
+    example = next((e for f in findings for e in f.evidence if e.correlation_id is not None and e.stream), None)
+    stream = clean(example.stream) if example else "CLIENT->BROKER"
+    cid = example.correlation_id if example else "N"
+    console.print(Text("Find an exchange (stream and correlation_id of the evidence):\n"
+                       f"  kwinspect exchanges {clean(pcap)} -f 'stream == \"{stream}\" and "
+                       f"correlation_id == {cid}'", style="dim"), overflow="fold")
