@@ -37,7 +37,9 @@ async def test_opens_capture_and_lists_every_exchange(produce_consume):
         lst = app.screen.list
         assert lst.count == len(expected)
         assert [app.store.row_dict(r) for r in range(len(expected))] == [e.row() for e in expected]
-        # the view follows the tail while rows arrive
+        # a file opens at its first exchange, like Wireshark; End goes to the last
+        assert lst.cursor == 0 and not lst.follow
+        await pilot.press("end")
         assert lst.cursor == lst.count - 1
         await pilot.press("home")
         assert lst.cursor == 0

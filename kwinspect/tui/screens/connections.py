@@ -55,7 +55,7 @@ class ConnectionsScreen(Screen[str | None]):
         yield DataTable(id="conns", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="lower"):
             with Vertical(id="brokers"):
-                yield Static(Text("Broker map (from Metadata / FindCoordinator / DescribeCluster)", style="bold"))
+                yield Static(Text("Brokers (Metadata, FindCoordinator)", style="bold"))
                 yield DataTable(id="broker-table", cursor_type="row")
             with Vertical(id="versions"):
                 yield Static(id="versions-title")
@@ -148,17 +148,22 @@ class ConnectionsScreen(Screen[str | None]):
                     used.setdefault(k, set()).add(v)
         title.update(Text.assemble(("ApiVersions of ", "bold"), term_safe(name, 60),
                                    ("" if advertised else "  (no ApiVersions response seen)", "dim")))
-        for col in ("api", "used", "broker supports", "note"):
-            table.add_column(col)
+        rows = []
         for key in sorted(set(advertised) | set(used)):
             rng = advertised.get(key)
             u = sorted(used.get(key, ()))
             bad = [v for v in u if rng is not None and not (rng[0] <= v <= rng[1])]
-            table.add_row(
+            rows.append((
                 f"{api_name(key) or key} ({key})", ",".join(f"v{v}" for v in u),
                 f"v{rng[0]}-v{rng[1]}" if rng else "",
-                Text("used outside the advertised range", style="bold red") if bad else "",
-            )
+                Text("outside the advertised range", style="bold red") if bad else "",
+            ))
+        # explicit widths: the table is refilled on every cursor move, and auto widths
+        # computed then kept the header's width ("Pro" for Produce) at 80 columns
+        for n, col in enumerate(("api", "used", "broker supports", "note")):
+            table.add_column(col, width=max([len(col)] + [len(str(r[n])) for r in rows]))
+        for r in rows:
+            table.add_row(*r)
 
     def action_only(self) -> None:
         table = self.query_one("#conns", DataTable)

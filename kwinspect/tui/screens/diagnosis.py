@@ -41,6 +41,10 @@ def evidence_row(ev: dict[str, Any]) -> ErrorRow:
                     api_name=ev.get("api_name"), ts=ev.get("ts"))
 
 
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
 class DiagnosisScreen(Screen[ErrorRow | None]):
     """Dismisses with the chosen evidence (as an ErrorRow); the app jumps to its exchange."""
 
@@ -108,8 +112,8 @@ class DiagnosisScreen(Screen[ErrorRow | None]):
         done = self.app.indexer.done.is_set() if hasattr(self.app, "indexer") else True
         state = "" if done else "  (indexing: updated as it goes)"
         self.query_one("#diag-title", Static).update(Text.assemble(
-            ("Diagnosis: ", "bold"), (f"{counts['error']} error(s)", STYLE["error"]), ", ",
-            (f"{counts['warning']} warning(s)", STYLE["warning"]), ", ", (f"{counts['info']} info", STYLE["info"]),
+            ("Diagnosis: ", "bold"), (_count(counts['error'], "error"), STYLE["error"]), ", ",
+            (_count(counts['warning'], "warning"), STYLE["warning"]), ", ", (f"{counts['info']} info", STYLE["info"]),
             f"  ({examined:,} exchanges examined){state}",
             "\nEnter: go to the evidence exchange (on a finding: its first) · Tab: findings/evidence · Esc: back"))
         if not findings:

@@ -65,7 +65,8 @@ class ErrorsScreen(Screen[ErrorRow | None]):
             table.add_column(col)
         for e in self.shown:
             is_err = e.kind == KAFKA_ERROR
-            where = f"{e.topic}/{e.partition}" if e.topic is not None else ""
+            # a topic-level error has no partition: show the topic alone, never "topic/None"
+            where = "" if e.topic is None else e.topic if e.partition is None else f"{e.topic}/{e.partition}"
             table.add_row(
                 _clock(e.ts),
                 Text(term_safe(e.kind, 30), style="red" if not is_err else ""),

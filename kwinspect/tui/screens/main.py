@@ -77,7 +77,8 @@ class MainScreen(Screen):
         yield FilterBar()
         with Vertical(id="list-box"):
             yield Static(Text(" " + header_text()), id="list-header")
-            yield ExchangeList(self.app.store, id="list")
+            # a file opens at its first exchange, like Wireshark; a live feed follows its tail
+            yield ExchangeList(self.app.store, follow=self.app.live is not None, id="list")
         yield DetailPane(self.app.store, id="detail")
         yield Footer()
 
@@ -273,8 +274,11 @@ class MainScreen(Screen):
         if self.has_class("-no-detail"):
             return
         detail = self.detail
-        if detail.loading != row:
+        if detail.pending_row != row:
             detail.show(row)
+
+    def on_exchange_list_resized(self, event: ExchangeList.Resized) -> None:
+        self.query_one("#list-header", Static).update(Text(" " + header_text(event.width)))
 
     def on_exchange_list_selected(self, event: ExchangeList.Selected) -> None:
         if self.has_class("-no-detail"):
@@ -293,7 +297,7 @@ class MainScreen(Screen):
     def action_tab(self, tab: str) -> None:
         self.detail.active = tab
         self.remove_class("-no-detail")
-        if self.detail.loading != self.list.current_row:
+        if self.detail.pending_row != self.list.current_row:
             self.detail.show(self.list.current_row)
 
     def action_hex_side(self) -> None:

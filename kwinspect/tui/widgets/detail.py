@@ -200,7 +200,7 @@ class DetailPane(Vertical):
         super().__init__(**kw)
         self.store = store
         self.row: int | None = None  # the exchange shown
-        self.loading: int | None = None  # the exchange asked for (decoding in a worker)
+        self.pending_row: int | None = None  # the exchange asked for (decoding in a worker); not `loading`, which is Textual's spinner switch
         self.frames: dict[str, bytes | None] = {"request": None, "response": None}
         self.issue_offsets: dict[str, int | None] = {"request": None, "response": None}
         self.hex_side = "request"
@@ -228,7 +228,7 @@ class DetailPane(Vertical):
 
     def show(self, row: int | None) -> None:
         """Show an exchange: decoding runs in a thread worker, the widgets fill in when it is done."""
-        self.loading = row
+        self.pending_row = row
         if row is None or not self.store.has(row):
             self._apply(row, None)
             return
@@ -257,7 +257,7 @@ class DetailPane(Vertical):
         }
 
     def _apply(self, row: int | None, data: dict | None) -> None:
-        if row != self.loading:
+        if row != self.pending_row:
             return  # the user moved on
         self.row = row
         req_tree = self.query_one("#tree-request", MessageTree)

@@ -22,11 +22,16 @@ from textual.strip import Strip
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.tui.store import NONE_INT, ExchangeStore
 
-# (title, width); the last column takes what is left
+# (title, width, right-aligned), in display order. A narrow terminal shows only the
+# columns that fit, taken by PRIORITY, so 80x24 keeps No., time, API, latency and status.
 COLUMNS = (
-    ("No.", 8), ("Time (UTC)", 12), ("Client -> Broker", 44), ("API", 24), ("Corr", 7),
-    ("Latency", 9), ("Status", 22), ("Req B", 8), ("Resp B", 8), ("Topics", 0),
+    ("No.", 7, True), ("Time (UTC)", 12, False), ("Client -> Broker", 44, False),
+    ("API", 20, False), ("Corr", 7, True), ("Latency", 9, True), ("Status", 22, False),
+    ("Req B", 8, True), ("Resp B", 8, True), ("Topics", 12, False),
 )
+PRIORITY = (0, 1, 3, 5, 6, 4, 2, 9, 7, 8)
+# Columns that may grow into what is left of the width (the last shown one does).
+FLEXIBLE = (9, 6, 3)
 S_NORMAL = Style()
 S_DIM = Style(dim=True)
 S_ERR = Style(color="red", bold=True)
@@ -36,8 +41,27 @@ S_CURSOR = Style(reverse=True)
 S_CURSOR_BLUR = Style(bgcolor="grey30")
 
 
-def header_text() -> str:
-    return " ".join(_fit(t, w) for t, w in COLUMNS)
+def layout(width: int) -> list[tuple[int, int]]:
+    """(column index, width) of the columns shown in ``width`` cells, in display order."""
+    chosen: set[int] = set()
+    used = 0
+    for i in PRIORITY:
+        w = COLUMNS[i][1] + 1  # one space after every cell
+        if used + w <= width or not chosen:
+            chosen.add(i)
+            used += w
+    shown = [[i, COLUMNS[i][1]] for i in sorted(chosen)]
+    spare = width - used
+    if spare > 0:
+        for i in FLEXIBLE:
+            if i in chosen:
+                next(c for c in shown if c[0] == i)[1] += spare
+                break
+    return [(i, w) for i, w in shown]
+
+
+def header_text(width: int = 200) -> str:
+    return " ".join(_fit(COLUMNS[i][0], w) for i, w in layout(width))
 
 
 def _fit(text: str, width: int, right: bool = False) -> str:
@@ -129,6 +153,13 @@ class ExchangeList(ScrollView, can_focus=True):
             super().__init__()
             self.row = row
 
+    class Resized(Message):
+        """The list's width changed: the header shows the columns that now fit."""
+
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.width = width
+
     class Selected(Message):
         """Enter or a click on an exchange: open its detail."""
 
@@ -136,13 +167,12 @@ class ExchangeList(ScrollView, can_focus=True):
             super().__init__()
             self.row = row
 
-    def __init__(self, store: ExchangeStore, **kw) -> None:
+    def __init__(self, store: ExchangeStore, follow: bool = True, **kw) -> None:
         super().__init__(**kw)
         self.store = store
         self.rows: np.ndarray | None = None  # None: every row of the store in capture order
         self.cursor = 0
-        self.follow = True  # keep the cursor on the last row as rows arrive
-        self._width = sum(w for _t, w in COLUMNS) + len(COLUMNS) + 40
+        self.follow = follow  # keep the cursor on the last row as rows arrive
         self._last_highlight: int | None = None
         self._n = 0  # store rows shown (identity view), updated in data_changed()
 
@@ -187,7 +217,7 @@ class ExchangeList(ScrollView, can_focus=True):
             self._first = self.store.first
             if not self.follow and self._first != old_first:  # live trimming shifted the rows
                 self.cursor -= self._first - old_first
-        self.virtual_size = Size(self._width, self.count)
+        self.virtual_size = Size(self.size.width, self.count)
         if self.follow and self.count:
             self.cursor = self.count - 1
             self.scroll_to(y=max(0, self.count - self.size.height), animate=False, immediate=True)
@@ -209,9 +239,9 @@ class ExchangeList(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         cells = row_cells(self.store, row)
         segs = []
-        for n, ((_title, w), (text, style)) in enumerate(zip(COLUMNS, cells, strict=True)):
-            right = n in (0, 4, 5, 7, 8)
-            segs.append(Segment(_fit(text, w, right) + " ", style))
+        for n, w in layout(self.content_width):
+            text, style = cells[n]
+            segs.append(Segment(_fit(text, w, COLUMNS[n][2]) + " ", style))
         strip = Strip(segs)
         if i == self.cursor:
             strip = strip.apply_style(S_CURSOR if self.has_focus else S_CURSOR_BLUR)
@@ -259,6 +289,15 @@ class ExchangeList(ScrollView, can_focus=True):
             self.move_to(i)
             if getattr(event, "chain", 1) >= 2:  # double click opens the detail
                 self.action_select()
+
+    @property
+    def content_width(self) -> int:
+        """Cells available for the columns (the vertical scrollbar takes its share)."""
+        return max(1, self.scrollable_content_region.width - 1)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.virtual_size = Size(event.size.width, self.count)
+        self.post_message(self.Resized(self.content_width))
 
     def on_focus(self) -> None:
         self.refresh()
