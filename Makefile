@@ -28,8 +28,9 @@ $(STAMP): pyproject.toml | $(PY)
 #   iproute2, ethtool  the 1500-MTU network-namespace variant (skipped without them)
 #   tshark             the independent oracle in tests/e2e (skipped without it)
 #   jq                 required: the docs' shell examples pipe into it (tests/docs)
+#   tmux               required: the TUI test in a real terminal (tests/tui/test_real_terminal.py)
 # Only what is missing is installed; the optional ones may fail without failing the build.
-SYSDEPS_REQUIRED := tcpdump:tcpdump jq:jq
+SYSDEPS_REQUIRED := tcpdump:tcpdump jq:jq tmux:tmux
 SYSDEPS_OPTIONAL := ip:iproute2 ethtool:ethtool tshark:tshark
 sysdeps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

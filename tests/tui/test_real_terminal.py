@@ -1,0 +1,67 @@
+"""`kwinspect tui` in a real terminal: tmux runs it, send-keys types, capture-pane reads.
+
+This is the user's path end to end (the console script, the indexing process,
+Textual's Linux driver), which the headless Pilot tests do not cover. The
+expected header values come from `kwinspect exchanges -F jsonl`, the CLI's
+separate code path, not from the TUI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+CAPTURE = Path(__file__).resolve().parents[2] / "captures" / "confluent-mock-produce-consume.pcap"
+KWINSPECT = [sys.executable, "-m", "kwinspect.cli"]
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (`make sysdeps`)")
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+
+
+def _wait_for_screen(session: str, cond, what: str, tries: int = 300) -> str:
+    screen = ""
+    for _ in range(tries):  # bounded polling, no wall-clock assertion
+        screen = _tmux("capture-pane", "-t", session, "-p")
+        if cond(screen):
+            return screen
+        time.sleep(0.1)
+    raise AssertionError(f"{what} never appeared; the screen was:\n{screen}")
+
+
+def test_open_move_down_three_rows_and_read_the_detail_pane():
+    out = subprocess.run([*KWINSPECT, "exchanges", str(CAPTURE), "-F", "jsonl"],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    fourth = rows[3]
+    session = f"kwinspect-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    cmd = " ".join([*KWINSPECT, "tui", str(CAPTURE)])
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
+                   check=True, env=env)
+    try:
+        first = _wait_for_screen(session, lambda s: f"{len(rows)} exchanges" in s and "correlation_id:" in s,
+                                 "the indexed capture")
+        # opened at the first exchange: row 1 is the first list row under the header
+        lines = first.splitlines()
+        header = next(i for i, line in enumerate(lines) if line.strip().startswith("No."))
+        assert lines[header + 1].split()[0] == "1"
+        _tmux("send-keys", "-t", session, "Home")
+        for _ in range(3):
+            _tmux("send-keys", "-t", session, "Down")
+        want = [f"correlation_id: {fourth['correlation_id']}", f"request_api_key: {fourth['api_key']}",
+                f"request_api_version: {fourth['api_version']}", f'client_id: "{fourth["client_id"]}"']
+        screen = _wait_for_screen(session, lambda s: all(w in s for w in want), "the 4th exchange's header")
+        assert all(len(line) <= 80 for line in screen.splitlines())
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
