@@ -51,6 +51,11 @@ SCRAM_FINAL = b"c=biws,r=nonceABCserverXYZ,p=U0NSQU1wcm9vZnMzY3JldA=="
 SCRAM_SERVER_FINAL = b"v=U0VSVkVSc2lnbmF0dXJlczNjcmV0"
 SCRAM_RAW_FINAL = b"c=biws,r=rawnonce,p=UkFXc2NyYW1wcm9vZnMzY3JldA=="
 OAUTH = b"n,,\x01auth=Bearer eyJhbGciOi.OAUTH-T0KEN-s3cret.sig\x01\x01"
+# crafted (issue: redact by what the bytes are, not by what the handshake announced)
+MISMATCH_PLAIN = b"\x00eve\x00MISMATCH-pw-s3cret"  # PLAIN token after a SCRAM handshake
+MISMATCH_RAW = b"\x00frank\x00RAW-MISMATCH-pw-s3cret"  # the same as a raw v0 token
+OAUTH_TAB = b"n,,\x01auth=Bearer\tTAB-T0KEN-s3cret\x01\x01"  # a tab, not a space, after the scheme
+TAG_SECRET = b"UNKNOWN-TAG-s3cret"  # in unknown tagged fields of a SaslAuthenticate header and body
 HMACS = {name: f"{name}-HMAC-s3cret".encode()
          for name in ("CREATE", "RENEW", "EXPIRE", "DESCRIBE", "ORPHAN", "GARBLED")}
 
@@ -61,6 +66,10 @@ SECRETS: list[tuple[str, bytes]] = [
     ("U0VSVkVSc2lnbmF0dXJlczNjcmV0", SCRAM_SERVER_FINAL),
     ("UkFXc2NyYW1wcm9vZnMzY3JldA==", SCRAM_RAW_FINAL),
     ("OAUTH-T0KEN-s3cret", OAUTH),
+    ("MISMATCH-pw-s3cret", MISMATCH_PLAIN),
+    ("RAW-MISMATCH-pw-s3cret", MISMATCH_RAW),
+    ("TAB-T0KEN-s3cret", OAUTH_TAB),
+    ("UNKNOWN-TAG-s3cret", TAG_SECRET),
 ] + [(v.decode(), v) for v in HMACS.values()]
 
 TS = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -79,6 +88,25 @@ def _auth(cid: int, client: bytes, server: bytes) -> list[tuple[str, bytes]]:
             ("s", response_frame(sa_resp.SaslAuthenticateResponse(
                 error_code=ErrorCode(0), error_message=None, auth_bytes=server,
                 session_lifetime=i64Timedelta.parse(dt.timedelta(0))), cid))]
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def _auth_with_unknown_tags(cid: int) -> bytes:
+    """SaslAuthenticate v2 with the secret in unknown tagged fields of header and body, by hand
+    (no encoder writes tags its schema lacks): header v2 = key, version, cid, client id, tags."""
+    tag = _uvarint(1) + _uvarint(7) + _uvarint(len(TAG_SECRET)) + TAG_SECRET
+    header = (36).to_bytes(2, "big") + (2).to_bytes(2, "big") + cid.to_bytes(4, "big") + \
+        (3).to_bytes(2, "big") + b"cli" + tag
+    token = b"n,,n=gina,r=tagnonce"
+    body = _uvarint(len(token) + 1) + token + tag
+    return header + body
 
 
 def _raw(data: bytes) -> bytes:
@@ -105,6 +133,17 @@ def _connections() -> list[list[tuple[str, bytes]]]:
                     ("c", _raw(SCRAM_RAW_FINAL)), ("s", _raw(b"v=cmF3c2VydmVyc2ln"))])
     # 5. OAUTHBEARER
     conns.append(_sized(_handshake(1, "OAUTHBEARER", 1) + _auth(2, OAUTH, b"")))
+    # 5b. crafted: a PLAIN token after a SCRAM handshake, in SaslAuthenticate and as a raw v0 token;
+    # OAUTHBEARER with a tab after the scheme; unknown tags in SaslAuthenticate header and body
+    conns.append(_sized(_handshake(1, "SCRAM-SHA-256", 1) + _auth(2, MISMATCH_PLAIN, b"")))
+    conns.append(_sized(_handshake(0, "SCRAM-SHA-512", 1)) + [("c", _raw(MISMATCH_RAW)), ("s", _raw(b""))])
+    conns.append(_sized(_handshake(1, "OAUTHBEARER", 1) + _auth(2, OAUTH_TAB, b"")))
+    conns.append(_sized(_handshake(1, "SCRAM-SHA-256", 1))
+                 + [("c", _raw(_auth_with_unknown_tags(2))), ("s", _raw(response_frame(
+                     sa_resp.SaslAuthenticateResponse(error_code=ErrorCode(0), error_message=None,
+                                                      auth_bytes=b"r=tagnonceS,s=c2FsdA==,i=4096",
+                                                      session_lifetime=i64Timedelta.parse(dt.timedelta(0))),
+                     2)))])
     # 6. delegation tokens
     create = cdt_req.CreateDelegationTokenRequest(
         owner_principal_type=None, owner_principal_name=None, renewers=(),
@@ -186,6 +225,9 @@ def _outputs(pcap: str, tmp_path, capsys, extra: list[str]) -> dict[str, str]:
             run(f"{table}.{fmt}", [table, pcap, "-F", fmt, "-o", path], path)
         run(f"{table}.table", [table, pcap, "-F", "table"])
     run("decode", ["decode", pcap])
+    run("diagnose", ["diagnose", pcap])
+    run("diagnose.jsonl", ["diagnose", pcap, "-F", "jsonl"])
+    run("latency", ["latency", pcap, "-F", "jsonl"])
     run("summary.table", ["summary", pcap])
     run("summary.json", ["summary", pcap, "-F", "json"])
     return out
@@ -261,5 +303,5 @@ def test_tui_views_show_no_secret(secret_pcap):
     # the search does find them when not redacting (raw tokens after SaslHandshake v0 have no
     # Kafka header, so the TUI's re-decoding does not show them either way)
     clear = "".join(_tui_texts(secret_pcap, redact=False))
-    shown = [t for t, w in SECRETS if w not in (PLAIN_V0, SCRAM_RAW_FINAL)]
+    shown = [t for t, w in SECRETS if w not in (PLAIN_V0, SCRAM_RAW_FINAL, MISMATCH_RAW)]
     assert all(any(f in clear for f in _forms(t, w)) for t, w in SECRETS if t in shown)

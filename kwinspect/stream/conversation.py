@@ -49,7 +49,7 @@ from kwinspect.stream.redact import (
     SASL_HANDSHAKE,
     SECRET_APIS,
     describe_sasl_token,
-    redact_body,
+    redact_message,
 )
 
 PRODUCE = 0
@@ -182,7 +182,7 @@ class Conversation:
         if api_key == SASL_HANDSHAKE and body:
             self.sasl_mechanism = body.get("mechanism")
         if self.redact:
-            redact_body(api_key, True, body, self.sasl_mechanism)
+            redact_message(api_key, True, msg.header, body, self.sasl_mechanism)
         if api_key == API_VERSIONS and body and body.get("client_software_name"):
             self.client_software = (body["client_software_name"], body.get("client_software_version", ""))
         no_resp = api_key == PRODUCE and bool(body) and body.get("acks") == 0
@@ -257,7 +257,7 @@ class Conversation:
         elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
             self._sasl_raw = True
         if self.redact:
-            redact_body(req.api_key, False, body, self.sasl_mechanism)
+            redact_message(req.api_key, False, resp.header, body, self.sasl_mechanism)
 
     def _on_sasl_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
         """Raw SASL tokens (handshake v0): pair the oldest client token with this one."""
@@ -303,7 +303,7 @@ class Conversation:
             resp.issues.append(Issue(REQUEST_MISSING, "request not captured; body decoded as the only "
                                      "api/version this connection used that fits", severity="info"))
             if self.redact:
-                redact_body(resp.api_key, False, resp.body, self.sasl_mechanism)
+                redact_message(resp.api_key, False, resp.header, resp.body, self.sasl_mechanism)
         self._anomaly(REQUEST_MISSING, ts_first, api=resp.api_key, cid=cid,
                       message="response without a captured request")
         self._emit(None, resp, None, None, ts_first, ts_last, STATUS_REQUEST_MISSING)

@@ -361,7 +361,7 @@ class ExchangeStore:
         if req_f is None and resp_f is None:
             return None, None
         from kwinspect.protocol import decode_request, decode_response
-        from kwinspect.stream.redact import redact_body
+        from kwinspect.stream.redact import redact_message
 
         p = row - self.first
         key, ver = self._c["api_key"][p], self._c["api_version"][p]
@@ -373,9 +373,9 @@ class ExchangeStore:
         if self.redact:
             mech = self.sasl_mechanisms.get(self.stream(row))
             if req is not None:
-                redact_body(req.api_key, True, req.body, mech)
+                redact_message(req.api_key, True, req.header, req.body, mech)
             if resp is not None:
-                redact_body(key, False, resp.body, mech)
+                redact_message(key, False, resp.header, resp.body, mech)
         return req, resp
 
     def raw_visible(self, row: int) -> bool:
