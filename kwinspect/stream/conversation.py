@@ -205,9 +205,10 @@ class Conversation:
             return
         rng = self.advertised.get(msg.api_key)
         if rng is None or not rng[0] <= msg.api_version <= rng[1]:
-            where = f"v{rng[0]}-v{rng[1]}" if rng else "not at all"
+            where = f"v{rng[0]}-v{rng[1]}" if rng else "no version of it"
+            name = api_name(msg.api_key) or f"api key {msg.api_key} (unknown)"
             self._anomaly(VERSION_NOT_ADVERTISED, ts, api=msg.api_key, cid=msg.correlation_id,
-                          message=f"{api_name(msg.api_key)} v{msg.api_version} used, broker advertised {where}")
+                          message=f"{name} v{msg.api_version} used, broker advertised {where}")
 
     # -- responses -----------------------------------------------------------------------
 

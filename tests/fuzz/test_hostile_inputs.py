@@ -314,3 +314,34 @@ def test_a_record_claiming_60_mib_in_a_small_gzip_file_costs_little_memory():
     (src, packets), peak = _peak(run)
     assert peak < 16 << 20, peak
     assert [i.kind for i in src.issues if i.kind == "truncated_packet"] == ["truncated_packet"]
+
+
+def test_unknown_api_key_after_api_versions_is_named_as_such(tmp_path, capsys):
+    """An api key no table knows, sent after ApiVersions: the errors row and the diagnose
+    finding name it `api key 999 (unknown)`, never `None v0 ... not at all`."""
+    import kio.schema.api_versions.v3.request as avq
+    import kio.schema.api_versions.v3.response as avr
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import i16, i32Timedelta
+    from stream.kio_frames import request_frame, response_frame
+
+    def sized(b: bytes) -> bytes:
+        return len(b).to_bytes(4, "big") + b
+
+    req = avq.ApiVersionsRequest(client_software_name="x", client_software_version="1")
+    resp = avr.ApiVersionsResponse(
+        error_code=ErrorCode(0), throttle_time=i32Timedelta.parse(__import__("datetime").timedelta(0)),
+        api_keys=(avr.ApiVersion(api_key=i16(18), min_version=i16(0), max_version=i16(3)),),
+        supported_features=(), finalized_features_epoch=-1, finalized_features=(), zk_migration_ready=False)
+    unknown = struct.pack(">hhih", 999, 0, 2, 1) + b"c" + b"\x00" * 8
+    msgs = [("c", sized(request_frame(req, 1))), ("s", sized(response_frame(resp, 1))),
+            ("c", sized(unknown)), ("s", sized(struct.pack(">i", 2) + b"\x00\x00"))]
+    path = tmp_path / "unknown.pcap"
+    write_pcap(path, conversation(("10.0.0.1", 40000), ("10.0.0.2", 9092), msgs, ts0=1_700_000_000.0))
+    assert main(["errors", str(path), "-F", "jsonl", "-q"]) == 0
+    errors = capsys.readouterr().out
+    assert "api key 999 (unknown) v0 used, broker advertised no version of it" in errors
+    assert main(["diagnose", str(path), "-q"]) == 0
+    text = capsys.readouterr().out
+    assert "api key 999 (unknown) v0 sent" in text
+    assert "None" not in errors + text and "not at all" not in errors + text

@@ -137,7 +137,7 @@ def client_label(ex: Exchange | ErrorRow) -> str:
 
 
 def range_text(rng: tuple[int, int] | None) -> str:
-    return f"v{rng[0]}-v{rng[1]}" if rng else "not at all"
+    return f"v{rng[0]}-v{rng[1]}" if rng else "no version of it"
 
 
 def as_int(value: Any) -> int | None:

@@ -63,14 +63,15 @@ class NegotiationAnalyzer(FindingTable):
             self._api_versions(ex, body)
             return
         rng_map = self.by_stream.get(ex.stream) or self.by_broker.get(ex.broker)
+        name = ex.api_name or f"api key {ex.api_key} (unknown)"
         if rng_map is not None:
             rng = rng_map.get(ex.api_key)
             if rng is None or not rng[0] <= ex.api_version <= rng[1]:
                 where = "on this connection" if ex.stream in self.by_stream else "on other connections"
                 self._add(("version_not_advertised", client_label(ex), ex.broker, ex.api_key, ex.api_version),
-                          ERROR, f"{ex.api_name} v{ex.api_version} sent, but the broker advertised "
-                          f"{ex.api_name} {range_text(rng)}",
-                          f"Client {client_label(ex)} sent {ex.api_name} v{ex.api_version} to {ex.broker}, whose "
+                          ERROR, f"{name} v{ex.api_version} sent, but the broker advertised "
+                          + (f"{name} {range_text(rng)}" if rng else "no version of it"),
+                          f"Client {client_label(ex)} sent {name} v{ex.api_version} to {ex.broker}, whose "
                           f"ApiVersions response ({where}) advertised {range_text(rng)}. The client ignored or "
                           "never asked for the broker's ranges (e.g. a pinned api_version setting); brokers may "
                           "close the connection or answer UNSUPPORTED_VERSION.",
@@ -90,9 +91,9 @@ class NegotiationAnalyzer(FindingTable):
                    "carries (for example a message format or compression it does not accept at this version)."
                    if inside else "Upgrade the client or the broker, or let the client negotiate versions.")
             self._add(("unsupported_version", client_label(ex), ex.broker, ex.api_key, ex.api_version),
-                      ERROR, f"{ex.api_name} v{ex.api_version} rejected with UNSUPPORTED_VERSION "
+                      ERROR, f"{name} v{ex.api_version} rejected with UNSUPPORTED_VERSION "
                       f"(broker advertised {range_text(rng) if rng_map is not None else 'unknown'})",
-                      f"Client {client_label(ex)} -> {ex.broker}: {ex.api_name} v{ex.api_version}; broker range "
+                      f"Client {client_label(ex)} -> {ex.broker}: {name} v{ex.api_version}; broker range "
                       f"{range_text(rng) if rng_map is not None else 'unknown (no ApiVersions seen)'}. " + why,
                       ex, client_id=ex.client_id, broker=ex.broker, api_name=ex.api_name,
                       api_version=ex.api_version, advertised=list(rng) if rng else None)
