@@ -128,6 +128,10 @@ def _output_options(p: argparse.ArgumentParser, formats=TABLE_FORMATS, filterabl
     g.add_argument("-F", "--format", choices=formats, default=None,
                    help="output format (default: table on a terminal, else jsonl; or from -o's extension)")
     g.add_argument("-o", "--output", metavar="OUT", help="write to OUT instead of stdout")
+    if "csv" in formats:
+        g.add_argument("--csv-exact", action="store_true",
+                       help="CSV: write text exactly as captured; by default a cell starting with "
+                            "= + - @ tab or CR gets a leading ' so spreadsheets do not run it as a formula")
     if filterable:
         g.add_argument("-f", "--filter", metavar="EXPR",
                        help='keep rows matching EXPR, e.g. \'api == "Produce" and latency_ms > 50\', '
@@ -324,7 +328,7 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     from kwinspect.capture.parallel import DROP
     from kwinspect.export.writers import TextRenderer
 
-    text = TextRenderer(fmt, table)
+    text = TextRenderer(fmt, table, csv_exact=getattr(args, "csv_exact", False))
     want = ErrorRow if table == "errors" else Exchange
     values = args.values
 
@@ -391,8 +395,12 @@ def cmd_table(args, table: str) -> int:
     if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
         raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
     run = FileRun()
-    write_rows(_rows(args, table, run, fmt), table, fmt, args.output)
+    write_rows(_rows(args, table, run, fmt), table, fmt, args.output, **_csv_options(args, fmt))
     return 0
+
+
+def _csv_options(args, fmt: str) -> dict[str, Any]:
+    return {"exact": True} if fmt == "csv" and getattr(args, "csv_exact", False) else {}
 
 
 def cmd_summary(args) -> int:
@@ -438,7 +446,7 @@ def cmd_latency(args) -> int:
     else:
         from kwinspect.export.writers import write_rows
 
-        write_rows(stats.rows(), "latency", fmt, args.output)
+        write_rows(stats.rows(), "latency", fmt, args.output, **_csv_options(args, fmt))
     if args.plot:
         try:
             path = plot_latency(stats, args.plot)

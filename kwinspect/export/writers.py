@@ -613,8 +613,25 @@ def _csv_cell(column: str, v: Any) -> Any:
     return v
 
 
+# OWASP's CSV injection rule: a spreadsheet runs a cell that starts with one of these as a
+# formula (`=HYPERLINK(...)` from a record value), so text cells that do are written with
+# a leading single quote unless the user asks for exact values (--csv-exact).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralize_formulas(cells: list[Any]) -> list[Any]:
+    """Text cells a spreadsheet would run as a formula get a leading `'`; numbers stay numbers."""
+    for i, v in enumerate(cells):
+        if type(v) is str and v.startswith(_FORMULA_START):
+            cells[i] = "'" + v
+    return cells
+
+
 class CsvWriter(RowWriter):
-    """RFC 4180 CSV with a header row; lists are JSON-encoded strings in one cell."""
+    """RFC 4180 CSV with a header row; lists are JSON-encoded strings in one cell.
+
+    Text that a spreadsheet would take for a formula is prefixed with `'` unless
+    ``exact`` (see ``neutralize_formulas``)."""
 
     def __init__(
         self,
@@ -623,8 +640,10 @@ class CsvWriter(RowWriter):
         *,
         columns: tuple[str, ...] | None = None,
         header: bool = True,
+        exact: bool = False,
     ) -> None:
         super().__init__(table, columns)
+        self._exact = exact
         self._out = _TextOutput(out, newline="")
         self._csv = csv.writer(self._out.stream, lineterminator="\r\n")  # RFC 4180; quotes any \r in a value
         if header:
@@ -636,6 +655,8 @@ class CsvWriter(RowWriter):
         if cells is None:
             row = normalize_row(item, self.columns)
             cells = [_csv_cell(c, row[c]) for c in self.columns]
+        if not self._exact:
+            cells = neutralize_formulas(list(cells))
         self._csv.writerow(cells)
         self.count += 1
 
@@ -656,12 +677,13 @@ class TextRenderer:
     writes them (``RowWriter.write_text``).
     """
 
-    def __init__(self, fmt: str, table: str, columns: tuple[str, ...] | None = None) -> None:
+    def __init__(self, fmt: str, table: str, columns: tuple[str, ...] | None = None,
+                 csv_exact: bool = False) -> None:
         self._buf = io.StringIO()
         if fmt == "jsonl":
             self._writer: RowWriter = JsonlWriter(table, self._buf, columns=columns, line_buffered=False)
         elif fmt == "csv":
-            self._writer = CsvWriter(table, self._buf, columns=columns, header=False)
+            self._writer = CsvWriter(table, self._buf, columns=columns, header=False, exact=csv_exact)
         else:
             raise ValueError(f"cannot render {fmt!r} rows one at a time")
         # jsonl: the line itself, not through the StringIO (a copy, and after the

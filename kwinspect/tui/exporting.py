@@ -87,4 +87,11 @@ def _csv_cell(column: str, v: Any) -> Any:
         return ""
     if column in LIST_COLUMNS:
         return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+    if type(v) is str and v.startswith(_FORMULA_START):
+        return "'" + v  # the CLI's CSV rule (export.writers.neutralize_formulas): no formulas
     return v
+
+
+# the same characters as export.writers._FORMULA_START, which the TUI may not import
+# (front ends are independent) until the table registry moves below them
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
