@@ -60,7 +60,8 @@ class GroupStats:
 
     def row(self, by: str) -> dict[str, Any]:
         return {
-            "by": by, "group": self.group, "count": self.count, "mean_ms": self.mean_ms,
+            # latencies are microsecond-exact (3 decimals in ms); the mean is rounded the same way
+            "by": by, "group": self.group, "count": self.count, "mean_ms": round(self.mean_ms, 3),
             "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "p99_ms": self.p99_ms,
             "max_ms": self.max_ms,
         }

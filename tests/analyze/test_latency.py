@@ -35,7 +35,8 @@ def ex(lat, api="Produce", *, broker="10.0.0.2:9092", client_id="app", topics=("
 def np_stats(values):
     a = np.asarray(values, dtype=float)
     return {
-        "count": len(a), "mean_ms": pytest.approx(float(a.mean()), rel=1e-12),
+        # rows round the mean to microseconds, like every other latency
+        "count": len(a), "mean_ms": pytest.approx(round(float(a.mean()), 3), abs=1.01e-3),
         "p50_ms": float(np.percentile(a, 50, method="inverted_cdf")),
         "p95_ms": float(np.percentile(a, 95, method="inverted_cdf")),
         "p99_ms": float(np.percentile(a, 99, method="inverted_cdf")),
@@ -156,3 +157,19 @@ def test_plot_rejects_unknown_extension_and_missing_series(tmp_path):
         plot_latency(_series(), tmp_path / "lat.jpg")
     with pytest.raises(ValueError, match="keep_series"):
         plot_latency(LatencyStats("api"), tmp_path / "lat.png")
+
+
+def test_means_in_the_cli_output_are_rounded_to_microseconds(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    capture = Path(__file__).resolve().parents[2] / "captures" / "confluent-mock-produce-consume.pcap"
+    out = subprocess.run([sys.executable, "-m", "kwinspect.cli", "latency", str(capture), "-F", "jsonl"],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert rows
+    for r in rows:
+        for k in ("mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms"):
+            assert round(r[k], 3) == r[k], (k, r[k])
