@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -395,12 +396,19 @@ def cmd_table(args, table: str) -> int:
     if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
         raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
     run = FileRun()
-    write_rows(_rows(args, table, run, fmt), table, fmt, args.output, **_csv_options(args, fmt))
+    write_rows(_rows(args, table, run, fmt), table, fmt, args.output, **_writer_options(args, fmt))
     return 0
 
 
-def _csv_options(args, fmt: str) -> dict[str, Any]:
-    return {"exact": True} if fmt == "csv" and getattr(args, "csv_exact", False) else {}
+def _writer_options(args, fmt: str) -> dict[str, Any]:
+    """What the writer needs from the command line: --csv-exact; for a terminal table, the
+    columns a filter names are never among those dropped to fit (``-f error`` keeps error_names)."""
+    if fmt == "csv" and getattr(args, "csv_exact", False):
+        return {"exact": True}
+    expr = getattr(args, "filter", None)
+    if fmt == "table" and expr and re.search(r"\berror", expr):
+        return {"keep": ("error_names",)}
+    return {}
 
 
 def cmd_summary(args) -> int:
@@ -446,7 +454,7 @@ def cmd_latency(args) -> int:
     else:
         from kwinspect.export.writers import write_rows
 
-        write_rows(stats.rows(), "latency", fmt, args.output, **_csv_options(args, fmt))
+        write_rows(stats.rows(), "latency", fmt, args.output, **_writer_options(args, fmt))
     if args.plot:
         try:
             path = plot_latency(stats, args.plot)

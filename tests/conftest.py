@@ -20,6 +20,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Table output honours COLUMNS; pytest-xdist workers inherit one from the controller,
+    so every test starts without it (tests of narrow output set it themselves)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
 def rig_unavailable_reason() -> str | None:
     from kwinspect.testing.tcpdump import tcpdump_path
 

@@ -808,7 +808,7 @@ TABLE_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
 # On a narrow terminal, default columns are dropped in this order until the
 # rest fit with readable headers (explicit `columns=` are never dropped).
 TABLE_DROP_ORDER: dict[str, tuple[str, ...]] = {
-    "exchanges": ("client", "broker", "correlation_id", "api_version", "error_names", "client_id"),
+    "exchanges": ("client", "broker", "correlation_id", "api_version", "client_id", "topics", "error_names"),
     "records": ("headers", "compression", "timestamp", "partition", "crc_ok"),
     "errors": ("stream", "correlation_id", "partition", "api_name", "topic"),
 }
@@ -847,6 +847,34 @@ def _table_cell(column: str, v: Any) -> str:
     return term_safe(text, _MAX_CELL.get(column, _DEFAULT_MAX_CELL))
 
 
+_DATE_LINE = object()  # marks a "── 2026-11-21 (UTC) ──" line among a chunk's rows
+
+
+def _header_of(column: str) -> str:
+    """Timestamp columns show the time of day (the date is on its own line): say so."""
+    return column.replace("_ts", "_time") if column.endswith("_ts") else "time" if column == "ts" else column
+
+
+def _floor_width(column: str, natural: int) -> int:
+    """The narrowest a column may get: times and numbers never (a cut number or a
+    time cut to its first digits misleads), text down to its header or 8 cells."""
+    if column in TIMESTAMP_COLUMNS or column in _NUMERIC:
+        return natural
+    if column in _WHOLE_NAMES:  # api names, kinds, statuses: a cut name is a guess
+        return min(natural, 16)
+    return min(natural, max(len(_header_of(column)), 8))
+
+
+_WHOLE_NAMES = frozenset({"api_name", "kind", "status", "direction"})
+
+
+def _table_width(is_tty: bool) -> int | None:
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    return None if is_tty else 4096
+
+
 class TableWriter(RowWriter):
     """Human table with rich.  Every cell goes through ``term_safe`` (control
     characters and ANSI escapes are shown escaped, never interpreted) and is cut
@@ -864,21 +892,26 @@ class TableWriter(RowWriter):
         console: Any = None,
         chunk_size: int = 200,
         width: int | None = None,
+        keep: tuple[str, ...] = (),
     ) -> None:
         from rich.console import Console
 
         self._droppable: tuple[str, ...] = ()
         if columns is None:
             columns = TABLE_DEFAULT_COLUMNS.get(table, columns_of(table))
-            self._droppable = TABLE_DROP_ORDER.get(table, ())
+            # `keep`: columns the user asked about (a filter on `error` keeps error_names)
+            self._droppable = tuple(c for c in TABLE_DROP_ORDER.get(table, ()) if c not in keep)
         super().__init__(table, columns)
+        self._ts_cols = [i for i, c in enumerate(self.columns) if c in TIMESTAMP_COLUMNS]
+        self._date: str | None = None  # the day the time-of-day cells are on (a line says which)
         self._out: _TextOutput | None = None
         if console is None:
             self._out = _TextOutput(out, newline=None)
             console = Console(
                 file=self._out.stream,
-                # A terminal's own width; into a file or pipe, rows are never squeezed.
-                width=width if width is not None else (None if self._out.is_tty else 4096),
+                # A terminal's own width (or COLUMNS when set); into a file or pipe,
+                # rows are never squeezed unless COLUMNS says how wide to be.
+                width=width if width is not None else _table_width(self._out.is_tty),
                 highlight=False,
                 markup=False,
                 emoji=False,
@@ -891,11 +924,26 @@ class TableWriter(RowWriter):
 
     def write(self, item: Any) -> None:
         row = normalize_row(item, self.columns)
-        self._rows.append([_table_cell(c, row[c]) for c in self.columns])
+        cells = [_table_cell(c, row[c]) for c in self.columns]
+        for i in self._ts_cols:
+            cells[i] = self._time_of_day(cells[i])
+        self._rows.append(cells)
         # (columns may shrink once, at the first chunk, on a narrow terminal)
         self.count += 1
         if len(self._rows) >= self._chunk_size:
             self._emit()
+
+    def _time_of_day(self, text: str) -> str:
+        """``2026-11-21T05:55:40.890434Z`` -> ``05:55:40.890434``: the date goes on a line of
+        its own, printed before the first row and again wherever the day changes (a
+        timestamp cut to its date tells nothing)."""
+        date, sep, rest = text.partition("T")
+        if not sep or not rest.endswith("Z"):
+            return text
+        if date != self._date:
+            self._date = date
+            self._rows.append([_DATE_LINE, date])
+        return rest[:-1]
 
     def _emit(self) -> None:
         # Rows are laid out here rather than by rich.Table: widths are fixed after
@@ -921,7 +969,7 @@ class TableWriter(RowWriter):
 
         if first:
             header = _SEP.join(
-                cell(c, w, rj) for c, w, rj in zip(self.columns, widths, right, strict=True)
+                cell(_header_of(c), w, rj) for c, w, rj in zip(self.columns, widths, right, strict=True)
             )
             self.console.print(Text(header.rstrip(), style="bold"), soft_wrap=True)
             self.console.print("─" * cell_len(header), soft_wrap=True, markup=False,
@@ -929,6 +977,7 @@ class TableWriter(RowWriter):
         if not self._rows:
             return
         lines = [
+            f"── {r[1]} (UTC) ──" if r[0] is _DATE_LINE else
             _SEP.join(cell(x, w, rj) for x, w, rj in zip(r, widths, right, strict=True)).rstrip()
             for r in self._rows
         ]
@@ -937,14 +986,14 @@ class TableWriter(RowWriter):
 
     def _drop_columns_that_do_not_fit(self) -> None:
         cols = list(self.columns)
-        rows = self._rows
+        rows = [r for r in self._rows if r[0] is not _DATE_LINE]
 
         def floor_total() -> int:
             total = 3 * (len(cols) - 1)
             for c in cols:
                 i = self.columns.index(c)
-                natural = max([len(c)] + [len(r[i]) for r in rows])
-                total += min(natural, max(len(c), 8))
+                natural = max([len(_header_of(c))] + [len(r[i]) for r in rows])
+                total += _floor_width(c, natural)
             return total
 
         for c in self._droppable:
@@ -954,8 +1003,9 @@ class TableWriter(RowWriter):
                 cols.remove(c)
         if len(cols) != len(self.columns):
             keep = [self.columns.index(c) for c in cols]
-            self._rows = [[r[i] for i in keep] for r in rows]
+            self._rows = [r if r[0] is _DATE_LINE else [r[i] for i in keep] for r in self._rows]
             self.columns = tuple(cols)
+            self._ts_cols = [i for i, c in enumerate(self.columns) if c in TIMESTAMP_COLUMNS]
 
     def _fit_widths(self) -> list[int]:
         """Column widths from the first chunk, shrunk to the console width.
@@ -966,11 +1016,12 @@ class TableWriter(RowWriter):
         """
         from rich.cells import cell_len
 
+        rows = [r for r in self._rows if r[0] is not _DATE_LINE]
         widths = [
-            max([len(c)] + [cell_len(r[i]) for r in self._rows])
+            max([len(_header_of(c))] + [cell_len(r[i]) for r in rows])
             for i, c in enumerate(self.columns)
         ]
-        floors = [min(w, max(len(c), 8)) for w, c in zip(widths, self.columns, strict=True)]
+        floors = [_floor_width(c, w) for w, c in zip(widths, self.columns, strict=True)]
         available = self.console.width - 3 * (len(widths) - 1)
         excess = sum(widths) - available
         while excess > 0:
