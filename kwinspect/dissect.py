@@ -31,6 +31,7 @@ from kwinspect.model import (
     Endpoint,
     ErrorRow,
     Exchange,
+    plural,
     stream_name,
 )
 from kwinspect.protocol.peek import peek_request_header, plausible_header
@@ -357,7 +358,7 @@ class Dissector:
         conn.info.gap_bytes += nbytes
         if conn.info.kind in ("tls", "not_kafka"):
             return
-        self._events.append(ErrorRow(kind=TCP_GAP, message=f"{nbytes} bytes lost from {src} to {dst}",
+        self._events.append(ErrorRow(kind=TCP_GAP, message=f"{plural(nbytes, 'byte')} lost from {src} to {dst}",
                                      ts=ts, stream=conn.info.stream))
         if not conn.decided:
             conn.held.append((src, "gap", nbytes, ts))

@@ -40,6 +40,11 @@ OUT_OF_ORDER_RESPONSE = "out_of_order_response"
 VERSION_NOT_ADVERTISED = "version_not_advertised"
 KAFKA_ERROR = "kafka_error"
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 byte``, ``2 bytes``: every count a message shows goes through here."""
+    return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"
+
+
 SEVERITY_INFO = "info"
 SEVERITY_WARNING = "warning"
 SEVERITY_ERROR = "error"

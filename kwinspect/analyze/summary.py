@@ -28,8 +28,7 @@ from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import (
     KAFKA_ERROR,
     PARTIAL_BATCH,
-    STATUS_NO_RESPONSE_EXPECTED,
-    STATUS_PAIRED,
+    STATUS_RESPONSE_MISSING,
     ErrorRow,
     Exchange,
     RecordRow,
@@ -236,6 +235,7 @@ class SummaryBuilder:
         self._api_counts: Counter[str] = Counter()
         self._api_versions: dict[str, set[int]] = defaultdict(set)
         self._api_errors: Counter[str] = Counter()
+        self._api_unanswered: Counter[str] = Counter()
         self._latency = LatencyStats("api")
         self._kafka_errors: dict[tuple[str | None, int | None], dict[str, Any]] = {}
         self._anomalies: dict[str, dict[str, Any]] = {}
@@ -294,8 +294,11 @@ class SummaryBuilder:
         self._api_counts[api] += 1
         if ex.api_version is not None:
             self._api_versions[api].add(ex.api_version)
-        if (status != STATUS_PAIRED and status != STATUS_NO_RESPONSE_EXPECTED) or any(ex.error_codes):
+        # errors: Kafka error codes only; a request never answered is counted apart
+        if any(ex.error_codes):
             self._api_errors[api] += 1
+        if status == STATUS_RESPONSE_MISSING:
+            self._api_unanswered[api] += 1
         self._latency.add(ex)
         topics = ex.topics
         if topics:
@@ -422,6 +425,7 @@ class SummaryBuilder:
             apis.append({
                 "api": api, "count": count, "versions": sorted(self._api_versions.get(api, ())),
                 "errors": self._api_errors.get(api, 0),
+                "unanswered": self._api_unanswered.get(api, 0),
                 "latency_count": s.count if s else 0,
                 "p50_ms": s.p50_ms if s else None, "p95_ms": s.p95_ms if s else None,
                 "p99_ms": s.p99_ms if s else None, "max_ms": s.max_ms if s else None,
@@ -492,6 +496,33 @@ def _more(n_total: int, shown: int) -> str | None:
     return f"… and {n_total - shown} more" if n_total > shown else None
 
 
+def _fit_to_width(table: Any, width: int) -> None:
+    """Numbers (right-aligned columns) keep their widest cell: on a narrow terminal the
+    text columns give way instead, widest first, cut with … (never a count or a latency)."""
+    from rich.text import Text
+
+    def natural(col: Any) -> int:
+        return max([len(str(col.header))] + [c.cell_len if isinstance(c, Text) else len(str(c))
+                                              for c in col.cells])
+
+    widths = [natural(c) for c in table.columns]
+    for col, w in zip(table.columns, widths, strict=True):
+        if col.justify == "right":
+            col.min_width = w
+    excess = sum(widths) + 3 * (len(widths) - 1) - width  # padding and the header rule
+    text_cols = sorted((i for i, c in enumerate(table.columns) if c.justify != "right"),
+                       key=lambda i: -widths[i])
+    while excess > 0 and text_cols:
+        i = max(text_cols, key=lambda k: widths[k])
+        floor = max(len(str(table.columns[i].header)), 6)
+        if widths[i] <= floor:
+            text_cols.remove(i)
+            continue
+        widths[i] -= 1
+        excess -= 1
+        table.columns[i].max_width = widths[i]
+
+
 def _pair(left: Any, right: Any, side_by_side: bool) -> list[Any]:
     if not side_by_side:
         return [left, right]
@@ -552,14 +583,17 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     head = Text()
     head.append("Capture ", style="bold")
     if summary.sources:
-        shown = ", ".join(S(src, 60) for src in summary.sources[:3])
         more = f" (+{len(summary.sources) - 3} more)" if len(summary.sources) > 3 else ""
-        head.append(f"{shown}{more}  ")
-    head.append(f"{_iso(summary.first_ts) or '-'} → {_iso(summary.last_ts) or '-'}  "
+        room = max(12, console.width - len("Capture ") - len(more))
+        shown = ", ".join(S(src, 4096) for src in summary.sources[:3])
+        # a long path is cut from the left: the file name is the part that tells them apart
+        head.append(("…" + shown[-(room - 1):] if len(shown) > room else shown) + more)
+    parts.append(head)
+    span = Text(f"{_iso(summary.first_ts) or '-'} → {_iso(summary.last_ts) or '-'}  "
                 f"({_duration(summary.duration_s)})")
     if summary.interrupted:
-        head.append("  [interrupted: partial results]", style="bold yellow")
-    parts.append(head)
+        span.append("  [interrupted: partial results]", style="bold yellow")
+    parts.append(span)
     st = summary.statuses
     line = Text()
     line.append(f"{summary.exchanges:,} exchanges", style="bold")
@@ -603,19 +637,23 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
         ct.add_row(m, "", "", "", "")
     parts.extend(_pair(bt, ct, side_by_side))
 
-    at = table("APIs (latency in ms, nearest-rank)", ("api", "left"), ("versions", "left"),
-               ("count", "right"), ("errors", "right"), ("p50", "right"), ("p95", "right"),
-               ("p99", "right"), ("max", "right"))
+    # below 100 columns the versions give way to the numbers (`exchanges` lists them)
+    with_versions = console.width >= 100
+    at = table("APIs (latency in ms, nearest-rank)", ("api", "left"),
+               *((("versions", "left"),) if with_versions else ()),
+               ("count", "right"), ("errors", "right"), ("unanswered", "right"), ("p50", "right"),
+               ("p95", "right"), ("p99", "right"), ("max", "right"))
     api_rows = max_rows + 4
     for a in summary.apis[:api_rows]:
         versions = ",".join(f"v{v}" for v in a["versions"]) or "-"
         at.add_row(
-            Text(S(a["api"], 32)), Text(S(versions, 24)), f"{a['count']:,}",
+            Text(S(a["api"], 32)), *((Text(S(versions, 24)),) if with_versions else ()), f"{a['count']:,}",
             Text(f"{a['errors']:,}", style="red" if a["errors"] else "dim"),
+            Text(f"{a['unanswered']:,}", style="yellow" if a["unanswered"] else "dim"),
             _ms(a["p50_ms"]), _ms(a["p95_ms"]), _ms(a["p99_ms"]), _ms(a["max_ms"]),
         )
     if (m := _more(len(summary.apis), api_rows)) is not None:
-        at.add_row(m, "", "", "", "", "", "", "")
+        at.add_row(m, *([""] * (len(at.columns) - 1)))
     parts.append(at)
 
     et = table("Kafka errors", ("error", "left"), ("code", "right"), ("count", "right"),
@@ -641,6 +679,7 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
         nt.add_row(m, "", "")
     parts.extend(_pair(et, nt, side_by_side))
 
+    tables = [bt, ct, at, et, nt]
     if summary.topics:
         tt = table("Top topics", ("topic", "left"), ("bytes", "right"), ("records", "right"),
                    ("produced", "right"), ("fetched", "right"), ("requests", "right"))
@@ -651,7 +690,9 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
         if (m := _more(len(summary.topics), max_rows)) is not None:
             tt.add_row(m, "", "", "", "", "")
         parts.append(tt)
-
+        tables.append(tt)
+    for t in tables:
+        _fit_to_width(t, console.width)
     console.print(Group(*parts))
 
 

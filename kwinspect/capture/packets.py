@@ -432,7 +432,7 @@ class PacketParser:
         st.fragments_pending -= dg.count
         st.unparseable += dg.count
         st.unparseable_by_reason[why] = st.unparseable_by_reason.get(why, 0) + dg.count
-        self._issue(IP_FRAGMENT_INCOMPLETE, f"{why}: {dg.count} fragment(s), {dg.nbytes} bytes "
+        self._issue(IP_FRAGMENT_INCOMPLETE, f"{why}: {model.plural(dg.count, 'fragment')}, {model.plural(dg.nbytes, 'byte')} "
                     "of an IP datagram were never completed")
 
     def _expire(self, now: float) -> None:

@@ -624,7 +624,7 @@ class TcpReassembler:
         if late:
             if not st.late_bytes:
                 self._issue(conn, h, ts, out, TCP_LATE_DATA,
-                            f"{late} bytes arrived for a range already reported as a gap or "
+                            f"{model.plural(late, 'byte')} arrived for a range already reported as a gap or "
                             "before the stream's first byte (capture reordering, or a "
                             "buffer cap gave up on them); not delivered, counted as late",
                             model.SEVERITY_INFO, offset=s - st.start)

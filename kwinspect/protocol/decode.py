@@ -27,6 +27,7 @@ from kwinspect.model import (
     UNSUPPORTED_VERSION,
     Issue,
     Message,
+    plural,
 )
 from kwinspect.protocol import primitives as p
 from kwinspect.protocol.primitives import DecodeStop
@@ -280,7 +281,7 @@ def _read_tagged_fields(buf, pos, d, tagged) -> int:
     start = pos
     count, pos = p.read_uvarint(buf, pos)
     if count > len(buf) - pos:
-        raise DecodeStop(start, f"{count} tagged fields cannot fit in the {len(buf) - pos} bytes left")
+        raise DecodeStop(start, f"{plural(count, 'tagged field')} cannot fit in the {plural(len(buf) - pos, 'byte')} left")
     unknown = None
     for _ in range(count):
         tag_pos = pos
@@ -540,7 +541,7 @@ def decode_struct_reference(name: str, version: int, data: bytes) -> tuple[dict 
         issues.append(Issue(UNSUPPORTED_VERSION, f"{name} v{version} unknown; decoded as v{use_version}",
                             severity=SEVERITY_WARNING))
     if end is not None and end < len(data):
-        issues.append(Issue(TRAILING_BYTES, f"{len(data) - end} bytes left after {name}",
+        issues.append(Issue(TRAILING_BYTES, f"{plural(len(data) - end, 'byte')} after {name}",
                             offset=end, severity=SEVERITY_WARNING))
     return value, issues
 
@@ -701,7 +702,9 @@ def _decode_body(frame, pos, api_key, api_version, is_request, header, issues) -
             issues.append(Issue(TRAILING_BYTES, "4 zero bytes after an ApiVersions v0 request "
                                 "(librdkafka pads it so old brokers accept it)", offset=end, severity=SEVERITY_INFO))
         else:
-            issues.append(Issue(TRAILING_BYTES, f"{len(frame) - end} bytes left after the body",
+            side = "request" if is_request else "response"
+            issues.append(Issue(TRAILING_BYTES, f"{plural(len(frame) - end, 'byte')} after the "
+                                f"{APIS[api_key][0]} v{api_version} {side} body",
                                 offset=end, severity=SEVERITY_WARNING))
     msg = Message(is_request, api_key, api_version, header, body if body is not None else {}, issues,
                   size=len(frame), decoded_version=use_version)

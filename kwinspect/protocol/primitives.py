@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import struct
 
+from kwinspect.model import plural
+
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _U16 = struct.Struct(">H")
@@ -40,7 +42,7 @@ def _fixed(st: struct.Struct, name: str):
 
     def read(buf, pos):
         if pos + size > len(buf):
-            raise DecodeStop(pos, f"{name} needs {size} bytes, {max(len(buf) - pos, 0)} left")
+            raise DecodeStop(pos, f"{name} needs {plural(size, 'byte')}, {max(len(buf) - pos, 0)} left")
         return unpack(buf, pos)[0], pos + size
 
     read.__name__ = f"read_{name}"
@@ -110,7 +112,7 @@ def _take(buf, pos, n, what, start):
         raise DecodeStop(start, f"negative {what} length {n}")
     end = pos + n
     if end > len(buf):
-        raise DecodeStop(start, f"{what} length {n} exceeds the {len(buf) - pos} bytes left")
+        raise DecodeStop(start, f"{what} length {n} exceeds the {plural(len(buf) - pos, 'byte')} left")
     return bytes(buf[pos:end]), end
 
 

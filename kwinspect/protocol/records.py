@@ -53,6 +53,7 @@ from kwinspect.model import (
     SEVERITY_INFO,
     SEVERITY_WARNING,
     Issue,
+    plural,
 )
 from kwinspect.protocol.checksums import crc32, crc32c
 from kwinspect.protocol.codecs import DEFAULT_LIMITS, Limits, codec_name, decompress
@@ -486,7 +487,7 @@ class RecordBatch:
                             None if compressed else pos)
             elif pos < end:
                 self._issue(issues, DECODE_ERROR,
-                            f"{end - pos} bytes after the last of {count} records",
+                            f"{plural(end - pos, 'byte')} after the last of {plural(count, 'record')}",
                             None if compressed else pos, SEVERITY_WARNING)
         finally:
             self._report(issues)
@@ -519,7 +520,7 @@ def _v2_bytes(data: bytes, pos: int, end: int, what: str) -> tuple[bytes | None,
             raise _Bad(f"{what} length {n}")
         return None, pos
     if n > end - pos:
-        raise _Bad(f"{what} length {n} exceeds the {end - pos} bytes left")
+        raise _Bad(f"{what} length {n} exceeds the {plural(end - pos, 'byte')} left")
     return data[pos:pos + n], pos + n  # data is bytes: the slice is a copy already
 
 
@@ -539,7 +540,7 @@ def _legacy_inner(wrapper: RecordBatch, inner: bytes, issues: list[Issue],
     while pos < n:
         if n - pos < LOG_OVERHEAD:
             wrapper._issue(issues, DECODE_ERROR,
-                           f"{n - pos} stray bytes at decompressed byte {pos} {where}")
+                           f"{plural(n - pos, 'stray byte')} at decompressed byte {pos} {where}")
             stop = pos
             break
         off, size = _ENTRY_HEAD.unpack_from(inner, pos)

@@ -105,7 +105,9 @@ def test_counts_by_hand():
     assert [a["api"] for a in s.apis][0] == "Produce"
     assert apis["Produce"]["versions"] == [3, 9] and apis["Produce"]["count"] == 3
     assert apis["Produce"]["errors"] == 1
-    assert apis["Fetch"]["errors"] == 1  # response missing
+    # errors are Kafka error codes only; the Fetch never answered is counted apart
+    assert apis["Fetch"]["errors"] == 0 and apis["Fetch"]["unanswered"] == 1
+    assert apis["Produce"]["unanswered"] == 0
     assert apis["Produce"]["p50_ms"] == np.percentile([10.0, 30.0], 50, method="inverted_cdf")
     assert apis["Produce"]["max_ms"] == 30.0
     assert apis["Fetch"]["p99_ms"] == 500.0 and apis["Fetch"]["latency_count"] == 1

@@ -27,8 +27,9 @@ Keys, values and header values are rendered per ``values``
 ``__consumer_offsets`` and ``__transaction_state`` are decoded with the
 internal-topic schemas: key and value become structures, rendered as JSON text
 with encoding ``json`` (the default, fits every export format) or left as
-dicts with encoding ``struct`` (``internal="struct"``).  Control records keep
-their raw key/value and say what they are in ``control_type``.
+dicts with encoding ``struct`` (``internal="struct"``).  Control records say
+what they are in ``control_type``; in ``auto`` mode their key is that name
+(encoding ``control``) and their value the decoded marker as JSON text.
 
 ``producer_id``/``producer_epoch``/``sequence`` are null when the batch carries
 none (legacy formats, or Kafka's -1 "no producer").  ``timestamp`` is float
@@ -216,6 +217,12 @@ def _row(direction, topic, partition, offset, batch, rec, correlation_id, stream
             key, key_enc = render_bytes(rec.key, values)
         if v is None:
             value, value_enc = render_bytes(rec.value, values)
+    elif batch.is_control and values == "auto" and rec.control_type is not None:
+        # control records in auto mode: the type as key, the decoded marker as JSON value
+        key, key_enc = rec.control_type, "control"
+        if rec.value is not None:
+            marker = {k: v for k, v in (rec.control or {}).items() if k not in ("key_version", "type_id")}
+            value, value_enc = json.dumps(marker, separators=(",", ":"), default=str), "json"
     else:
         key, key_enc = render_bytes(rec.key, values)
         value, value_enc = render_bytes(rec.value, values)
