@@ -141,7 +141,7 @@ EXCHANGE_COLUMNS = (
     "stream", "client", "broker", "api_key", "api_name", "api_version",
     "correlation_id", "client_id", "request_ts", "response_ts", "latency_ms",
     "request_size", "response_size", "status", "error_codes", "error_names",
-    "topics", "throttle_time_ms",
+    "topics", "throttle_time_ms", "long_poll",
 )
 
 RECORD_COLUMNS = (
@@ -155,6 +155,11 @@ ERROR_COLUMNS = (
     "kind", "code", "name", "retriable", "api_name", "correlation_id", "topic",
     "partition", "path", "message", "ts", "stream",
 )
+
+# A paired Fetch is a long poll when its response carries no record bytes and it took at
+# least this fraction of the request's max_wait_ms: the broker held it waiting for data,
+# so its latency is the consumer's wait, not the broker's speed.
+LONG_POLL_FRACTION = 0.5
 
 STATUS_PAIRED = "paired"
 STATUS_NO_RESPONSE_EXPECTED = "no_response_expected"
@@ -190,6 +195,9 @@ class Exchange:
     response: Message | None = None
     broker_id: int | None = None
     index: int = 0  # order of the exchange within the whole capture
+    # A Fetch that waited for data and got none (see LONG_POLL_FRACTION); None for other apis.
+    # Last, so the positional order of the fields above stays as it was.
+    long_poll: bool | None = None
 
     def row(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in EXCHANGE_COLUMNS}

@@ -36,7 +36,7 @@ COLUMN_KINDS: dict[str, str] = {
     "api_version": INT, "correlation_id": INT, "client_id": STR, "request_ts": TS,
     "response_ts": TS, "latency_ms": FLOAT, "request_size": INT, "response_size": INT,
     "status": STR, "error_codes": LIST_INT, "error_names": LIST_STR, "topics": LIST_STR,
-    "throttle_time_ms": INT,
+    "throttle_time_ms": INT, "long_poll": BOOL,
     # records
     "direction": STR, "topic": STR, "partition": INT, "offset": INT, "timestamp": TS,
     "timestamp_type": STR, "key": STR, "key_encoding": STR, "value": STR,

@@ -32,7 +32,7 @@ from kwinspect.model import STATUS_PAIRED, Exchange
 
 GROUP_BY = ("api", "broker", "client", "topic")
 PERCENTILES = (50, 95, 99)
-LATENCY_COLUMNS = ("by", "group", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms")
+LATENCY_COLUMNS = ("by", "group", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "long_polls")
 TOTAL_GROUP = "(all)"
 
 
@@ -49,21 +49,25 @@ def nearest_rank(sorted_values: Any, p: float) -> float:
 
 @dataclass(slots=True)
 class GroupStats:
+    """Latency of a group; every figure is None for a group that only had long polls."""
+
     group: str
     count: int
-    mean_ms: float
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    max_ms: float
-    min_ms: float
+    mean_ms: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    min_ms: float | None
+    long_polls: int = 0  # Fetches that waited for data and got none: not in the figures
 
     def row(self, by: str) -> dict[str, Any]:
         return {
             # latencies are microsecond-exact (3 decimals in ms); the mean is rounded the same way
-            "by": by, "group": self.group, "count": self.count, "mean_ms": round(self.mean_ms, 3),
+            "by": by, "group": self.group, "count": self.count,
+            "mean_ms": None if self.mean_ms is None else round(self.mean_ms, 3),
             "p50_ms": self.p50_ms, "p95_ms": self.p95_ms, "p99_ms": self.p99_ms,
-            "max_ms": self.max_ms,
+            "max_ms": self.max_ms, "long_polls": self.long_polls,
         }
 
 
@@ -112,6 +116,10 @@ class LatencyStats:
         self._all = array("d")
         self._broker_ids: dict[str, int] = {}
         self.skipped = 0  # exchanges without a latency (unpaired, no response expected)
+        # long polls per group key (model.LONG_POLL_FRACTION): their latency is the
+        # consumer's wait for data, so they are counted beside the figures, not in them
+        self._long_polls: dict[str, int] = {}
+        self.long_polls = 0
         # series for plots
         self._ts = array("d")
         self._lat = array("d")
@@ -135,6 +143,11 @@ class LatencyStats:
         lat = ex.latency_ms
         if ex.status != STATUS_PAIRED or lat is None or not math.isfinite(lat):
             self.skipped += 1
+            return False
+        if ex.long_poll:
+            self.long_polls += 1
+            for key in self._keys(ex):
+                self._long_polls[key] = self._long_polls.get(key, 0) + 1
             return False
         for key in self._keys(ex):
             vals = self._groups.get(key)
@@ -171,10 +184,18 @@ class LatencyStats:
 
     def stats(self, include_total: bool = True) -> list[GroupStats]:
         """Per-group stats, busiest group first; the ``(all)`` row last."""
-        out = [stats_of(self.group_label(k), v) for k, v in self._groups.items()]
-        out.sort(key=lambda s: (-s.count, s.group))
+        out = []
+        for k, v in self._groups.items():
+            s = stats_of(self.group_label(k), v)
+            s.long_polls = self._long_polls.get(k, 0)
+            out.append(s)
+        out += [GroupStats(self.group_label(k), 0, None, None, None, None, None, None, n)
+                for k, n in self._long_polls.items() if k not in self._groups]
+        out.sort(key=lambda s: (-s.count, -s.long_polls, s.group))
         if include_total and self._all:
-            out.append(stats_of(TOTAL_GROUP, self._all))
+            total = stats_of(TOTAL_GROUP, self._all)
+            total.long_polls = self.long_polls
+            out.append(total)
         return out
 
     def rows(self, include_total: bool = True) -> list[dict[str, Any]]:
@@ -192,7 +213,9 @@ class LatencyStats:
 # ---------------------------------------------------------------------------
 
 
-def _ms(v: float) -> str:
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
     if v >= 100:
         return f"{v:,.0f}"
     if v >= 10:
@@ -211,14 +234,20 @@ def latency_table(stats: LatencyStats, title: str | None = None) -> Any:
         box=box.SIMPLE_HEAD, header_style="bold", title_justify="left",
     )
     t.add_column(stats.by, overflow="ellipsis", max_width=48, no_wrap=True)
-    for name in ("count", "mean", "p50", "p95", "p99", "max"):
+    polls = stats.long_polls > 0  # the column only when a Fetch long-polled
+    for name in ("count", "mean", "p50", "p95", "p99", "max") + (("long polls",) if polls else ()):
         t.add_column(name, justify="right", no_wrap=True)
     for s in stats.stats():
         style = "bold" if s.group == TOTAL_GROUP else None
         t.add_row(
             Text(term_safe(s.group, 48)), f"{s.count:,}", _ms(s.mean_ms), _ms(s.p50_ms),
-            _ms(s.p95_ms), _ms(s.p99_ms), _ms(s.max_ms), style=style,
+            _ms(s.p95_ms), _ms(s.p99_ms), _ms(s.max_ms),
+            *((f"{s.long_polls:,}" if s.long_polls else "",) if polls else ()), style=style,
         )
+    if polls:
+        t.caption = ("long polls: Fetches that waited for data and got none; their wait is not "
+                     "in the latency figures")
+        t.caption_justify = "left"
     return t
 
 
@@ -226,10 +255,14 @@ def render_latency(stats: LatencyStats, console: Any = None) -> None:
     from rich.console import Console
 
     console = console or Console(highlight=False)
-    if not stats.count:
+    if not stats.count and not stats.long_polls:
         console.print("no paired exchanges with a latency", markup=False)
         return
-    console.print(latency_table(stats))
+    from kwinspect.analyze.richtables import fit_to_width
+
+    table = latency_table(stats)
+    fit_to_width(table, console.width - 4)  # the table's own edge padding and border
+    console.print(table)
 
 
 # ---------------------------------------------------------------------------

@@ -35,6 +35,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "error_names": pa.list_(pa.string()),
     "topics": pa.list_(pa.string()),
     "throttle_time_ms": pa.int32(),
+    "long_poll": pa.bool_(),
     # records
     "direction": pa.string(),
     "topic": pa.string(),
@@ -73,6 +74,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "p95_ms": pa.float64(),
     "p99_ms": pa.float64(),
     "max_ms": pa.float64(),
+    "long_polls": pa.int64(),
 }
 
 

@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kwinspect.analyze.latency import LatencyStats, api_label
+from kwinspect.analyze.richtables import fit_to_width
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import (
     KAFKA_ERROR,
@@ -32,6 +33,7 @@ from kwinspect.model import (
     ErrorRow,
     Exchange,
     RecordRow,
+    plural,
 )
 
 # Anomaly kinds that describe normal behaviour; listed, but not as problems.
@@ -427,6 +429,7 @@ class SummaryBuilder:
                 "errors": self._api_errors.get(api, 0),
                 "unanswered": self._api_unanswered.get(api, 0),
                 "latency_count": s.count if s else 0,
+                "long_polls": s.long_polls if s else 0,
                 "p50_ms": s.p50_ms if s else None, "p95_ms": s.p95_ms if s else None,
                 "p99_ms": s.p99_ms if s else None, "max_ms": s.max_ms if s else None,
             })
@@ -494,33 +497,6 @@ def _duration(s: float | None) -> str:
 
 def _more(n_total: int, shown: int) -> str | None:
     return f"… and {n_total - shown} more" if n_total > shown else None
-
-
-def _fit_to_width(table: Any, width: int) -> None:
-    """Numbers (right-aligned columns) keep their widest cell: on a narrow terminal the
-    text columns give way instead, widest first, cut with … (never a count or a latency)."""
-    from rich.text import Text
-
-    def natural(col: Any) -> int:
-        return max([len(str(col.header))] + [c.cell_len if isinstance(c, Text) else len(str(c))
-                                              for c in col.cells])
-
-    widths = [natural(c) for c in table.columns]
-    for col, w in zip(table.columns, widths, strict=True):
-        if col.justify == "right":
-            col.min_width = w
-    excess = sum(widths) + 3 * (len(widths) - 1) - width  # padding and the header rule
-    text_cols = sorted((i for i, c in enumerate(table.columns) if c.justify != "right"),
-                       key=lambda i: -widths[i])
-    while excess > 0 and text_cols:
-        i = max(text_cols, key=lambda k: widths[k])
-        floor = max(len(str(table.columns[i].header)), 6)
-        if widths[i] <= floor:
-            text_cols.remove(i)
-            continue
-        widths[i] -= 1
-        excess -= 1
-        table.columns[i].max_width = widths[i]
 
 
 def _pair(left: Any, right: Any, side_by_side: bool) -> list[Any]:
@@ -655,6 +631,11 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     if (m := _more(len(summary.apis), api_rows)) is not None:
         at.add_row(m, *([""] * (len(at.columns) - 1)))
     parts.append(at)
+    polled = [(a["api"], a["long_polls"]) for a in summary.apis if a.get("long_polls")]
+    if polled:
+        what = ", ".join(f"{S(api, 32)}: {plural(n, 'long poll')}" for api, n in polled)
+        parts.append(Text(f"{what} (waited for data, got none) left out of the latency figures",
+                          style="dim"))
 
     et = table("Kafka errors", ("error", "left"), ("code", "right"), ("count", "right"),
                ("apis", "left"))
@@ -692,7 +673,7 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
         parts.append(tt)
         tables.append(tt)
     for t in tables:
-        _fit_to_width(t, console.width)
+        fit_to_width(t, console.width)
     console.print(Group(*parts))
 
 

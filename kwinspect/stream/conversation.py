@@ -20,6 +20,7 @@ from kwinspect.model import (
     DECODE_ERROR,
     DUPLICATE_CORRELATION_ID,
     KAFKA_ERROR,
+    LONG_POLL_FRACTION,
     OUT_OF_ORDER_RESPONSE,
     REQUEST_MISSING,
     RESPONSE_MISSING,
@@ -356,6 +357,11 @@ class Conversation:
         # rounded to the microsecond: pcap timestamps resolve no finer (epoch floats carry noise below it)
         latency = (round((resp_first - req_last) * 1000.0, 3)
                    if req_last is not None and resp_first is not None else None)
+        long_poll = None
+        if api_key == 1 and latency is not None and req is not None and body and req.body:
+            wait = req.body.get("max_wait_ms")
+            long_poll = (isinstance(wait, int) and wait > 0 and latency >= LONG_POLL_FRACTION * wait
+                         and not any(rs.size for _t, _p, rs in iter_record_sets(1, body, names)))
         shared.exchange_counter += 1
         events = self._events
         stream = self.stream
@@ -369,7 +375,7 @@ class Conversation:
             [e["code"] for e in errors] if errors else [], [e["name"] for e in errors] if errors else [],
             topics, throttle if isinstance(throttle, int) else None,
             resp_last, req, resp,
-            shared.broker_id_for(self.broker), shared.exchange_counter,
+            shared.broker_id_for(self.broker), shared.exchange_counter, long_poll,
         ))
         ts = resp_first if resp_first is not None else req_last
         for e in errors:

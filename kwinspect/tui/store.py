@@ -163,7 +163,7 @@ def compact(ex: Exchange, refs: list[int] | tuple[int, ...] = (-1, -1, -1, -1)) 
     return (ex.stream, ex.client, ex.broker, ts, ex.response_ts, ex.latency_ms, ex.client_id, ex.api_name,
             ex.api_key, ex.api_version, ex.correlation_id, ex.request_size, ex.response_size, ex.status,
             tuple(ex.error_codes), tuple(ex.error_names), tuple(ex.topics), ex.throttle_time_ms, ex.index,
-            *refs)
+            ex.long_poll, *refs)
 
 
 class ExchangeStore:
@@ -192,7 +192,7 @@ class ExchangeStore:
             "api_key": array("h"), "api_version": array("h"), "cid": array("q"),
             "req_size": array("q"), "resp_size": array("q"), "status": array("B"),
             "err_codes": array("I"), "err_names": array("I"), "topics": array("I"),
-            "throttle": array("q"), "index": array("q"),
+            "throttle": array("q"), "index": array("q"), "long_poll": array("b"),
             "req_off": array("q"), "req_len": array("q"), "resp_off": array("q"), "resp_len": array("q"),
         }
         self._c = c
@@ -241,7 +241,7 @@ class ExchangeStore:
     def add_compact(self, t: tuple) -> int:
         """Append one row made by :func:`compact` (possibly in another process)."""
         (stream_name, client, broker, ts, resp_ts, lat, client_id, api_name, api_key, api_version, cid,
-         req_size, resp_size, status, err_codes, err_names, topics, throttle, index,
+         req_size, resp_size, status, err_codes, err_names, topics, throttle, index, long_poll,
          req_off, req_len, resp_off, resp_len) = t
         c = self._c
         stream = self.strings(stream_name)
@@ -266,6 +266,7 @@ class ExchangeStore:
         c["topics"].append(self.tuples(topics) if topics else 0)
         c["throttle"].append(_opt_int(throttle))
         c["index"].append(index)
+        c["long_poll"].append(-1 if long_poll is None else int(long_poll))
         c["req_off"].append(req_off)
         c["req_len"].append(req_len)
         c["resp_off"].append(resp_off)
@@ -444,6 +445,9 @@ class RowView:
             return _back_int(c["resp_size"][p])
         if col == "throttle_time_ms":
             return _back_int(c["throttle"][p])
+        if col == "long_poll":
+            v = c["long_poll"][p]
+            return None if v < 0 else bool(v)
         return default
 
     def __getitem__(self, col: str) -> Any:

@@ -72,6 +72,7 @@ _SOURCES: dict[str, tuple[tuple[str, type], ...]] = {
     "response_size": (("resp_size", np.int64),), "status": (("status", np.uint8),),
     "error_codes": (("err_codes", np.uint32),), "error_names": (("err_names", np.uint32),),
     "topics": (("topics", np.uint32),), "throttle_time_ms": (("throttle", np.int64),),
+    "long_poll": (("long_poll", np.int8),),
 }
 _ALIASES = {"api": "api_name", "topic": "topics", "error": None, "errors": None}
 

@@ -44,7 +44,8 @@ HELP = """\
 
 Columns: stream, client, broker, api_key, api_name (`api`), api_version,
 correlation_id, client_id, request_ts, response_ts, latency_ms, request_size,
-response_size, status, error_codes, error_names, topics (`topic`), throttle_time_ms.
+response_size, status, error_codes, error_names, topics (`topic`), throttle_time_ms,
+long_poll.
 
 Everything that comes off the wire (client ids, topics, keys, values) is shown
 with control characters escaped (`\\x1b`), so a capture cannot drive your terminal.
