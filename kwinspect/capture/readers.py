@@ -25,7 +25,6 @@ its writers produce the test files (tests/helpers/pcapgen.py).
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import struct
@@ -242,11 +241,11 @@ class PacketSource:
         if self._reader.error:  # e.g. a .gz cut short: the packets before it were read
             self._issue(model.TRUNCATED_PACKET,
                         f"compressed input ends early ({self._reader.error}); reading stopped "
-                        f"after {self.stats.packets} packet(s)", offset=self._reader.consumed)
+                        f"after {model.plural(self.stats.packets, 'packet')}", offset=self._reader.consumed)
         if self.stats.snaplen_truncated:
             self._issue(SNAPLEN_TRUNCATED,
-                        f"{self.stats.snaplen_truncated} packet(s) were captured shorter "
-                        "than they were on the wire (snaplen)", severity=model.SEVERITY_INFO)
+                        f"{model.plural(self.stats.snaplen_truncated, 'packet')} captured shorter "
+                        "than on the wire (snaplen)", severity=model.SEVERITY_INFO)
 
 
 class _PcapSource(PacketSource):
@@ -617,7 +616,7 @@ def open_capture(path: str | os.PathLike[str] | IO[bytes]) -> PacketSource:
         if head[:2] == _GZIP_MAGIC:
             compressed = True
             prefixed = _PrefixedFile(head, f)
-            gz = gzip.GzipFile(fileobj=prefixed, mode="rb")  # type: ignore[arg-type]
+            gz = _GunzipReader(prefixed)
             owns.append(gz)
             f = gz
             try:
@@ -662,6 +661,73 @@ def _read_exact(f: IO[bytes], n: int) -> bytes:
         parts.append(b)
         n -= len(b)
     return b"".join(parts)
+
+
+class _GunzipReader(io.RawIOBase):
+    """gzip decompression that hands over every byte it can before a cut or damage.
+
+    gzip.GzipFile raises EOFError for a stream cut before its end marker and drops
+    what it had decompressed in that read() call (up to a whole 1 MiB chunk, so a
+    cut .pcap.gz lost every packet of its last chunk, or all of a small file).
+    Here the bytes come first; the EOFError / zlib.error is raised by the read()
+    after the last of them.  Concatenated members (``cat a.gz b.gz``) are read in
+    turn; output per call is bounded by ``n`` (max_length), never by the input.
+    """
+
+    _IN = 1 << 16
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self._d = zlib.decompressobj(wbits=31)
+        self._pending = b""  # compressed input not yet given to the decompressor
+        self._error: BaseException | None = None
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = 1 << 62
+        out: list[bytes] = []
+        have = 0
+        while have < n and not self._done:
+            d = self._d
+            data = d.unconsumed_tail or self._pending or self._f.read(self._IN)
+            self._pending = b""
+            if not data:
+                if not d.eof:
+                    self._error = EOFError("gzip stream cut short (no end-of-stream marker)")
+                self._done = True
+                break
+            try:
+                chunk = d.decompress(data, n - have)
+            except zlib.error as e:
+                self._error = e
+                self._done = True
+                break
+            if chunk:
+                out.append(chunk)
+                have += len(chunk)
+            if d.eof:  # end of a member: another may follow (`cat a.gz b.gz`)
+                rest = d.unused_data or self._f.read(self._IN)
+                if rest[:2] == _GZIP_MAGIC:
+                    self._d = zlib.decompressobj(wbits=31)
+                    self._pending = rest
+                elif rest.strip(b"\0"):  # trailing zeros (padding) are harmless
+                    self._error = OSError(f"{len(rest)} bytes that are not gzip after the gzip stream")
+                    self._done = True
+                else:
+                    self._done = True
+        if not out and self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        return b"".join(out)
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
 
 
 class _PrefixedFile(io.RawIOBase):

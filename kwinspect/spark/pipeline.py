@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kwinspect.dissect import DissectConfig
-from kwinspect.model import ERROR_COLUMNS, EXCHANGE_COLUMNS, RECORD_COLUMNS, Endpoint, ErrorRow
+from kwinspect.model import (
+    ERROR_COLUMNS,
+    EXCHANGE_COLUMNS,
+    RECORD_COLUMNS,
+    Endpoint,
+    ErrorRow,
+    plural,
+)
 from kwinspect.spark.connection import (
     EVENT_SCHEMA,
     TIMESTAMP_COLUMNS,
@@ -95,12 +102,13 @@ class PipelineResult:
     def lines(self) -> list[str]:
         rate = self.counts.get("exchanges", 0) / self.seconds if self.seconds else 0.0
         out = [
-            f"kwinspect pipeline: {self.files} file(s), {self.input_bytes / 1e6:.1f} MB in {self.tasks} "
-            f"read task(s), {self.segments} TCP segments, {self.connections} connections "
+            f"kwinspect pipeline: {plural(self.files, 'file')}, {self.input_bytes / 1e6:.1f} MB in "
+            f"{plural(self.tasks, 'read task')}, {plural(self.segments, 'TCP segment')}, "
+            f"{plural(self.connections, 'connection')} "
             f"({self.kafka_connections} Kafka)",
             "tables: " + ", ".join(f"{t} {n}" for t, n in self.counts.items()),
             f"time: {self.seconds:.1f} s ({rate:,.0f} exchanges/s); "
-            f"{self.rerun_connections} connection(s) re-run for cross-connection names"
+            f"{plural(self.rerun_connections, 'connection')} re-run for cross-connection names"
             + ("" if self.exact_idle else "; idle checks per connection (capture above the exact limit)"),
         ]
         if self.top_apis:
@@ -350,7 +358,7 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
         n = 1 if lower.endswith((".gz", ".gzip")) else max(1, math.ceil(size / split))
         tasks.extend((path, rank, r, n) for r in range(n))
     res.tasks = len(tasks)
-    log(f"stage 1: {len(files)} file(s) in {len(tasks)} task(s)")
+    log(f"stage 1: {plural(len(files), 'file')} in {plural(len(tasks), 'task')}")
     seg_schema = _spark_schema(SEGMENT_SCHEMA)
 
     def read_tasks(batches):
@@ -429,7 +437,7 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
     res.rerun_connections = len(rerun)
     events = ev1
     if rerun:
-        log(f"stage 2, pass 2: {len(rerun)} connection(s) with names learned elsewhere")
+        log(f"stage 2, pass 2: {plural(len(rerun), 'connection')} with names learned elsewhere")
         rerun_df = F.broadcast(spark.createDataFrame([(c,) for c in sorted(rerun)], "conn string"))
         ev2_dir = f"{out.tmp}/stage-events2"
         stage2(segs.join(rerun_df, "conn", "left_semi"), names, brokers, ev2_dir)

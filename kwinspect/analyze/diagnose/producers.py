@@ -40,7 +40,7 @@ from kwinspect.analyze.diagnose.core import (
     name_of,
     ts_of,
 )
-from kwinspect.model import STATUS_PAIRED, Exchange
+from kwinspect.model import STATUS_PAIRED, Exchange, plural
 from kwinspect.protocol.errors import error_name
 
 PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 0, 22, 24, 25, 26, 28
@@ -314,7 +314,7 @@ class ProducerAnalyzer(FindingTable):
                                 f"sequence gap for {topic}[{part}]: {end}..{b.base - 1} never sent "
                                 f"(producer id {pid}, epoch {epoch})",
                                 f"Batches with sequences {a.base}-{end - 1} and {b.base}-{b.base + b.count - 1} were "
-                                f"seen, but no batch covering {b.base - end} sequence(s) in between. Either the "
+                                f"seen, but no batch covering {plural(b.base - end, 'sequence')} in between. Either the "
                                 "capture missed requests (another interface, dropped packets) or the producer "
                                 "lost batches; the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER to such gaps.",
                                 key={"producer_id": pid, "producer_epoch": epoch, "topic": topic, "partition": part,

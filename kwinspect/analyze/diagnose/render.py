@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from kwinspect.analyze.diagnose.core import ERROR, INFO, WARNING, Finding
+from kwinspect.model import plural
 
 STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
 HEADING = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
@@ -50,8 +51,8 @@ def render_text(findings: list[Finding], console: Any = None, *, exchanges: int 
         return
     counts = {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}
     console.print(Text.assemble(("Diagnosis: ", "bold"),
-                                (f"{counts[ERROR]} error(s)", STYLE[ERROR]), ", ",
-                                (f"{counts[WARNING]} warning(s)", STYLE[WARNING]), ", ",
+                                (plural(counts[ERROR], "error"), STYLE[ERROR]), ", ",
+                                (plural(counts[WARNING], "warning"), STYLE[WARNING]), ", ",
                                 (f"{counts[INFO]} info", STYLE[INFO]),
                                 f"  ({exchanges} exchanges examined)"))
     for sev in (ERROR, WARNING, INFO):
