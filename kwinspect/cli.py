@@ -253,8 +253,15 @@ def _config(args) -> DissectConfig:
     return DissectConfig(**kw)
 
 
-def _check_inputs(paths: list[str]) -> None:
+def _check_inputs(paths: list[str], jobs: int = 1) -> None:
+    if paths.count("-") > 1:
+        raise UsageError("standard input (-) can be read only once")
+    if "-" in paths and jobs > 1:
+        raise UsageError("-j/--jobs needs files: every worker reads the input, and standard input "
+                         "(-) can be read only once")
     for path in paths:
+        if path == "-":
+            continue
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file")
         if os.path.isdir(path):
@@ -268,8 +275,8 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> I
     also rows the workers rendered to their final text (str)."""
     from kwinspect.export.progress import Progress
 
-    _check_inputs(args.pcap)
-    total = sum(os.path.getsize(p) for p in args.pcap)
+    _check_inputs(args.pcap, getattr(args, "jobs", 1))
+    total = sum(os.path.getsize(p) for p in args.pcap if p != "-")
     with Progress(total, "reading", enabled=False if args.quiet else None) as progress:
         if getattr(args, "jobs", 1) > 1:
             from kwinspect.capture.parallel import dissect_files_parallel
@@ -503,6 +510,9 @@ def cmd_tui(args) -> int:
                         initial_filter=args.filter)
     if not args.pcap:
         raise UsageError("tui needs a PCAP file (or --live -i IFACE)")
+    if "-" in args.pcap:
+        raise UsageError("tui needs capture files (it reads them again as you browse); "
+                         "write standard input to a file first")
     _check_inputs(args.pcap)
     from kwinspect.capture.readers import open_capture
 

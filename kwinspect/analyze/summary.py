@@ -561,7 +561,7 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     if summary.sources:
         more = f" (+{len(summary.sources) - 3} more)" if len(summary.sources) > 3 else ""
         room = max(12, console.width - len("Capture ") - len(more))
-        shown = ", ".join(S(src, 4096) for src in summary.sources[:3])
+        shown = ", ".join("(standard input)" if src == "-" else S(src, 4096) for src in summary.sources[:3])
         # a long path is cut from the left: the file name is the part that tells them apart
         head.append(("…" + shown[-(room - 1):] if len(shown) > room else shown) + more)
     parts.append(head)

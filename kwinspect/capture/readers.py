@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -160,8 +161,11 @@ class _ChunkReader:
 
     def take(self, n: int) -> bytes:
         """Exactly n bytes, or fewer at EOF."""
-        if len(self._buf) - self._pos < n:
-            self._buf = self._buf[self._pos:] + self.more(max(_CHUNK, n))
+        held = len(self._buf) - self._pos
+        if held < n:
+            # more() asks the file for a whole chunk but returns as soon as it has what is
+            # missing: a pipe hands over each packet as it comes, a file still 1 MiB a read
+            self._buf = self._buf[self._pos:] + self.more(n - held)
             self._pos = 0
         out = self._buf[self._pos:self._pos + n]
         self._pos += len(out)
@@ -287,7 +291,7 @@ class _PcapSource(PacketSource):
                 start = pos + rec_len
                 if start > blen:
                     base += pos
-                    buf = buf[pos:] + r.more(_CHUNK)
+                    buf = buf[pos:] + r.more(rec_len)  # reads a chunk; returns once a header is in
                     blen = len(buf)
                     pos = 0
                     start = rec_len
@@ -307,7 +311,7 @@ class _PcapSource(PacketSource):
                         break
                     base += pos
                     buf = buf[pos:]
-                    buf += r.more(max(_CHUNK, rec_len + caplen - len(buf)))
+                    buf += r.more(rec_len + caplen - len(buf))
                     blen = len(buf)
                     pos = 0
                     start = rec_len
@@ -591,13 +595,20 @@ def _sniff(head: bytes) -> tuple[str, Any]:
     return "", None
 
 
+STDIN = "-"  # the path that means standard input
+
+
 def open_capture(path: str | os.PathLike[str] | IO[bytes]) -> PacketSource:
-    """Open a pcap / pcapng file (optionally gzip-compressed) or an open binary file object.
+    """Open a pcap / pcapng file (optionally gzip-compressed) or an open binary file object;
+    ``"-"`` is standard input (read as a stream: a pipe works like a file).
 
     Raises CaptureFormatError when the input is not such a capture (empty, wrong
     magic, unreadable).  A file object passed in is not closed by the source.
     """
     owns: list[Any] = []
+    if isinstance(path, str) and path == STDIN:
+        # `tcpdump -U -w - | kwinspect exchanges -`: read as a stream, never seeked
+        path = _StreamInput(sys.stdin.fileno())
     if isinstance(path, str | os.PathLike):
         name = os.fspath(path)
         try:
@@ -663,6 +674,27 @@ def _read_exact(f: IO[bytes], n: int) -> bytes:
     return b"".join(parts)
 
 
+class _StreamInput(io.RawIOBase):
+    """Standard input as a stream: read(n) returns what the pipe holds (at least a byte,
+    b"" at the end) instead of waiting for n bytes, so packets are decoded as they arrive."""
+
+    name = "<stdin>"
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        return os.read(self._fd, n if n is not None and n > 0 else _CHUNK)
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
 class _GunzipReader(io.RawIOBase):
     """gzip decompression that hands over every byte it can before a cut or damage.
 
@@ -719,6 +751,8 @@ class _GunzipReader(io.RawIOBase):
                     self._done = True
                 else:
                     self._done = True
+            elif out and not d.unconsumed_tail:
+                break  # this input is used up: hand over what it gave (a pipe may have no more yet)
         if not out and self._error is not None:
             err, self._error = self._error, None
             raise err
