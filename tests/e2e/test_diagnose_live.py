@@ -17,16 +17,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("rig")]
 
 def _diagnose(pcap: str, ports: list[int]):
     from kwinspect.analyze.diagnose import Diagnoser
-    from kwinspect.capture.files import dissect_files
+    from kwinspect.capture.files import FileRun, dissect_files
     from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
     from kwinspect.model import Exchange
 
     d = Diagnoser()
     refs = set()
-    for ev in dissect_files([pcap], DissectConfig(kafka_ports=frozenset(ports) | DEFAULT_KAFKA_PORTS)):
+    run = FileRun()
+    kafka_ports = frozenset(ports) | DEFAULT_KAFKA_PORTS
+    for ev in dissect_files([pcap], DissectConfig(kafka_ports=kafka_ports), run=run):
         d.add(ev)
         if isinstance(ev, Exchange):
             refs.add((ev.stream, ev.correlation_id))
+    # as `kwinspect diagnose` does: how each connection ended and who closed it (without
+    # it a request the client abandoned by closing its own connection looked lost)
+    d.connections_ended(run.dissector.connections.values(), kafka_ports)
     return d, refs
 
 
