@@ -231,6 +231,8 @@ def _config(args) -> DissectConfig:
 
 def _check_inputs(paths: list[str]) -> None:
     for path in paths:
+        if path == "-":  # standard input (kwinspect.capture.files.STDIN)
+            continue
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file")
         if os.path.isdir(path):
@@ -245,9 +247,9 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> I
     from kwinspect.export.progress import Progress
 
     _check_inputs(args.pcap)
-    total = sum(os.path.getsize(p) for p in args.pcap)
+    total = sum(os.path.getsize(p) for p in args.pcap if p != "-")
     with Progress(total, "reading", enabled=False if args.quiet else None) as progress:
-        if getattr(args, "jobs", 1) > 1:
+        if getattr(args, "jobs", 1) > 1 and "-" not in args.pcap:  # a pipe cannot be split
             from kwinspect.capture.parallel import dissect_files_parallel
 
             # exchanges/errors rows and latency stats need no decoded bodies, summary only record

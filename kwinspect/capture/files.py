@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -16,6 +17,12 @@ from kwinspect.dissect import DissectConfig, Dissector, Event
 from kwinspect.model import ErrorRow, Issue
 
 ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
+STDIN = "-"  # as a path: read the capture from standard input, as it arrives
+
+
+def _stdin():
+    """Standard input as a binary stream (a pipe is read as it arrives, never seeked)."""
+    return sys.stdin.buffer
 
 
 @dataclass
@@ -48,9 +55,9 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     """
     run = run if run is not None else FileRun()
     run.paths = [os.fspath(p) for p in paths]
-    sources = [open_capture(p) for p in run.paths]
+    sources = [open_capture(_stdin() if p == STDIN else p) for p in run.paths]
     run.sources = sources
-    run.total_bytes = sum(os.path.getsize(p) for p in run.paths if os.path.isfile(p))
+    run.total_bytes = sum(os.path.getsize(p) for p in run.paths if p != STDIN and os.path.isfile(p))
     dissector = Dissector(config)
     run.dissector = dissector
     try:

@@ -25,7 +25,6 @@ its writers produce the test files (tests/helpers/pcapgen.py).
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import struct
@@ -135,14 +134,19 @@ class _ChunkReader:
         self.consumed = 0
 
     def more(self, n: int) -> bytes:
-        """Read at least n bytes from the file (fewer only at EOF or on a read error)."""
+        """Read at least n bytes from the file (fewer only at EOF or on a read error).
+
+        Each read asks for a large chunk but takes what is there (read1), so a pipe
+        (`tcpdump -U -w - | kwinspect ... -`) delivers a packet as soon as it arrives
+        instead of waiting for a megabyte."""
         parts = []
         have = 0
+        read = getattr(self._f, "read1", None) or self._f.read
         while have < n and self.error is None:
             try:
                 # at most 4 MiB per read(): a file claiming a 64 MiB record but holding a few
                 # bytes must not make read() allocate the claimed size up front
-                chunk = self._f.read(min(max(_CHUNK, n - have), 4 * _CHUNK))
+                chunk = read(min(max(_CHUNK, n - have), 4 * _CHUNK))
             except (EOFError, OSError, zlib.error) as e:
                 # gzip raises EOFError for a stream cut before its end marker
                 self.error = f"{type(e).__name__}: {e}"
@@ -162,7 +166,7 @@ class _ChunkReader:
     def take(self, n: int) -> bytes:
         """Exactly n bytes, or fewer at EOF."""
         if len(self._buf) - self._pos < n:
-            self._buf = self._buf[self._pos:] + self.more(max(_CHUNK, n))
+            self._buf = self._buf[self._pos:] + self.more(n - (len(self._buf) - self._pos))
             self._pos = 0
         out = self._buf[self._pos:self._pos + n]
         self._pos += len(out)
@@ -288,7 +292,7 @@ class _PcapSource(PacketSource):
                 start = pos + rec_len
                 if start > blen:
                     base += pos
-                    buf = buf[pos:] + r.more(_CHUNK)
+                    buf = buf[pos:] + r.more(rec_len - (blen - pos))
                     blen = len(buf)
                     pos = 0
                     start = rec_len
@@ -308,7 +312,7 @@ class _PcapSource(PacketSource):
                         break
                     base += pos
                     buf = buf[pos:]
-                    buf += r.more(max(_CHUNK, rec_len + caplen - len(buf)))
+                    buf += r.more(rec_len + caplen - len(buf))
                     blen = len(buf)
                     pos = 0
                     start = rec_len
@@ -616,8 +620,7 @@ def open_capture(path: str | os.PathLike[str] | IO[bytes]) -> PacketSource:
         compressed = False
         if head[:2] == _GZIP_MAGIC:
             compressed = True
-            prefixed = _PrefixedFile(head, f)
-            gz = gzip.GzipFile(fileobj=prefixed, mode="rb")  # type: ignore[arg-type]
+            gz = _GzipStream(head, f)
             owns.append(gz)
             f = gz
             try:
@@ -653,6 +656,100 @@ def open_capture(path: str | os.PathLike[str] | IO[bytes]) -> PacketSource:
         raise CaptureFormatError(f"{name}: cannot read: {e}") from e
 
 
+class _GzipStream(io.RawIOBase):
+    """Streaming gzip decompression that hands over every byte it recovered.
+
+    gzip.GzipFile raises EOFError from a read() that hit the cut of a truncated
+    file and throws away what that read() had decompressed (up to the caller's
+    whole request), so a cut file lost every packet of its last megabytes.  Here
+    decompressed bytes are always returned first; the cut is raised (EOFError) on
+    the next read only.  Concatenated gzip members are read one after the other,
+    as gzip(1) does.  Reads the underlying file in small chunks and never seeks,
+    so a pipe works like a file.
+    """
+
+    _IN = 64 << 10
+
+    def __init__(self, prefix: bytes, f: IO[bytes]) -> None:
+        self._f = f
+        self._pending = prefix  # compressed bytes not yet fed
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._out = b""
+        self._pos = 0
+        self._error: BaseException | None = None
+        self._done = False
+        self._member_bytes = 0  # compressed bytes fed to the current member
+        self._read = getattr(f, "read1", None) or f.read  # take what a pipe has
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:  # progress: the compressed position
+        return self._f.tell()
+
+    def _fill(self, want: int) -> None:
+        d = self._d
+        while len(self._out) - self._pos < want and not self._done and self._error is None:
+            data = self._pending or self._read(self._IN)
+            self._pending = b""
+            if not data:
+                if self._member_bytes and not d.eof:
+                    self._error = EOFError("compressed file ended before the end-of-stream marker")
+                self._done = True
+                break
+            self._member_bytes += len(data)
+            try:
+                # at most ~4 MiB out per call: a bomb cannot allocate more than asked
+                chunk = d.decompress(data, max(want, 1 << 20))
+            except zlib.error as e:
+                self._error = e
+                break
+            rest = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data
+                self._d = d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._member_bytes = 0
+                rest = rest.lstrip(b"\0")  # trailing zero padding (tape blocks) ends the stream
+                if rest and rest[:2] != b"\x1f\x8b":
+                    self._done = True  # trailing garbage after a member: ignored, like gzip -d
+                    rest = b""
+            self._pending = rest
+            if chunk:
+                self._out = self._out[self._pos:] + chunk
+                self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            parts = []
+            while True:
+                b = self.read(1 << 20)
+                if not b:
+                    return b"".join(parts)
+                parts.append(b)
+        if len(self._out) - self._pos < n:
+            self._fill(n)
+        out = self._out[self._pos:self._pos + n]
+        self._pos += len(out)
+        if not out and self._error is not None:
+            err, self._error = self._error, None
+            self._done = True
+            raise err if isinstance(err, EOFError | zlib.error) else EOFError(str(err))
+        return out
+
+    def read1(self, n: int = -1) -> bytes:
+        """What is decompressed already, or what one more arrival gives (pipes)."""
+        if n is None or n < 0:
+            n = 1 << 20
+        if self._pos >= len(self._out):
+            self._fill(1)
+        return self.read(max(1, min(n, len(self._out) - self._pos)))
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
 def _read_exact(f: IO[bytes], n: int) -> bytes:
     parts = []
     while n > 0:
@@ -662,31 +759,3 @@ def _read_exact(f: IO[bytes], n: int) -> bytes:
         parts.append(b)
         n -= len(b)
     return b"".join(parts)
-
-
-class _PrefixedFile(io.RawIOBase):
-    """A read-only file that first returns `prefix`, then the rest of `f`."""
-
-    def __init__(self, prefix: bytes, f: IO[bytes]) -> None:
-        self._prefix = prefix
-        self._f = f
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        if self._prefix:
-            if n is None or n < 0:
-                out = self._prefix + self._f.read()
-                self._prefix = b""
-                return out
-            out, self._prefix = self._prefix[:n], self._prefix[n:]
-            if len(out) < n:
-                out += self._f.read(n - len(out))
-            return out
-        return self._f.read(n)
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
