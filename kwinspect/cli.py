@@ -392,7 +392,8 @@ def cmd_summary(args) -> int:
 
     interrupted = _consume(args, run, add)
     summary = builder.build(sources=args.pcap, interrupted=interrupted,
-                            packet_counts=run.dissector.packet_counts() if run.dissector else None)
+                            packet_counts=run.dissector.packet_counts() if run.dissector else None,
+                            byte_counts=run.dissector.byte_counts() if run.dissector else None)
     if args.format == "json":
         json.dump(summary.as_dict(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

@@ -37,6 +37,8 @@ class ReferenceReassembler(TcpReassembler):
         seq = seg.seq
         st = h.st
         st.segments += 1
+        if flags & (RST | FIN) and not self._close_acceptable(conn, h, p, seg, out):
+            flags &= ~(RST | FIN)  # added with RST/FIN validation, after the fast path
         if flags & SYN:
             if not h.started:
                 h.syn_seen = True
