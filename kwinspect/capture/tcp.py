@@ -195,9 +195,11 @@ class _Half:
         self.nxt = 0
         self.ooo_s: list[int] = []  # sorted starts of buffered chunks (non-overlapping)
         self.ooo_d: list[bytes] = []
-        self.recent: deque[tuple[int, bytes]] = deque()  # delivered tail, for overlap checks
+        # created on first use: an empty deque is ~380 bytes, and a SYN flood makes
+        # hundreds of thousands of halves that never carry a byte
+        self.recent: deque[tuple[int, bytes]] | None = None  # delivered tail, for overlap checks
         self.recent_bytes = 0
-        self.recent_gaps: deque[tuple[int, int]] = deque(maxlen=32)
+        self.recent_gaps: deque[tuple[int, int]] | None = None  # the last 32 gaps
         self.fin_at: int | None = None
         self.fin_done = False
         self.max_end = 0
@@ -305,6 +307,7 @@ class TcpReassembler:
         self._hot_ab: tuple[_Conn, _Half, _Half] | None = None
         self._hot_ba: tuple[_Conn, _Half, _Half] | None = None
         self._last_conn: _Conn | None = None  # already last in the LRU order
+        self._last_evicted: tuple[ConnId, float] | None = None  # for the row counting the rest
 
     # ------------------------------------------------------------------ public
     def feed(self, seg: TcpSegment) -> list[StreamEvent]:
@@ -390,6 +393,8 @@ class TcpReassembler:
                 else:
                     out.append(StreamData(conn.cid, h.src, h.dst, payload, ts, nxt - st.start))
                 recent = h.recent
+                if recent is None:
+                    recent = h.recent = deque()
                 recent.append((nxt, payload))
                 kept = h.recent_bytes + n
                 keep = self.overlap_check_bytes
@@ -467,6 +472,13 @@ class TcpReassembler:
         for conn, ts in self._closed.values():
             self._report_after_close(conn, ts, out)
         self._closed.clear()
+        more = self.stats.evicted - self.max_issues_per_direction
+        if more > 0 and self._last_evicted is not None:
+            cid, ts = self._last_evicted
+            out.append(StreamIssue(cid, model.Issue(
+                model.LIMIT_EXCEEDED, f"{more} more connections were closed early because more "
+                f"than {self.max_connections} were live (not listed one by one)"), ts))
+            self._last_evicted = None
         return out
 
     def totals(self) -> DirectionStats:
@@ -518,9 +530,11 @@ class TcpReassembler:
         if len(self._conns) >= self.max_connections:
             victim = next(iter(self._conns))
             self.stats.evicted += 1
-            self._issue(victim, victim.h0, seg.ts, out, model.LIMIT_EXCEEDED,
-                        f"more than {self.max_connections} live connections: "
-                        "closing the least recently active one")
+            if self.stats.evicted <= self.max_issues_per_direction:  # a flood: rows capped
+                self._issue(victim, victim.h0, seg.ts, out, model.LIMIT_EXCEEDED,
+                            f"more than {self.max_connections} live connections: "
+                            "closing the least recently active one")
+            self._last_evicted = (victim.cid, seg.ts)
             self._close(victim, seg.ts, "idle", out)
         cid = ConnId(canon[0], canon[1], self._serial)
         self._serial += 1
@@ -563,7 +577,7 @@ class TcpReassembler:
         self._dirs.pop((conn.h1.src, conn.h1.dst), None)
         tot = self.stats.totals
         for h in (conn.h0, conn.h1):
-            h.recent.clear()
+            h.recent = None
             h.recent_bytes = 0
             h.hole_since = None
             self._holes.discard(h)
@@ -669,6 +683,8 @@ class TcpReassembler:
                  out: list[StreamEvent]) -> None:
         n = len(data)
         out.append(StreamData(conn.cid, h.src, h.dst, data, ts, h.nxt - h.st.start))
+        if h.recent is None:
+            h.recent = deque()
         h.recent.append((h.nxt, data))
         h.recent_bytes += n
         keep = self.overlap_check_bytes
@@ -684,6 +700,8 @@ class TcpReassembler:
              reason: str) -> None:
         st = h.st
         out.append(StreamGap(conn.cid, h.src, h.dst, n, ts, h.nxt - st.start, reason))
+        if h.recent_gaps is None:
+            h.recent_gaps = deque(maxlen=32)
         h.recent_gaps.append((h.nxt, h.nxt + n))
         h.nxt += n
         st.gap_bytes += n
@@ -699,7 +717,7 @@ class TcpReassembler:
         late = 0
         if s < st.start:  # before the first byte we delivered (capture started mid-stream)
             late += min(e, st.start) - s
-        for gs, ge in h.recent_gaps:
+        for gs, ge in h.recent_gaps or ():
             lo, hi = max(s, gs), min(e, ge)
             if lo < hi:
                 late += hi - lo
@@ -715,7 +733,7 @@ class TcpReassembler:
         st.duplicate_bytes += len(data) - late
         if len(data) == 1 and s == h.nxt - 1:
             return  # a keep-alive probe carries one arbitrary byte: not a conflict
-        for cs, cd in h.recent:  # first copy wins; report a differing copy
+        for cs, cd in h.recent or ():  # first copy wins; report a differing copy
             ce = cs + len(cd)
             lo, hi = max(s, cs), min(e, ce)
             if lo < hi and data[lo - s:hi - s] != cd[lo - cs:hi - cs]:
