@@ -73,10 +73,17 @@ def data_after_close() -> tuple[list[TcpSegment], int]:
     return segs + [late], len(late.payload)
 
 
+def zero_length_frames(n: int = 2000) -> list[TcpSegment]:
+    """One good exchange, then `n` zero-length Kafka frames from the client (each a
+    4-byte size of 0): each is an undecodable request."""
+    msgs = api_versions_exchange(1) + [("c", b"\0\0\0\0" * n)] + api_versions_exchange(2)
+    return conversation(CLIENT, SERVER, msgs, close="fin")
+
+
 def write_all(out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     files = {"forged-rst": forged_rst(), "forged-fins": forged_fins(),
-             "data-after-close": data_after_close()[0]}
+             "data-after-close": data_after_close()[0], "zero-length-frames": zero_length_frames()}
     paths = {}
     for name, segs in files.items():
         paths[name] = out / f"{name}.pcap"

@@ -84,3 +84,15 @@ def test_rst_answering_a_syn_closes():
     r = TcpReassembler()
     closes = [e for s in (syn, forged) for e in r.feed(s) if isinstance(e, StreamClosed)]
     assert closes == [] and r.stats.ignored_closes == 1
+
+
+def test_issue_flood_is_capped_per_stream_with_a_count_row(captures):
+    # 2,000 zero-length frames: the first 100 decode_error rows, then one row counting the rest
+    errors = _kw("errors", str(captures["zero-length-frames"]))
+    decode = [e for e in errors if e["kind"] == "decode_error"]
+    assert len(decode) == 100
+    more = [e for e in errors if e["kind"] == "limit_exceeded"]
+    assert len(more) == 1 and more[0]["message"].startswith("1900 more decode_error rows")
+    assert more[0]["stream"] == decode[0]["stream"]
+    exchanges = _kw("exchanges", str(captures["zero-length-frames"]))
+    assert [e["status"] for e in exchanges] == ["paired", "paired"]  # the good ones around it
