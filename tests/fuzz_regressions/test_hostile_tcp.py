@@ -96,3 +96,25 @@ def test_issue_flood_is_capped_per_stream_with_a_count_row(captures):
     assert more[0]["stream"] == decode[0]["stream"]
     exchanges = _kw("exchanges", str(captures["zero-length-frames"]))
     assert [e["status"] for e in exchanges] == ["paired", "paired"]  # the good ones around it
+
+
+def test_gzip_of_zeros_stops_after_a_bounded_run(tmp_path):
+    # a pcap header, then 64 MiB of zeros (64 KiB gzipped): 4 million empty records
+    import gzip
+    import struct
+
+    path = tmp_path / "zeros.pcap.gz"
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for _ in range(64):
+            f.write(bytes(1 << 20))
+    assert path.stat().st_size < 200_000
+    errors = _kw("errors", str(path))
+    stop = [e for e in errors if e["kind"] == "corrupt_capture"]
+    assert len(stop) == 1 and "reading stopped" in stop[0]["message"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    summary = json.loads(subprocess.run(
+        [sys.executable, "-m", "kwinspect.cli", "summary", "-q", "-F", "json", str(path)],
+        capture_output=True, check=True, env=env).stdout)
+    assert summary["packets"]["packets"] <= 70_000  # of 4,194,304 records
+    assert summary["packets"]["unparseable"] == summary["packets"]["packets"]
