@@ -118,3 +118,19 @@ def test_gzip_of_zeros_stops_after_a_bounded_run(tmp_path):
         capture_output=True, check=True, env=env).stdout)
     assert summary["packets"]["packets"] <= 70_000  # of 4,194,304 records
     assert summary["packets"]["unparseable"] == summary["packets"]["packets"]
+
+
+def test_framing_issue_flood_is_capped_per_direction():
+    import struct
+
+    from kwinspect.stream.framing import FrameSplitter, FramingIssue, RequestValidator
+
+    req = struct.pack(">hhih", 18, 0, 1, 1) + b"c" + bytes(100)  # ApiVersions v0, padded
+    frame = struct.pack(">i", len(req)) + req
+    splitter = FrameSplitter(RequestValidator(known_kafka=True), max_frame_size=64, synced=True)
+    splitter.feed(frame * 300, 1.0)
+    splitter.finish()
+    issues = [e for e in splitter.events() if isinstance(e, FramingIssue)]
+    kinds = [i.kind for i in issues]
+    assert kinds.count("oversized_frame") == 100
+    assert kinds[-1] == "limit_exceeded" and issues[-1].message.startswith("200 more oversized_frame")
