@@ -117,3 +117,16 @@ def test_stdin_is_read_as_it_arrives():
         proc.stdin.close()
         proc.stdout.read()
         proc.wait(timeout=60)
+
+
+def test_stdin_pcapng_gzip_pipe_equals_the_file():
+    if not PUBLIC_NG.exists():
+        pytest.skip(f"{PUBLIC_NG} is absent")
+    want = _run(["exchanges", "-q", "-F", "jsonl", str(PUBLIC_NG)], subprocess.DEVNULL)
+    assert want
+    gz = subprocess.Popen(["gzip", "-c", str(PUBLIC_NG)], stdout=subprocess.PIPE)
+    try:
+        assert _run(["exchanges", "-q", "-F", "jsonl", "-"], gz.stdout) == want
+    finally:
+        gz.stdout.close()
+        gz.wait()
