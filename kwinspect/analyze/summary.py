@@ -544,7 +544,8 @@ def _byte_line(c: dict[str, int]) -> Any:
     gap = c.get("gap", 0)
     line.append(f", {gap:,} lost", style="yellow" if gap else None)
     if c.get("ignored_closes"):
-        line.append(f"; {c['ignored_closes']:,} RST/FIN ignored", style="yellow")
+        line.append(f"\n{c['ignored_closes']:,} RST/FIN ignored (outside the receiver's window)",
+                    style="yellow")
     return line
 
 
