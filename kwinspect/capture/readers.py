@@ -689,7 +689,9 @@ class _GzipStream(io.RawIOBase):
 
     def _fill(self, want: int) -> None:
         d = self._d
-        while len(self._out) - self._pos < want and not self._done and self._error is None:
+        parts = [self._out[self._pos:]]  # joined once at the end: no quadratic copying
+        have = len(parts[0])
+        while have < want and not self._done and self._error is None:
             data = self._pending or self._read(self._IN)
             self._pending = b""
             if not data:
@@ -699,8 +701,8 @@ class _GzipStream(io.RawIOBase):
                 break
             self._member_bytes += len(data)
             try:
-                # at most ~4 MiB out per call: a bomb cannot allocate more than asked
-                chunk = d.decompress(data, max(want, 1 << 20))
+                # at most what was asked (>= 1 MiB) per call: a bomb allocates no more
+                chunk = d.decompress(data, max(want - have, 1 << 20))
             except zlib.error as e:
                 self._error = e
                 break
@@ -715,8 +717,11 @@ class _GzipStream(io.RawIOBase):
                     rest = b""
             self._pending = rest
             if chunk:
-                self._out = self._out[self._pos:] + chunk
-                self._pos = 0
+                parts.append(chunk)
+                have += len(chunk)
+        if len(parts) > 1:
+            self._out = b"".join(parts)
+            self._pos = 0
 
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
