@@ -253,14 +253,11 @@ def _config(args) -> DissectConfig:
     return DissectConfig(**kw)
 
 
-def _check_inputs(paths: list[str], jobs: int = 1) -> None:
+def _check_inputs(paths: list[str]) -> None:
     if paths.count("-") > 1:
         raise UsageError("standard input (-) can be read only once")
-    if "-" in paths and jobs > 1:
-        raise UsageError("-j/--jobs needs files: every worker reads the input, and standard input "
-                         "(-) can be read only once")
     for path in paths:
-        if path == "-":
+        if path == "-":  # standard input (kwinspect.capture.files.STDIN)
             continue
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file")
@@ -275,10 +272,10 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> I
     also rows the workers rendered to their final text (str)."""
     from kwinspect.export.progress import Progress
 
-    _check_inputs(args.pcap, getattr(args, "jobs", 1))
+    _check_inputs(args.pcap)
     total = sum(os.path.getsize(p) for p in args.pcap if p != "-")
     with Progress(total, "reading", enabled=False if args.quiet else None) as progress:
-        if getattr(args, "jobs", 1) > 1:
+        if getattr(args, "jobs", 1) > 1 and "-" not in args.pcap:  # a pipe cannot be split
             from kwinspect.capture.parallel import dissect_files_parallel
 
             # exchanges/errors rows and latency stats need no decoded bodies, summary only record
@@ -436,7 +433,8 @@ def cmd_summary(args) -> int:
 
     interrupted = _consume(args, run, add)
     summary = builder.build(sources=args.pcap, interrupted=interrupted,
-                            packet_counts=run.dissector.packet_counts() if run.dissector else None)
+                            packet_counts=run.dissector.packet_counts() if run.dissector else None,
+                            byte_counts=run.dissector.byte_counts() if run.dissector else None)
     if args.format == "json":
         json.dump(summary.as_dict(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

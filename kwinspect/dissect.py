@@ -278,6 +278,17 @@ class Dissector:
             "fragments_pending": ps.fragments_pending,
         }
 
+    def byte_counts(self) -> dict[str, int]:
+        """Where the captured TCP payload bytes went (capture.tcp.DirectionStats summed):
+        ``payload`` = ``delivered`` + ``duplicate`` + ``late`` + ``dropped`` + ``buffered``.
+        ``late`` counts bytes for a range already given up as a gap and bytes arriving
+        after their connection closed; ``gap`` counts bytes lost from the stream."""
+        t = self.tcp.totals()
+        return {"payload": t.payload_bytes, "delivered": t.delivered,
+                "duplicate": t.duplicate_bytes, "late": t.late_bytes, "dropped": t.dropped_bytes,
+                "buffered": t.buffered, "gap": t.gap_bytes,
+                "ignored_closes": self.tcp.stats.ignored_closes}
+
     def packet_accounting_error(self) -> str | None:
         """None when every packet is counted exactly once, else what does not add up."""
         c = self.packet_counts()
@@ -301,7 +312,9 @@ class Dissector:
             self._close(ev.conn_id, ev.ts, ev.reason)
         elif isinstance(ev, StreamIssue):
             conn = self._conns.get(ev.conn_id)
-            stream = conn.info.stream if conn else None
+            # after-close bytes are reported once the connection is closed: name it still
+            info = conn.info if conn else self.connections.get(ev.conn_id)
+            stream = info.stream if info else None
             self._events.append(ErrorRow(kind=ev.issue.kind, message=ev.issue.message, ts=ev.ts, stream=stream))
 
     def _open(self, ev: StreamOpened) -> _Conn:

@@ -147,6 +147,8 @@ class Summary:
     # where every packet went (Dissector.packet_counts()): packets, kafka, non_kafka,
     # not_tcp, unparseable, fragments_pending; None when not known
     packet_counts: dict[str, int] | None = None
+    # where the captured TCP payload bytes went (Dissector.byte_counts()); None when not known
+    byte_counts: dict[str, int] | None = None
 
     @property
     def duration_s(self) -> float | None:
@@ -179,6 +181,7 @@ class Summary:
             "topics": [dict(t) for t in self.topics],
             "records": self.records,
             "packets": dict(self.packet_counts) if self.packet_counts is not None else None,
+            "tcp_bytes": dict(self.byte_counts) if self.byte_counts is not None else None,
         }
 
 
@@ -383,7 +386,8 @@ class SummaryBuilder:
 
     # -- result -----------------------------------------------------------
     def build(self, sources: Iterable[str] = (), interrupted: bool = False,
-              packet_counts: dict[str, int] | None = None) -> Summary:
+              packet_counts: dict[str, int] | None = None,
+              byte_counts: dict[str, int] | None = None) -> Summary:
         id_by_addr = {addr: node for node, addr in self._advertised.items()}
         brokers = []
         for addr, conns in self._broker_conns.items():
@@ -454,6 +458,7 @@ class SummaryBuilder:
             anomalies=[dict(a) for a in anomalies], topics=topics, records=self._records,
             sources=list(sources), interrupted=interrupted,
             packet_counts=dict(packet_counts) if packet_counts is not None else None,
+            byte_counts=dict(byte_counts) if byte_counts is not None else None,
         )
 
 
@@ -531,6 +536,26 @@ def _packet_line(c: dict[str, int]) -> Any:
     return line
 
 
+def _byte_line(c: dict[str, int]) -> Any:
+    """No silent loss of bytes: payload = delivered + retransmitted + late + dropped (+ held)."""
+    from rich.text import Text
+
+    line = Text()
+    line.append(f"{c.get('payload', 0):,} TCP bytes", style="bold")
+    line.append(f": {c.get('delivered', 0):,} delivered, {c.get('duplicate', 0):,} resent")
+    late, dropped = c.get("late", 0), c.get("dropped", 0)
+    line.append(f", {late:,} late", style="yellow" if late else None)
+    line.append(f", {dropped:,} dropped", style="yellow" if dropped else None)
+    if c.get("buffered"):
+        line.append(f", {c['buffered']:,} held")
+    gap = c.get("gap", 0)
+    line.append(f", {gap:,} lost", style="yellow" if gap else None)
+    if c.get("ignored_closes"):
+        line.append(f"\n{c['ignored_closes']:,} RST/FIN ignored (outside the receiver's window)",
+                    style="yellow")
+    return line
+
+
 def render_summary(summary: Summary, console: Any = None, max_rows: int | None = None) -> None:
     """Print the one-screen report.  Every wire-derived string is term_safe'd.
 
@@ -589,6 +614,8 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     parts.append(line)
     if summary.packet_counts is not None:
         parts.append(_packet_line(summary.packet_counts))
+    if summary.byte_counts is not None:
+        parts.append(_byte_line(summary.byte_counts))
 
     # Brokers and clients side by side.
     bt = table("Brokers", ("id", "right"), ("address", "left"), ("conns", "right"), ("requests", "right"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -16,6 +17,14 @@ from kwinspect.dissect import DissectConfig, Dissector, Event
 from kwinspect.model import ErrorRow, Issue
 
 ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
+# consecutive unparseable records (checked per 1024) after which a file is given up
+MAX_UNPARSEABLE_RUN = 64 * 1024
+STDIN = "-"  # as a path: read the capture from standard input, as it arrives
+
+
+def _stdin():
+    """Standard input as a binary stream (a pipe is read as it arrives, never seeked)."""
+    return sys.stdin.buffer
 
 
 @dataclass
@@ -48,21 +57,34 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     """
     run = run if run is not None else FileRun()
     run.paths = [os.fspath(p) for p in paths]
-    sources = [open_capture(p) for p in run.paths]
+    sources = [open_capture(_stdin() if p == STDIN else p) for p in run.paths]
     run.sources = sources
-    run.total_bytes = sum(os.path.getsize(p) for p in run.paths if os.path.isfile(p))
+    run.total_bytes = sum(os.path.getsize(p) for p in run.paths if p != STDIN and os.path.isfile(p))
     dissector = Dissector(config)
     run.dissector = dissector
     try:
         count = 0
         feed = dissector.feed_packet
+        pstats = dissector.parser.stats
+        bad_before = bad_run = 0
         for raw in _merged(sources):
             feed(raw)
             if dissector._events:  # most packets complete no exchange
                 yield from dissector.pop_events()
             count += 1
-            if progress is not None and count & 0x3FF == 0:
-                progress(sum(s.position() for s in sources), run.total_bytes)
+            if count & 0x3FF == 0:
+                if progress is not None:
+                    progress(sum(s.position() for s in sources), run.total_bytes)
+                # a long run of records that are no packet at all (a gzip of zeros
+                # inflates to billions of empty records): stop instead of running for minutes
+                bad = pstats.unparseable
+                bad_run = bad_run + 1024 if bad - bad_before == 1024 else 0
+                bad_before = bad
+                if bad_run >= MAX_UNPARSEABLE_RUN:
+                    yield ErrorRow(kind="corrupt_capture", message=(
+                        f"{', '.join(run.paths)}: {bad_run:,} records in a row are not packets "
+                        f"that can be parsed; reading stopped after {count:,} records"))
+                    break
         dissector.finish()
         yield from dissector.pop_events()
         for path, src in zip(run.paths, sources, strict=True):

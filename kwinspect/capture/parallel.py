@@ -562,6 +562,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                                   ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None)))
         out.send(("items", items, sum(s.stats.file_bytes for s in sources)))
         counts = d.packet_counts()
+        counts.update({"tcp_" + k: v for k, v in d.byte_counts().items()})  # of its connections
         conns = []
         for conn_id, info in d.connections.items():
             if info.conversation is not None:
@@ -631,6 +632,15 @@ class MergedDissector:
         }
 
     packet_accounting_error = Dissector.packet_accounting_error  # over the merged packet_counts()
+
+    def byte_counts(self) -> dict[str, int]:
+        """Dissector.byte_counts() summed over the workers (each reassembles its connections)."""
+        out: dict[str, int] = {}
+        for c in self._counts:
+            for k, v in (c or {}).items():
+                if k.startswith("tcp_"):
+                    out[k[4:]] = out.get(k[4:], 0) + v
+        return out
 
     # -- settling one packet's events ----------------------------------------------
     def _endpoint(self, text: str) -> Endpoint:

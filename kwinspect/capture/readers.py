@@ -28,7 +28,6 @@ from __future__ import annotations
 import io
 import os
 import struct
-import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -135,14 +134,19 @@ class _ChunkReader:
         self.consumed = 0
 
     def more(self, n: int) -> bytes:
-        """Read at least n bytes from the file (fewer only at EOF or on a read error)."""
+        """Read at least n bytes from the file (fewer only at EOF or on a read error).
+
+        Each read asks for a large chunk but takes what is there (read1), so a pipe
+        (`tcpdump -U -w - | kwinspect ... -`) delivers a packet as soon as it arrives
+        instead of waiting for a megabyte."""
         parts = []
         have = 0
+        read = getattr(self._f, "read1", None) or self._f.read
         while have < n and self.error is None:
             try:
                 # at most 4 MiB per read(): a file claiming a 64 MiB record but holding a few
                 # bytes must not make read() allocate the claimed size up front
-                chunk = self._f.read(min(max(_CHUNK, n - have), 4 * _CHUNK))
+                chunk = read(min(max(_CHUNK, n - have), 4 * _CHUNK))
             except (EOFError, OSError, zlib.error) as e:
                 # gzip raises EOFError for a stream cut before its end marker
                 self.error = f"{type(e).__name__}: {e}"
@@ -161,11 +165,8 @@ class _ChunkReader:
 
     def take(self, n: int) -> bytes:
         """Exactly n bytes, or fewer at EOF."""
-        held = len(self._buf) - self._pos
-        if held < n:
-            # more() asks the file for a whole chunk but returns as soon as it has what is
-            # missing: a pipe hands over each packet as it comes, a file still 1 MiB a read
-            self._buf = self._buf[self._pos:] + self.more(n - held)
+        if len(self._buf) - self._pos < n:
+            self._buf = self._buf[self._pos:] + self.more(n - (len(self._buf) - self._pos))
             self._pos = 0
         out = self._buf[self._pos:self._pos + n]
         self._pos += len(out)
@@ -245,11 +246,11 @@ class PacketSource:
         if self._reader.error:  # e.g. a .gz cut short: the packets before it were read
             self._issue(model.TRUNCATED_PACKET,
                         f"compressed input ends early ({self._reader.error}); reading stopped "
-                        f"after {model.plural(self.stats.packets, 'packet')}", offset=self._reader.consumed)
+                        f"after {self.stats.packets} packet(s)", offset=self._reader.consumed)
         if self.stats.snaplen_truncated:
             self._issue(SNAPLEN_TRUNCATED,
-                        f"{model.plural(self.stats.snaplen_truncated, 'packet')} captured shorter "
-                        "than on the wire (snaplen)", severity=model.SEVERITY_INFO)
+                        f"{self.stats.snaplen_truncated} packet(s) were captured shorter "
+                        "than they were on the wire (snaplen)", severity=model.SEVERITY_INFO)
 
 
 class _PcapSource(PacketSource):
@@ -291,7 +292,7 @@ class _PcapSource(PacketSource):
                 start = pos + rec_len
                 if start > blen:
                     base += pos
-                    buf = buf[pos:] + r.more(rec_len)  # reads a chunk; returns once a header is in
+                    buf = buf[pos:] + r.more(rec_len - (blen - pos))
                     blen = len(buf)
                     pos = 0
                     start = rec_len
@@ -595,20 +596,13 @@ def _sniff(head: bytes) -> tuple[str, Any]:
     return "", None
 
 
-STDIN = "-"  # the path that means standard input
-
-
 def open_capture(path: str | os.PathLike[str] | IO[bytes]) -> PacketSource:
-    """Open a pcap / pcapng file (optionally gzip-compressed) or an open binary file object;
-    ``"-"`` is standard input (read as a stream: a pipe works like a file).
+    """Open a pcap / pcapng file (optionally gzip-compressed) or an open binary file object.
 
     Raises CaptureFormatError when the input is not such a capture (empty, wrong
     magic, unreadable).  A file object passed in is not closed by the source.
     """
     owns: list[Any] = []
-    if isinstance(path, str) and path == STDIN:
-        # `tcpdump -U -w - | kwinspect exchanges -`: read as a stream, never seeked
-        path = _StreamInput(sys.stdin.fileno())
     if isinstance(path, str | os.PathLike):
         name = os.fspath(path)
         try:
@@ -626,8 +620,7 @@ def open_capture(path: str | os.PathLike[str] | IO[bytes]) -> PacketSource:
         compressed = False
         if head[:2] == _GZIP_MAGIC:
             compressed = True
-            prefixed = _PrefixedFile(head, f)
-            gz = _GunzipReader(prefixed)
+            gz = _GzipStream(head, f)
             owns.append(gz)
             f = gz
             try:
@@ -663,6 +656,105 @@ def open_capture(path: str | os.PathLike[str] | IO[bytes]) -> PacketSource:
         raise CaptureFormatError(f"{name}: cannot read: {e}") from e
 
 
+class _GzipStream(io.RawIOBase):
+    """Streaming gzip decompression that hands over every byte it recovered.
+
+    gzip.GzipFile raises EOFError from a read() that hit the cut of a truncated
+    file and throws away what that read() had decompressed (up to the caller's
+    whole request), so a cut file lost every packet of its last megabytes.  Here
+    decompressed bytes are always returned first; the cut is raised (EOFError) on
+    the next read only.  Concatenated gzip members are read one after the other,
+    as gzip(1) does.  Reads the underlying file in small chunks and never seeks,
+    so a pipe works like a file.
+    """
+
+    _IN = 64 << 10
+
+    def __init__(self, prefix: bytes, f: IO[bytes]) -> None:
+        self._f = f
+        self._pending = prefix  # compressed bytes not yet fed
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._out = b""
+        self._pos = 0
+        self._error: BaseException | None = None
+        self._done = False
+        self._member_bytes = 0  # compressed bytes fed to the current member
+        self._read = getattr(f, "read1", None) or f.read  # take what a pipe has
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:  # progress: the compressed position
+        return self._f.tell()
+
+    def _fill(self, want: int) -> None:
+        d = self._d
+        parts = [self._out[self._pos:]]  # joined once at the end: no quadratic copying
+        have = len(parts[0])
+        while have < want and not self._done and self._error is None:
+            data = self._pending or self._read(self._IN)
+            self._pending = b""
+            if not data:
+                if self._member_bytes and not d.eof:
+                    self._error = EOFError("compressed file ended before the end-of-stream marker")
+                self._done = True
+                break
+            self._member_bytes += len(data)
+            try:
+                # at most what was asked (>= 1 MiB) per call: a bomb allocates no more
+                chunk = d.decompress(data, max(want - have, 1 << 20))
+            except zlib.error as e:
+                self._error = e
+                break
+            rest = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data
+                self._d = d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._member_bytes = 0
+                rest = rest.lstrip(b"\0")  # trailing zero padding (tape blocks) ends the stream
+                if rest and rest[:2] != b"\x1f\x8b":
+                    self._done = True  # trailing garbage after a member: ignored, like gzip -d
+                    rest = b""
+            self._pending = rest
+            if chunk:
+                parts.append(chunk)
+                have += len(chunk)
+        if len(parts) > 1:
+            self._out = b"".join(parts)
+            self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            parts = []
+            while True:
+                b = self.read(1 << 20)
+                if not b:
+                    return b"".join(parts)
+                parts.append(b)
+        if len(self._out) - self._pos < n:
+            self._fill(n)
+        out = self._out[self._pos:self._pos + n]
+        self._pos += len(out)
+        if not out and self._error is not None:
+            err, self._error = self._error, None
+            self._done = True
+            raise err if isinstance(err, EOFError | zlib.error) else EOFError(str(err))
+        return out
+
+    def read1(self, n: int = -1) -> bytes:
+        """What is decompressed already, or what one more arrival gives (pipes)."""
+        if n is None or n < 0:
+            n = 1 << 20
+        if self._pos >= len(self._out):
+            self._fill(1)
+        return self.read(max(1, min(n, len(self._out) - self._pos)))
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
 def _read_exact(f: IO[bytes], n: int) -> bytes:
     parts = []
     while n > 0:
@@ -672,121 +764,3 @@ def _read_exact(f: IO[bytes], n: int) -> bytes:
         parts.append(b)
         n -= len(b)
     return b"".join(parts)
-
-
-class _StreamInput(io.RawIOBase):
-    """Standard input as a stream: read(n) returns what the pipe holds (at least a byte,
-    b"" at the end) instead of waiting for n bytes, so packets are decoded as they arrive."""
-
-    name = "<stdin>"
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        return os.read(self._fd, n if n is not None and n > 0 else _CHUNK)
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
-class _GunzipReader(io.RawIOBase):
-    """gzip decompression that hands over every byte it can before a cut or damage.
-
-    gzip.GzipFile raises EOFError for a stream cut before its end marker and drops
-    what it had decompressed in that read() call (up to a whole 1 MiB chunk, so a
-    cut .pcap.gz lost every packet of its last chunk, or all of a small file).
-    Here the bytes come first; the EOFError / zlib.error is raised by the read()
-    after the last of them.  Concatenated members (``cat a.gz b.gz``) are read in
-    turn; output per call is bounded by ``n`` (max_length), never by the input.
-    """
-
-    _IN = 1 << 16
-
-    def __init__(self, f: IO[bytes]) -> None:
-        self._f = f
-        self._d = zlib.decompressobj(wbits=31)
-        self._pending = b""  # compressed input not yet given to the decompressor
-        self._error: BaseException | None = None
-        self._done = False
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            n = 1 << 62
-        out: list[bytes] = []
-        have = 0
-        while have < n and not self._done:
-            d = self._d
-            data = d.unconsumed_tail or self._pending or self._f.read(self._IN)
-            self._pending = b""
-            if not data:
-                if not d.eof:
-                    self._error = EOFError("gzip stream cut short (no end-of-stream marker)")
-                self._done = True
-                break
-            try:
-                chunk = d.decompress(data, n - have)
-            except zlib.error as e:
-                self._error = e
-                self._done = True
-                break
-            if chunk:
-                out.append(chunk)
-                have += len(chunk)
-            if d.eof:  # end of a member: another may follow (`cat a.gz b.gz`)
-                rest = d.unused_data or self._f.read(self._IN)
-                if rest[:2] == _GZIP_MAGIC:
-                    self._d = zlib.decompressobj(wbits=31)
-                    self._pending = rest
-                elif rest.strip(b"\0"):  # trailing zeros (padding) are harmless
-                    self._error = OSError(f"{len(rest)} bytes that are not gzip after the gzip stream")
-                    self._done = True
-                else:
-                    self._done = True
-            elif out and not d.unconsumed_tail:
-                break  # this input is used up: hand over what it gave (a pipe may have no more yet)
-        if not out and self._error is not None:
-            err, self._error = self._error, None
-            raise err
-        return b"".join(out)
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
-class _PrefixedFile(io.RawIOBase):
-    """A read-only file that first returns `prefix`, then the rest of `f`."""
-
-    def __init__(self, prefix: bytes, f: IO[bytes]) -> None:
-        self._prefix = prefix
-        self._f = f
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        if self._prefix:
-            if n is None or n < 0:
-                out = self._prefix + self._f.read()
-                self._prefix = b""
-                return out
-            out, self._prefix = self._prefix[:n], self._prefix[n:]
-            if len(out) < n:
-                out += self._f.read(n - len(out))
-            return out
-        return self._f.read(n)
-
-    def readinto(self, b: Any) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)

@@ -62,6 +62,7 @@ __all__ = [
 TCP_LATE_DATA = "tcp_late_data"
 TCP_PORT_REUSE = "tcp_port_reuse"
 TCP_OUT_OF_WINDOW = "tcp_out_of_window"
+TCP_IGNORED_CLOSE = "tcp_ignored_close"  # a RST or FIN no real receiver would accept
 
 _MASK = 0xFFFFFFFF
 _HALF = 1 << 31
@@ -168,6 +169,7 @@ class ReassemblerStats:
     stray_segments: int = 0  # RST / empty segments for unknown connections (ignored)
     evicted: int = 0  # connections closed early because of max_connections
     cap_skips: int = 0  # times a buffer cap forced a gap
+    ignored_closes: int = 0  # RSTs / FINs outside the receiver's window (connection went on)
     totals: DirectionStats = field(default_factory=lambda: DirectionStats(
         model.Endpoint("*", 0), model.Endpoint("*", 0)))
 
@@ -193,9 +195,11 @@ class _Half:
         self.nxt = 0
         self.ooo_s: list[int] = []  # sorted starts of buffered chunks (non-overlapping)
         self.ooo_d: list[bytes] = []
-        self.recent: deque[tuple[int, bytes]] = deque()  # delivered tail, for overlap checks
+        # created on first use: an empty deque is ~380 bytes, and a SYN flood makes
+        # hundreds of thousands of halves that never carry a byte
+        self.recent: deque[tuple[int, bytes]] | None = None  # delivered tail, for overlap checks
         self.recent_bytes = 0
-        self.recent_gaps: deque[tuple[int, int]] = deque(maxlen=32)
+        self.recent_gaps: deque[tuple[int, int]] | None = None  # the last 32 gaps
         self.fin_at: int | None = None
         self.fin_done = False
         self.max_end = 0
@@ -219,7 +223,8 @@ class _Half:
 
 
 class _Conn:
-    __slots__ = ("cid", "h0", "h1", "client", "server", "syn_seen", "last_ts", "closed", "closed_by")
+    __slots__ = ("cid", "h0", "h1", "client", "server", "syn_seen", "last_ts", "closed", "closed_by",
+                 "close_reason", "after_close_bytes", "after_close_segments")
 
     def __init__(self, cid: ConnId, h0: _Half, h1: _Half, ts: float) -> None:
         self.cid = cid
@@ -231,6 +236,10 @@ class _Conn:
         self.last_ts = ts
         self.closed = False
         self.closed_by: model.Endpoint | None = None
+        self.close_reason = ""
+        # payload that arrived for this 4-tuple after it closed (reported when forgotten)
+        self.after_close_bytes = 0
+        self.after_close_segments = 0
 
 
 class TcpReassembler:
@@ -298,6 +307,7 @@ class TcpReassembler:
         self._hot_ab: tuple[_Conn, _Half, _Half] | None = None
         self._hot_ba: tuple[_Conn, _Half, _Half] | None = None
         self._last_conn: _Conn | None = None  # already last in the LRU order
+        self._last_evicted: tuple[ConnId, float] | None = None  # for the row counting the rest
 
     # ------------------------------------------------------------------ public
     def feed(self, seg: TcpSegment) -> list[StreamEvent]:
@@ -330,6 +340,8 @@ class TcpReassembler:
         seq = seg.seq
         st = h.st
         st.segments += 1
+        if flags & (RST | FIN) and not self._close_acceptable(conn, h, p, seg, out):
+            flags &= ~(RST | FIN)  # the segment's data and ACK still count; its close does not
         if flags & SYN:
             if not h.started:
                 h.syn_seen = True
@@ -381,6 +393,8 @@ class TcpReassembler:
                 else:
                     out.append(StreamData(conn.cid, h.src, h.dst, payload, ts, nxt - st.start))
                 recent = h.recent
+                if recent is None:
+                    recent = h.recent = deque()
                 recent.append((nxt, payload))
                 kept = h.recent_bytes + n
                 keep = self.overlap_check_bytes
@@ -447,7 +461,7 @@ class TcpReassembler:
             if conn.last_ts >= limit:
                 break
             self._close(conn, now, "idle", out)
-        self._expire_closed(now)
+        self._expire_closed(now, out)
         return out
 
     def finish(self) -> list[StreamEvent]:
@@ -455,7 +469,16 @@ class TcpReassembler:
         out: list[StreamEvent] = []
         for conn in sorted(self._conns, key=lambda c: c.cid.serial):
             self._close(conn, conn.last_ts, "end", out)
+        for conn, ts in self._closed.values():
+            self._report_after_close(conn, ts, out)
         self._closed.clear()
+        more = self.stats.evicted - self.max_issues_per_direction
+        if more > 0 and self._last_evicted is not None:
+            cid, ts = self._last_evicted
+            out.append(StreamIssue(cid, model.Issue(
+                model.LIMIT_EXCEEDED, f"{more} more connections were closed early because more "
+                f"than {self.max_connections} were live (not listed one by one)"), ts))
+            self._last_evicted = None
         return out
 
     def totals(self) -> DirectionStats:
@@ -482,7 +505,7 @@ class TcpReassembler:
         src, dst = seg.src, seg.dst
         canon = (src, dst) if src <= dst else (dst, src)
         if self._closed:
-            self._expire_closed(seg.ts)
+            self._expire_closed(seg.ts, out)
             lc = self._closed.get(canon)
             if lc is not None:
                 if not (seg.flags & SYN and not seg.flags & ACK):
@@ -496,17 +519,22 @@ class TcpReassembler:
                         self.stats.totals.payload_bytes += n
                         self.stats.totals.late_bytes += n
                         self.stats.after_close_bytes += n
+                        conn.after_close_bytes += n
+                        conn.after_close_segments += 1
                     return None
                 del self._closed[canon]
+                self._report_after_close(lc[0], seg.ts, out)
         if seg.flags & RST and not seg.payload:
             self.stats.stray_segments += 1
             return None
         if len(self._conns) >= self.max_connections:
             victim = next(iter(self._conns))
             self.stats.evicted += 1
-            self._issue(victim, victim.h0, seg.ts, out, model.LIMIT_EXCEEDED,
-                        f"more than {self.max_connections} live connections: "
-                        "closing the least recently active one")
+            if self.stats.evicted <= self.max_issues_per_direction:  # a flood: rows capped
+                self._issue(victim, victim.h0, seg.ts, out, model.LIMIT_EXCEEDED,
+                            f"more than {self.max_connections} live connections: "
+                            "closing the least recently active one")
+            self._last_evicted = (victim.cid, seg.ts)
             self._close(victim, seg.ts, "idle", out)
         cid = ConnId(canon[0], canon[1], self._serial)
         self._serial += 1
@@ -541,6 +569,7 @@ class TcpReassembler:
                 limit = h.peer_ack
             self._skip_to(conn, h, limit, ts, out, reason if reason != "fin" else "close")
         conn.closed = True
+        conn.close_reason = reason
         cid = conn.cid
         self._hot_a = self._hot_b = self._hot_ab = self._hot_ba = self._last_conn = None
         self._conns.pop(conn, None)
@@ -548,7 +577,7 @@ class TcpReassembler:
         self._dirs.pop((conn.h1.src, conn.h1.dst), None)
         tot = self.stats.totals
         for h in (conn.h0, conn.h1):
-            h.recent.clear()
+            h.recent = None
             h.recent_bytes = 0
             h.hole_since = None
             self._holes.discard(h)
@@ -560,18 +589,86 @@ class TcpReassembler:
             self._closed[canon] = (conn, ts)
             self._closed.move_to_end(canon)
             while len(self._closed) > self.max_connections:
-                self._closed.popitem(last=False)
+                self._report_after_close(self._closed.popitem(last=False)[1][0], ts, out)
         out.append(StreamClosed(cid, ts, reason, (conn.h0.st, conn.h1.st),
                                 conn.closed_by if reason in ("fin", "rst") else None))
 
-    def _expire_closed(self, now: float) -> None:
+    def _expire_closed(self, now: float, out: list[StreamEvent]) -> None:
         closed = self._closed
         limit = now - self.closed_linger
         while closed:
-            k, (_c, t) = next(iter(closed.items()))
+            k, (c, t) = next(iter(closed.items()))
             if t >= limit:
                 break
             del closed[k]
+            self._report_after_close(c, now, out)
+
+    def _report_after_close(self, conn: _Conn, ts: float, out: list[StreamEvent]) -> None:
+        """One row for the bytes a closed connection absorbed (counted as late_bytes)."""
+        if conn.after_close_bytes:
+            out.append(StreamIssue(conn.cid, model.Issue(
+                TCP_LATE_DATA,
+                f"{conn.cid.a} <-> {conn.cid.b}: {conn.after_close_bytes} bytes in "
+                f"{conn.after_close_segments} segment(s) arrived after the connection closed "
+                f"({conn.close_reason}); not delivered, counted as late",
+                severity=model.SEVERITY_WARNING), ts))
+            conn.after_close_bytes = conn.after_close_segments = 0
+
+    def _close_acceptable(self, conn: _Conn, h: _Half, p: _Half, seg: TcpSegment,
+                          out: list[StreamEvent]) -> bool:
+        """Would the receiver accept this RST / FIN (RFC 5961 / RFC 9293 3.10.7)?
+
+        The receiver's RCV.NXT is not on the wire; a capture sees both directions, so
+        it lies between what the receiver acknowledged of `h` (h.peer_ack) and what
+        `h` is known to have sent (h.max_end).  A RST must fall in that range (a
+        real stack demands RCV.NXT exactly and answers anything else in its window
+        with a challenge ACK: never a close).  A FIN must not end before the bytes
+        the receiver already has (an old or forged FIN) nor beyond the plausible window.
+        A direction seen for the first time (capture started mid-connection, or a
+        RST answering a SYN) is judged by its ACK against the peer's sequence space.
+        """
+        flags = seg.flags
+        if not h.started:
+            # nothing of h known yet: the ACK must fit the peer's byte stream
+            if not flags & ACK or not p.started:
+                return True
+            a = p.unwrap(seg.ack)
+            lo = p.st.start - 1  # a RST answering a SYN acknowledges ISN + 1 = start
+            hi = max(p.max_end, p.peer_ack or 0) + 1  # + 1: a FIN is acknowledged too
+            if lo <= a <= hi:
+                return True
+            what = "RST" if flags & RST else "FIN"
+            self.stats.ignored_closes += 1
+            self._issue(conn, h, seg.ts, out, TCP_IGNORED_CLOSE,
+                        f"{what} acknowledges sequence number {seg.ack}, outside what the peer "
+                        "sent; ignored (no receiver would accept it)")
+            return False
+        s = h.unwrap(seg.seq)
+        lo = h.nxt if h.peer_ack is None else min(h.nxt, h.peer_ack)
+        hi = max(h.max_end, h.peer_ack or 0)
+        if h.fin_at is not None:
+            hi = max(hi, h.fin_at + 1)
+        if flags & RST:
+            if lo <= s <= hi:
+                return True
+            why = (f"RST at sequence number {seg.seq} is {s - hi} bytes beyond" if s > hi else
+                   f"RST at sequence number {seg.seq} is {lo - s} bytes before")
+            self.stats.ignored_closes += 1
+            self._issue(conn, h, seg.ts, out, TCP_IGNORED_CLOSE,
+                        f"{why} the receiver's window; ignored, the connection goes on")
+            return False
+        # a FIN comes after every byte its sender sent, so it never ends before the bytes
+        # the capture already delivered in order (the receiver's RCV.NXT is at least there
+        # unless the data were lost behind the capture point, and then it is retransmitted)
+        fin = s + len(seg.payload) + seg.missing
+        lo = h.nxt
+        if h.fin_at is not None or (fin >= lo and fin - h.nxt <= self.max_window):
+            return True
+        self.stats.ignored_closes += 1
+        self._issue(conn, h, seg.ts, out, TCP_IGNORED_CLOSE,
+                    f"FIN at stream offset {fin - h.st.start} comes before bytes the receiver "
+                    f"already has (offset {lo - h.st.start}) or far beyond them; ignored")
+        return False
 
     # ------------------------------------------------------------------ data
     def _issue(self, conn: _Conn, h: _Half, ts: float, out: list[StreamEvent], kind: str,
@@ -586,6 +683,8 @@ class TcpReassembler:
                  out: list[StreamEvent]) -> None:
         n = len(data)
         out.append(StreamData(conn.cid, h.src, h.dst, data, ts, h.nxt - h.st.start))
+        if h.recent is None:
+            h.recent = deque()
         h.recent.append((h.nxt, data))
         h.recent_bytes += n
         keep = self.overlap_check_bytes
@@ -601,6 +700,8 @@ class TcpReassembler:
              reason: str) -> None:
         st = h.st
         out.append(StreamGap(conn.cid, h.src, h.dst, n, ts, h.nxt - st.start, reason))
+        if h.recent_gaps is None:
+            h.recent_gaps = deque(maxlen=32)
         h.recent_gaps.append((h.nxt, h.nxt + n))
         h.nxt += n
         st.gap_bytes += n
@@ -616,7 +717,7 @@ class TcpReassembler:
         late = 0
         if s < st.start:  # before the first byte we delivered (capture started mid-stream)
             late += min(e, st.start) - s
-        for gs, ge in h.recent_gaps:
+        for gs, ge in h.recent_gaps or ():
             lo, hi = max(s, gs), min(e, ge)
             if lo < hi:
                 late += hi - lo
@@ -632,7 +733,7 @@ class TcpReassembler:
         st.duplicate_bytes += len(data) - late
         if len(data) == 1 and s == h.nxt - 1:
             return  # a keep-alive probe carries one arbitrary byte: not a conflict
-        for cs, cd in h.recent:  # first copy wins; report a differing copy
+        for cs, cd in h.recent or ():  # first copy wins; report a differing copy
             ce = cs + len(cd)
             lo, hi = max(s, cs), min(e, ce)
             if lo < hi and data[lo - s:hi - s] != cd[lo - cs:hi - cs]:

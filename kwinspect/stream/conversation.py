@@ -20,6 +20,7 @@ from kwinspect.model import (
     DECODE_ERROR,
     DUPLICATE_CORRELATION_ID,
     KAFKA_ERROR,
+    LIMIT_EXCEEDED,
     LONG_POLL_FRACTION,
     OUT_OF_ORDER_RESPONSE,
     REQUEST_MISSING,
@@ -62,6 +63,10 @@ SASL_API_NAME = "SaslToken"  # raw SASL tokens after SaslHandshake v0 carry no K
 
 DEFAULT_MAX_IN_FLIGHT = 10_000
 MAX_ORPHAN_CANDIDATES = 64  # api/versions tried on a response whose request was not captured
+# Issue rows (anything but the broker's own error codes) of one kind listed per stream; the
+# rest are counted and reported in one row when the stream ends (a flood of 500,000 broken
+# frames must not become 500,000 rows)
+MAX_ISSUES_PER_KIND = 100
 
 
 @dataclass
@@ -151,6 +156,9 @@ class Conversation:
         self.last_correlation_id: int | None = None
         self.requests = 0
         self.responses = 0
+        self._issue_counts: dict[str, int] = {}  # issue rows per kind (see MAX_ISSUES_PER_KIND)
+        self._closed_ts: float | None = None
+        self._closed = False
 
     # -- what the framing layer needs ------------------------------------------------
 
@@ -159,6 +167,28 @@ class Conversation:
 
     def pop_events(self) -> list[Exchange | ErrorRow]:
         events, self._events = self._events, []
+        counts = self._issue_counts
+        kept: list[Exchange | ErrorRow] | None = None
+        for i, ev in enumerate(events):
+            if type(ev) is ErrorRow and ev.kind != KAFKA_ERROR:
+                n = counts.get(ev.kind, 0) + 1
+                counts[ev.kind] = n
+                if n > MAX_ISSUES_PER_KIND:
+                    if kept is None:
+                        kept = events[:i]
+                    continue
+            if kept is not None:
+                kept.append(ev)
+        if kept is not None:
+            events = kept
+        if self._closed:
+            self._closed = False
+            for kind, n in counts.items():
+                if n > MAX_ISSUES_PER_KIND:
+                    events.append(ErrorRow(
+                        kind=LIMIT_EXCEEDED, ts=self._closed_ts, stream=self.stream,
+                        message=f"{n - MAX_ISSUES_PER_KIND} more {kind} rows on this stream not "
+                                f"listed (the first {MAX_ISSUES_PER_KIND} are)"))
         return events
 
     # -- requests ----------------------------------------------------------------------
@@ -322,6 +352,7 @@ class Conversation:
                                                                    self.redact), size=len(req_frame))
             self._emit(req, None, rts_first, rts_last, None, None, STATUS_RESPONSE_MISSING, api_label=SASL_API_NAME)
         self._sasl_pending.clear()
+        self._closed, self._closed_ts = True, ts  # the next pop_events counts suppressed rows
 
     def _emit_unanswered(self, pending: _Pending, ts: float | None = None) -> None:
         status = STATUS_NO_RESPONSE_EXPECTED if pending.no_response_expected else STATUS_RESPONSE_MISSING

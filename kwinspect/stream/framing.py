@@ -52,6 +52,7 @@ from collections.abc import Callable, Collection
 from typing import NamedTuple
 
 from kwinspect.model import (
+    LIMIT_EXCEEDED,
     OVERSIZED_FRAME,
     RESYNC,
     SEVERITY_ERROR,
@@ -124,6 +125,10 @@ class Skipped(NamedTuple):
     nbytes: int
     reason: str  # SKIP_RESYNC | SKIP_OVERSIZED | SKIP_TRUNCATED
 
+
+# FramingIssues of one kind listed per direction (like conversation.MAX_ISSUES_PER_KIND):
+# the rest are counted and reported in one row when the direction ends
+MAX_ISSUES_PER_KIND = 100
 
 class FramingIssue(NamedTuple):
     """Something worth reporting: ``kind`` is a model issue kind."""
@@ -330,6 +335,7 @@ class FrameSplitter:
         self._base = start_offset  # stream offset of _buf[0]
         self._chunks: deque[tuple[int, float]] = deque()  # (offset of first byte, ts)
         self._events: deque[Event] = deque()
+        self._issue_counts: dict[str, int] = {}  # FramingIssues per kind (MAX_ISSUES_PER_KIND)
         self._state = _SYNC if synced else _HUNT
         self._finished = False
         # open run of skipped bytes (not yet reported as a Skipped event)
@@ -523,6 +529,12 @@ class FrameSplitter:
         self._base += self._pos
         self._pos = 0
         self._finished = True
+        for kind, n in self._issue_counts.items():
+            if n > MAX_ISSUES_PER_KIND:
+                self._events.append(FramingIssue(
+                    LIMIT_EXCEEDED, self.offset, f"{n - MAX_ISSUES_PER_KIND} more {kind} rows in "
+                    f"this direction not listed (the first {MAX_ISSUES_PER_KIND} are)",
+                    self._chunks[-1][1] if self._chunks else None))
 
     def events(self) -> list[Event]:
         """Events produced so far, in stream order; clears them."""
@@ -614,7 +626,10 @@ class FrameSplitter:
         return chunks[0][1] if chunks else 0.0
 
     def _issue(self, kind: str, offset: int, message: str) -> None:
-        self._events.append(FramingIssue(kind, offset, message, self._ts_at(offset)))
+        n = self._issue_counts.get(kind, 0) + 1
+        self._issue_counts[kind] = n
+        if n <= MAX_ISSUES_PER_KIND:  # the rest are counted, one row at finish()
+            self._events.append(FramingIssue(kind, offset, message, self._ts_at(offset)))
 
     def _skip_buffered(self, reason: str) -> None:
         avail = len(self._buf) - self._pos

@@ -70,7 +70,9 @@ def test_rows_come_out_while_the_pipe_is_still_open():
 def test_usage_errors_for_stdin():
     path = str(CAPTURES / "confluent-mock-produce-consume.pcap")
     data = Path(path).read_bytes()
-    assert run(["exchanges", "-", "-j", "2"], data).returncode == 2
+    # -j falls back to one process for a pipe (every worker would read the input)
+    jobs = run(["exchanges", "-", "-j", "2", "-F", "jsonl"], data)
+    assert jobs.returncode == 0 and jobs.stdout == run(["exchanges", path, "-F", "jsonl"]).stdout
     assert run(["exchanges", "-", "-"], data).returncode == 2
     bad = run(["exchanges", "-"], b"not a capture at all")
     assert bad.returncode == 1 and b"Traceback" not in bad.stderr

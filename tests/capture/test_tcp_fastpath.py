@@ -37,6 +37,8 @@ class ReferenceReassembler(TcpReassembler):
         seq = seg.seq
         st = h.st
         st.segments += 1
+        if flags & (RST | FIN) and not self._close_acceptable(conn, h, p, seg, out):
+            flags &= ~(RST | FIN)  # added with RST/FIN validation, after the fast path
         if flags & SYN:
             if not h.started:
                 h.syn_seen = True
@@ -108,7 +110,7 @@ class ReferenceReassembler(TcpReassembler):
 
 def _books(r: TcpReassembler) -> tuple:
     t = r.totals()
-    halves = [(h.nxt, h.max_end, h.peer_ack, h.recent_bytes, tuple(h.recent), h.fin_at, h.fin_done, h.st)
+    halves = [(h.nxt, h.max_end, h.peer_ack, h.recent_bytes, tuple(h.recent or ()), h.fin_at, h.fin_done, h.st)
               for conn in r._conns for h in (conn.h0, conn.h1)]
     return t, r.stats, r.buffered_bytes(), halves
 
