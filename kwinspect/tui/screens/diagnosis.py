@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from kwinspect.analyze.termsafe import term_safe
-from kwinspect.model import ErrorRow
+from kwinspect.model import ErrorRow, plural
 from kwinspect.tui.store import ExchangeStore
 
 STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -40,10 +40,6 @@ def evidence_row(ev: dict[str, Any]) -> ErrorRow:
     return ErrorRow(kind="diagnosis", stream=ev.get("stream"), correlation_id=ev.get("correlation_id"),
                     api_name=ev.get("api_name"), ts=ev.get("ts"))
 
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 class DiagnosisScreen(Screen[ErrorRow | None]):
     """Dismisses with the chosen evidence (as an ErrorRow); the app jumps to its exchange."""
@@ -112,8 +108,8 @@ class DiagnosisScreen(Screen[ErrorRow | None]):
         done = self.app.indexer.done.is_set() if hasattr(self.app, "indexer") else True
         state = "" if done else "  (indexing: updated as it goes)"
         self.query_one("#diag-title", Static).update(Text.assemble(
-            ("Diagnosis: ", "bold"), (_count(counts['error'], "error"), STYLE["error"]), ", ",
-            (_count(counts['warning'], "warning"), STYLE["warning"]), ", ", (f"{counts['info']} info", STYLE["info"]),
+            ("Diagnosis: ", "bold"), (plural(counts['error'], "error"), STYLE["error"]), ", ",
+            (plural(counts['warning'], "warning"), STYLE["warning"]), ", ", (f"{counts['info']} info", STYLE["info"]),
             f"  ({examined:,} exchanges examined){state}",
             "\nEnter: go to the evidence exchange (on a finding: its first) · Tab: findings/evidence · Esc: back"))
         if not findings:
