@@ -90,6 +90,7 @@ class ConnectionInfo:
     conversation: Conversation | None = None
     accounting: dict[str, dict[str, int]] = field(default_factory=dict)
     packets: int = 0  # captured packets (TCP segments, IP fragments included) of this connection
+    tcp_stream: int | None = None  # tshark's tcp.stream number
 
 
 class _Conn:
@@ -97,7 +98,8 @@ class _Conn:
 
     def __init__(self, info: ConnectionInfo) -> None:
         self.info = info
-        self.held: list[tuple[Endpoint, str, Any, float]] = []  # ("data"|"gap", payload, ts) until decided
+        # (src, "data"|"gap", payload, ts, packet number) until decided
+        self.held: list[tuple[Endpoint, str, Any, float, int]] = []
         self.held_bytes = 0
         self.splitters: dict[Endpoint, FrameSplitter] = {}
         self.req_validator: RequestValidator | None = None
@@ -186,8 +188,10 @@ class Dissector:
 
     def _report_parser_issues(self, ts: float | None) -> None:
         """Malformed packets, unknown link types, incomplete IP datagrams: errors rows too."""
+        pkt = self.stats.packets
         for issue in self.parser.issues[self._parser_issues_seen:]:
-            self._events.append(ErrorRow(kind=issue.kind, message=issue.message, ts=ts))
+            self._events.append(ErrorRow(kind=issue.kind, message=issue.message, ts=ts, frame=pkt or None,
+                                         order=pkt))
         self._parser_issues_seen = len(self.parser.issues)
 
     def feed_segment(self, seg: TcpSegment, _packets: int = 0) -> None:
@@ -241,7 +245,8 @@ class Dissector:
             self._events.append(ErrorRow(
                 kind="limit_exceeded", ts=self._last_ts,
                 message=f"{self.parser.issues_dropped} more packet-level issues not listed "
-                        f"(first {self.parser.max_issues} shown; the summary counts every packet)"))
+                        f"(first {self.parser.max_issues} shown; the summary counts every packet)",
+                order=self.stats.packets))
             self.parser.issues_dropped = 0
         for ev in self.tcp.finish():
             self._on_tcp(ev)
@@ -315,11 +320,15 @@ class Dissector:
             # after-close bytes are reported once the connection is closed: name it still
             info = conn.info if conn else self.connections.get(ev.conn_id)
             stream = info.stream if info else None
-            self._events.append(ErrorRow(kind=ev.issue.kind, message=ev.issue.message, ts=ev.ts, stream=stream))
+            pkt = self.stats.packets
+            self._events.append(ErrorRow(kind=ev.issue.kind, message=ev.issue.message, ts=ev.ts, stream=stream,
+                                         frame=pkt or None, tcp_stream=info.tcp_stream if info else None,
+                                         order=pkt))
 
     def _open(self, ev: StreamOpened) -> _Conn:
         a, b = ev.a, ev.b
-        info = ConnectionInfo(stream=f"{a}<->{b}", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen)
+        info = ConnectionInfo(stream=f"{a}<->{b}", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen,
+                              tcp_stream=ev.tcp_stream)
         conn = _Conn(info)
         self._conns[ev.conn_id] = conn
         self.connections[ev.conn_id] = info
@@ -354,13 +363,13 @@ class Dissector:
             self.stats.non_kafka_bytes += len(data)
             return
         if not conn.decided:
-            conn.held.append((src, "data", data, ts))
+            conn.held.append((src, "data", data, ts, self.stats.packets))
             conn.held_bytes += len(data)
             self._decide(conn, src, data, ts)
             return
         self.stats.kafka_bytes += len(data)
         splitter = conn.splitters[src]
-        splitter.feed(data, ts)
+        splitter.feed(data, ts, self.stats.packets)
         if splitter._events:  # most segments of large frames complete none: nothing to drain
             self._drain(conn, src)
 
@@ -371,12 +380,14 @@ class Dissector:
         conn.info.gap_bytes += nbytes
         if conn.info.kind in ("tls", "not_kafka"):
             return
+        pkt = self.stats.packets
         self._events.append(ErrorRow(kind=TCP_GAP, message=f"{plural(nbytes, 'byte')} lost from {src} to {dst}",
-                                     ts=ts, stream=conn.info.stream))
+                                     ts=ts, stream=conn.info.stream, frame=pkt or None,
+                                     tcp_stream=conn.info.tcp_stream, order=pkt))
         if not conn.decided:
-            conn.held.append((src, "gap", nbytes, ts))
+            conn.held.append((src, "gap", nbytes, ts, pkt))
             return
-        conn.splitters[src].gap(nbytes, ts)
+        conn.splitters[src].gap(nbytes, ts, pkt)
         self._drain(conn, src)
 
     # -- deciding what a connection carries ------------------------------------------
@@ -434,7 +445,7 @@ class Dissector:
 
     def _first_bytes(self, conn: _Conn, src: Endpoint) -> bytes:
         out = bytearray()
-        for s, kind, payload, _ts in conn.held:
+        for s, kind, payload, _ts, _pkt in conn.held:
             if s != src:
                 continue
             if kind == "gap":
@@ -450,8 +461,10 @@ class Dissector:
         self.stats.non_kafka_bytes += conn.held_bytes
         conn.held.clear()
         if message:
+            pkt = self.stats.packets
             self._events.append(ErrorRow(kind=TLS_STREAM if kind == "tls" else NOT_KAFKA, message=message,
-                                         ts=ts, stream=conn.info.stream))
+                                         ts=ts, stream=conn.info.stream, frame=pkt or None,
+                                         tcp_stream=conn.info.tcp_stream, order=pkt))
 
     def _start_kafka(self, conn: _Conn, ts: float) -> None:
         info = conn.info
@@ -460,7 +473,7 @@ class Dissector:
         self._known_brokers.add(info.broker)
         self.stats.kafka_connections += 1
         conv = self.conversation_class(info.client, info.broker, shared=self.shared, redact=self.config.redact,
-                                       max_in_flight=self.config.max_in_flight)
+                                       max_in_flight=self.config.max_in_flight, tcp_stream=info.tcp_stream)
         info.conversation = conv
         conn.req_validator = RequestValidator(known_kafka=True)
         held_client = any(s == info.client for s, *_ in conn.held)
@@ -471,12 +484,12 @@ class Dissector:
             ResponseValidator(conv.pending_correlation_ids), max_frame_size=self.config.max_frame_size,
             synced=info.syn_seen)
         held, conn.held = conn.held, []
-        for src, kind, payload, hts in held:
+        for src, kind, payload, hts, hpkt in held:
             if kind == "data":
                 self.stats.kafka_bytes += len(payload)
-                conn.splitters[src].feed(payload, hts)
+                conn.splitters[src].feed(payload, hts, hpkt)
             else:
-                conn.splitters[src].gap(payload, hts)
+                conn.splitters[src].gap(payload, hts, hpkt)
             self._drain(conn, src)
 
     # -- frames -> conversation -----------------------------------------------------
@@ -488,7 +501,8 @@ class Dissector:
         from_client = src == info.client
         for ev in splitter.events():
             if type(ev) is Frame:
-                data, _offset, ts_first, ts_last = ev
+                data, _offset, ts_first, ts_last, pkt_first, pkt_last = ev
+                conv.frame_packets = (pkt_first, pkt_last)
                 if from_client:
                     conv.on_request(data, ts_first, ts_last)
                     if conv.last_correlation_id is not None:
@@ -496,7 +510,8 @@ class Dissector:
                 else:
                     conv.on_response(data, ts_first, ts_last)
             elif isinstance(ev, FramingIssue):
-                self._events.append(ErrorRow(kind=ev.kind, message=ev.message, ts=ev.ts, stream=info.stream))
+                self._events.append(ErrorRow(kind=ev.kind, message=ev.message, ts=ev.ts, stream=info.stream,
+                                             frame=ev.pkt or None, tcp_stream=info.tcp_stream, order=ev.pkt))
             elif isinstance(ev, Skipped):
                 pass  # every skip is also announced by a FramingIssue; the bytes are in the accounting
         self._events.extend(conv.pop_events())
@@ -528,7 +543,7 @@ class Dissector:
             self._drain(conn, src)
             info.accounting["to_broker" if src == info.client else "to_client"] = splitter.accounting()
         if info.conversation is not None:
-            info.conversation.close(ts)
+            info.conversation.close(ts, self.stats.packets)
             self._events.extend(info.conversation.pop_events())
         self._closed_order.append(conn_id)
         while len(self._closed_order) > self.config.keep_closed_connections:

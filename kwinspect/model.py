@@ -141,7 +141,7 @@ EXCHANGE_COLUMNS = (
     "stream", "client", "broker", "api_key", "api_name", "api_version",
     "correlation_id", "client_id", "request_ts", "response_ts", "latency_ms",
     "request_size", "response_size", "status", "error_codes", "error_names",
-    "topics", "throttle_time_ms", "long_poll",
+    "topics", "throttle_time_ms", "long_poll", "frame", "response_frame", "tcp_stream",
 )
 
 RECORD_COLUMNS = (
@@ -149,11 +149,12 @@ RECORD_COLUMNS = (
     "key", "key_encoding", "value", "value_encoding", "headers", "compression",
     "magic", "crc_ok", "producer_id", "producer_epoch", "sequence",
     "is_transactional", "is_control", "control_type", "correlation_id", "stream",
+    "frame", "response_frame", "tcp_stream",
 )
 
 ERROR_COLUMNS = (
     "kind", "code", "name", "retriable", "api_name", "correlation_id", "topic",
-    "partition", "path", "message", "ts", "stream",
+    "partition", "path", "message", "ts", "stream", "frame", "response_frame", "tcp_stream",
 )
 
 # A paired Fetch is a long poll when its response carries no record bytes and it took at
@@ -198,6 +199,13 @@ class Exchange:
     # A Fetch that waited for data and got none (see LONG_POLL_FRACTION); None for other apis.
     # Last, so the positional order of the fields above stays as it was.
     long_poll: bool | None = None
+    # Wireshark cross-references: the numbers of the packets holding the request's /
+    # response's last byte, where Wireshark shows the decoded message, and tshark's
+    # tcp.stream of the connection.
+    frame: int | None = None
+    response_frame: int | None = None
+    tcp_stream: int | None = None
+    order: int = 0  # not a column: the packet holding the first byte of the request (else response)
 
     def row(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in EXCHANGE_COLUMNS}
@@ -235,6 +243,9 @@ class RecordRow:
     control_type: str | None
     correlation_id: int | None
     stream: str | None
+    frame: int | None = None  # the exchange's (see Exchange)
+    response_frame: int | None = None
+    tcp_stream: int | None = None
 
     def row(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in RECORD_COLUMNS}
@@ -256,6 +267,10 @@ class ErrorRow:
     message: str | None = None
     ts: float | None = None
     stream: str | None = None
+    frame: int | None = None  # the request's packet for rows about an exchange, else where it was found
+    response_frame: int | None = None
+    tcp_stream: int | None = None
+    order: int = 0  # not a column: the packet at `ts`, where the row sits in capture order
 
     def row(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in ERROR_COLUMNS}

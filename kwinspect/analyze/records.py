@@ -83,17 +83,22 @@ def iter_records_from_produce(
     topic_names: Mapping[str, str] | None = None,
     internal: str = "json",
     issues: list[Issue] | None = None,
+    frame: int | None = None,
+    response_frame: int | None = None,
+    tcp_stream: int | None = None,
 ) -> Iterator[RecordRow]:
-    """Rows of a Produce request, one at a time (memory stays flat)."""
+    """Rows of a Produce request, one at a time (memory stays flat). ``frame``,
+    ``response_frame``, ``tcp_stream``: the exchange's, copied to every row."""
     return _produce_rows(request_body, response_body, correlation_id, stream, values, topic_names,
-                         internal, issues)
+                         internal, issues, (frame, response_frame, tcp_stream))
 
 
 _SEQ = (list, tuple)
+_NO_XREF = (None, None, None)  # frame, response_frame, tcp_stream
 
 
 def _produce_rows(request_body, response_body, correlation_id, stream, values, topic_names,
-                  internal, issues) -> Iterator[RecordRow]:
+                  internal, issues, xref=_NO_XREF) -> Iterator[RecordRow]:
     # One call per produce request on the hot path: the body walk is inlined
     # (decoded bodies are dicts and lists; anything else is skipped as before).
     if type(request_body) is not dict and not isinstance(request_body, Mapping):
@@ -133,14 +138,14 @@ def _produce_rows(request_body, response_body, correlation_id, stream, values, t
             for batch in rs.batches:
                 if batch.magic == 2:
                     for rec, row in _batch_rows(PRODUCE, topic, partition, batch, correlation_id,
-                                                stream, values, internal):
+                                                stream, values, internal, xref):
                         if base is not None:
                             row.offset = base + cursor + rec.offset_delta
                         yield row
                     cursor += max(0, (batch.last_offset_delta or 0) + 1)
                 else:
                     for _rec, row in _batch_rows(PRODUCE, topic, partition, batch, correlation_id,
-                                                 stream, values, internal):
+                                                 stream, values, internal, xref):
                         if base is not None:
                             row.offset = base + cursor
                         cursor += 1
@@ -195,8 +200,13 @@ def iter_records_from_fetch(
     request_body: Mapping[str, Any] | None = None,
     internal: str = "json",
     issues: list[Issue] | None = None,
+    frame: int | None = None,
+    response_frame: int | None = None,
+    tcp_stream: int | None = None,
 ) -> Iterator[RecordRow]:
-    """Rows of a Fetch response, one at a time (memory stays flat)."""
+    """Rows of a Fetch response, one at a time (memory stays flat); ``frame``,
+    ``response_frame``, ``tcp_stream`` as for produce."""
+    xref = (frame, response_frame, tcp_stream)
     if not _is_mapping(response_body):
         return
     fetch_offsets = _fetch_offsets(request_body, topic_names)
@@ -220,7 +230,7 @@ def iter_records_from_fetch(
                 start = fetch_offsets.get((_topic_id(topic_resp), partition))
             for batch in rs.batches:
                 for rec, row in _batch_rows(FETCH, topic, partition, batch, correlation_id,
-                                            stream, values, internal):
+                                            stream, values, internal, xref):
                     if start is not None and rec.offset is not None and rec.offset < start:
                         continue
                     row.offset = rec.offset
@@ -265,13 +275,16 @@ def records_from_exchange(
     resp = getattr(exchange, "response", None)
     correlation_id = getattr(exchange, "correlation_id", None)
     stream = getattr(exchange, "stream", None)
+    xref = (getattr(exchange, "frame", None), getattr(exchange, "response_frame", None),
+            getattr(exchange, "tcp_stream", None))
     if exchange.api_key == 0 and req is not None:
         return _produce_rows(req.body, resp.body if resp is not None else None, correlation_id,
-                             stream, values, topic_names, internal, issues)
+                             stream, values, topic_names, internal, issues, xref)
     if exchange.api_key == 1 and resp is not None:
         return iter_records_from_fetch(resp.body, request_body=req.body if req is not None else None,
                                        correlation_id=correlation_id, stream=stream, values=values,
-                                       topic_names=topic_names, internal=internal, issues=issues)
+                                       topic_names=topic_names, internal=internal, issues=issues,
+                                       frame=xref[0], response_frame=xref[1], tcp_stream=xref[2])
     return iter(())
 
 
@@ -279,7 +292,7 @@ def records_from_exchange(
 
 
 def _batch_rows(direction, topic, partition, batch, correlation_id, stream, values,
-                internal) -> Iterator[tuple[Any, RecordRow]]:
+                internal, xref=_NO_XREF) -> Iterator[tuple[Any, RecordRow]]:
     """``(record, row)`` for every record of ``batch``, ``row.offset`` left None
     for the caller (produce: from the response's base offset; fetch: as written).
 
@@ -301,6 +314,7 @@ def _batch_rows(direction, topic, partition, batch, correlation_id, stream, valu
     special = topic in INTERNAL_TOPICS and not is_control
     inline = values == "auto" and not special and not is_control
     control = values == "auto" and is_control
+    frame, response_frame, tcp_stream = xref
     for rec in batch.iter_records():
         key = rec.key
         value = rec.value
@@ -359,6 +373,9 @@ def _batch_rows(direction, topic, partition, batch, correlation_id, stream, valu
             rec.control_type,
             correlation_id,
             stream,
+            frame,
+            response_frame,
+            tcp_stream,
         )
 
 
@@ -381,7 +398,7 @@ _ROW_FIELDS = (
     "direction", "topic", "partition", "offset", "timestamp", "timestamp_type", "key",
     "key_encoding", "value", "value_encoding", "headers", "compression", "magic", "crc_ok",
     "producer_id", "producer_epoch", "sequence", "is_transactional", "is_control", "control_type",
-    "correlation_id", "stream",
+    "correlation_id", "stream", "frame", "response_frame", "tcp_stream",
 )
 
 

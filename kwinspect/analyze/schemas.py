@@ -36,6 +36,9 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "topics": pa.list_(pa.string()),
     "throttle_time_ms": pa.int32(),
     "long_poll": pa.bool_(),
+    "frame": pa.int64(),
+    "response_frame": pa.int64(),
+    "tcp_stream": pa.int64(),
     # records
     "direction": pa.string(),
     "topic": pa.string(),

@@ -63,7 +63,7 @@ from typing import Any
 
 from kwinspect.capture.files import FileRun, ProgressFn, _merged, dissect_files
 from kwinspect.capture.readers import open_capture
-from kwinspect.capture.tcp import StreamOpened
+from kwinspect.capture.tcp import StreamOpened, TcpStreamNumbers
 from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
 from kwinspect.stream.conversation import (
@@ -131,18 +131,20 @@ class _TrackingNames(dict):
 class _TrackedConversation(Conversation):
     """Marks each exchange whose labels looked up topic ids: ("grp", n, lookups, ...)."""
 
-    def _emit(self, req, resp, req_first, req_last, resp_first, resp_last, status, api_label=None) -> None:
+    def _emit(self, req, resp, req_first, req_last, resp_first, resp_last, status, api_label=None,
+              packets=(0, 0, 0, 0)) -> None:
         names = self.shared.topic_names
         log: list = []
         names.log = log
         n = len(self._events)
         try:
-            super()._emit(req, resp, req_first, req_last, resp_first, resp_last, status, api_label)
+            super()._emit(req, resp, req_first, req_last, resp_first, resp_last, status, api_label, packets)
         finally:
             names.log = None
         if log:
             self._events.insert(n, ("grp", len(self._events) - n, tuple(log), self.client, self.broker,
-                                    (req_first, req_last, resp_first, resp_last, status, api_label)))
+                                    (req_first, req_last, resp_first, resp_last, status, api_label, packets),
+                                    self.tcp_stream))
 
 
 class _RecordingSet(set):
@@ -395,6 +397,43 @@ class _Router:
         return w
 
 
+def _reverse_key(key: bytes) -> bytes:
+    """The key of the other direction: (dst ip, src ip, dst port, src port)."""
+    n = len(key)
+    half = (n - 4) // 2
+    return key[half:2 * half] + key[:half] + key[n - 2:] + key[n - 4:n - 2]
+
+
+class _CaptureStreams:
+    """tcp.stream numbers across the whole capture, in a worker that reassembles only some
+    connections. Every worker keeps the same numbering (``numbers``, keyed by 4-tuple
+    bytes): its own connections' TcpReassembler asks it through ``see`` (for the packet
+    being fed, ``key``), and the worker loop feeds it the first packet of each direction
+    and every SYN of the other workers' connections. So the numbers are one process's."""
+
+    __slots__ = ("numbers", "key", "seen")
+
+    def __init__(self) -> None:
+        self.numbers = TcpStreamNumbers()
+        self.key = b""
+        self.seen: set[bytes] = set()  # directions of other workers' connections seen
+
+    def _see_key(self, key: bytes, flags: int, seq: int) -> int | None:
+        rkey = _reverse_key(key)
+        return self.numbers.see(key if key <= rkey else rkey, 0 if key <= rkey else 1, flags, seq)
+
+    def see(self, _conn_key: Any, _side: int, flags: int, seq: int) -> int | None:
+        """TcpReassembler's call, about the segment of the packet being fed."""
+        return self._see_key(self.key, flags, seq)
+
+    def other(self, key: bytes, flags: int, seq: int) -> None:
+        """A packet of a connection another worker owns, the first of its direction or a
+        SYN (the caller checks ``key in self.seen`` and the SYN flag)."""
+        if len(self.seen) < 2 * self.numbers.max_streams:
+            self.seen.add(key)
+        self._see_key(key, flags, seq)
+
+
 def _seg_keys(seg) -> tuple[bytes, bytes]:
     a, b = _ep_key(seg.src), _ep_key(seg.dst)
     return a[:-2] + b[:-2] + a[-2:] + b[-2:], b[:-2] + a[:-2] + b[-2:] + a[-2:]
@@ -404,6 +443,8 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
           mode: str = "balance", render: Any = None) -> None:
     sources = [open_capture(p) for p in paths]
     d = _WorkerDissector(config)
+    streams = _CaptureStreams()
+    d.tcp.streams = streams  # type: ignore[assignment]
     d.report_parser_issues = me == 0
     parser = d.parser
     pst = parser.stats
@@ -502,10 +543,13 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 ts = raw.ts
                 last_ts = ts
                 if w == me:
+                    streams.key = key
                     d.feed_packet(raw)
                     if ts >= shadow._next_idle_check:
                         shadow.advance(ts)
                 else:
+                    if data[47] & 0x02 or key not in streams.seen:
+                        streams.other(key, data[47], int.from_bytes(data[38:42], "big"))
                     d.stats.packets += 1
                     pst.packets += 1
                     pst.tcp += 1
@@ -531,9 +575,12 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                         load[w] += len(data)
                     last_ts = seg.ts
                     if w == me:
+                        streams.key = key
                         d.feed_segment(seg, _packets=max(1, pst.tcp - tcp_before))
                         shadow.advance(seg.ts)
                     else:
+                        if seg.flags & 0x02 or key not in streams.seen:
+                            streams.other(key, seg.flags, seg.seq)
                         d.advance(seg.ts)
                         if key in decided and not seg.flags & 0x02:
                             shadow.advance(seg.ts)
@@ -694,7 +741,7 @@ class MergedDissector:
                     if (ev[1] in self._known) != ev[2]:
                         raise _Fallback(f"known broker {ev[1]}")
                 else:  # "grp": an exchange (and its error rows) labelled with topic-id lookups
-                    _tag, count, lookups, client, broker, args = ev
+                    _tag, count, lookups, client, broker, args, tcp_stream = ev
                     group = batch[i:i + count]
                     i += count
                     ex = group[0]
@@ -703,10 +750,10 @@ class MergedDissector:
                     if all(names.get(tid) == answer for tid, answer in lookups):
                         self._number(ex)
                     else:
-                        conv = Conversation(client, broker, shared=self.shared)
-                        req_first, req_last, resp_first, resp_last, status, api_label = args
+                        conv = Conversation(client, broker, shared=self.shared, tcp_stream=tcp_stream)
+                        req_first, req_last, resp_first, resp_last, status, api_label, packets = args
                         conv._emit(ex.request, ex.response, req_first, req_last, resp_first, resp_last,
-                                   status, api_label)
+                                   status, api_label, packets)
                         group = conv.pop_events()
                         self.rebuilt += 1
                     self._strip(group[0])

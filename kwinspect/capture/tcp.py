@@ -29,6 +29,9 @@ Rules
   retransmitted bytes (`overlap_check_bytes`).  Closed connections are
   forgotten after `closed_linger` seconds of packet time.
 
+Stream numbers: every connection also gets tshark's `tcp.stream` index
+(StreamOpened.tcp_stream, see TcpStreamNumbers), so rows can point at it in Wireshark.
+
 Accounting, per direction (DirectionStats, available on StreamClosed.stats):
     payload_bytes == delivered + duplicate_bytes + late_bytes + dropped_bytes + buffered
     delivered + gap_bytes == end - start     (the sequence space the capture saw)
@@ -57,12 +60,14 @@ __all__ = [
     "StreamIssue",
     "StreamOpened",
     "TcpReassembler",
+    "TcpStreamNumbers",
 ]
 
 TCP_LATE_DATA = "tcp_late_data"
 TCP_PORT_REUSE = "tcp_port_reuse"
 TCP_OUT_OF_WINDOW = "tcp_out_of_window"
 TCP_IGNORED_CLOSE = "tcp_ignored_close"  # a RST or FIN no real receiver would accept
+MAX_TCP_STREAMS = 1_000_000  # 4-tuples whose stream numbers are remembered (see TcpStreamNumbers)
 
 _MASK = 0xFFFFFFFF
 _HALF = 1 << 31
@@ -91,6 +96,7 @@ class StreamOpened:
     b: model.Endpoint  # its destination
     ts: float
     syn_seen: bool
+    tcp_stream: int | None = None  # tshark's tcp.stream of the opening segment (TcpStreamNumbers)
 
 
 @dataclass(slots=True)
@@ -133,6 +139,60 @@ class StreamIssue:
 
 
 StreamEvent = StreamOpened | StreamData | StreamGap | StreamClosed | StreamIssue
+
+
+class TcpStreamNumbers:
+    """tshark's ``tcp.stream`` numbers: one per TCP conversation, from 0, in the order of
+    each one's first packet, counting every TCP connection of the capture (not only Kafka
+    ones, also a lone SYN or RST).
+
+    tshark (4.0, packet-tcp.c) starts a stream at the first packet of a 4-tuple, and a
+    new one on the same 4-tuple at a SYN without ACK whose sequence number differs from
+    the base its sender's direction already has (that direction's first SYN, else its
+    first packet's sequence number minus one). It never forgets a 4-tuple; this keeps
+    ``max_streams`` of them and numbers no stream beyond (None).
+
+    ``see(key, side, flags, seq)`` must be called at least for the first packet of each
+    direction of each 4-tuple and for every SYN; more calls change nothing. ``key`` is
+    any value naming the 4-tuple regardless of direction, ``side`` (0 or 1) the
+    direction. TcpReassembler calls it at those points only (not per segment); the
+    ``--jobs`` workers call it for the packets of other workers' connections.
+    """
+
+    __slots__ = ("_recs", "count", "max_streams")
+
+    def __init__(self, max_streams: int = MAX_TCP_STREAMS) -> None:
+        self._recs: dict = {}  # key -> [stream number or None, base of side 0, base of side 1]
+        self.count = 0  # streams numbered so far
+        self.max_streams = max_streams
+
+    def see(self, key, side: int, flags: int, seq: int) -> int | None:
+        """The stream number of this packet (None beyond ``max_streams``)."""
+        rec = self._recs.get(key)
+        if rec is not None:
+            base = rec[1 + side]
+            if base is None:
+                rec[1 + side] = seq if flags & SYN else (seq - 1) & _MASK
+                return rec[0]
+            if flags & (SYN | ACK) != SYN or seq == base:
+                return rec[0]
+        number = None
+        if self.count < self.max_streams:
+            number = self.count
+            self.count += 1
+        if rec is None:
+            if len(self._recs) >= self.max_streams:
+                return None
+            rec = self._recs[key] = [number, None, None]
+        else:  # a new connection on a 4-tuple tshark already knows
+            rec[0], rec[1], rec[2] = number, None, None
+        rec[1 + side] = seq if flags & SYN else (seq - 1) & _MASK
+        return number
+
+    def number(self, key) -> int | None:
+        """The current stream number of a 4-tuple (None when not seen or not numbered)."""
+        rec = self._recs.get(key)
+        return rec[0] if rec is not None else None
 
 
 @dataclass(slots=True)
@@ -224,10 +284,11 @@ class _Half:
 
 class _Conn:
     __slots__ = ("cid", "h0", "h1", "client", "server", "syn_seen", "last_ts", "closed", "closed_by",
-                 "close_reason", "after_close_bytes", "after_close_segments")
+                 "close_reason", "after_close_bytes", "after_close_segments", "stream")
 
     def __init__(self, cid: ConnId, h0: _Half, h1: _Half, ts: float) -> None:
         self.cid = cid
+        self.stream: int | None = None  # tshark's tcp.stream
         self.h0 = h0
         self.h1 = h1
         self.client: model.Endpoint | None = None
@@ -294,6 +355,7 @@ class TcpReassembler:
         self._buffering: set[_Half] = set()
         self._holes: set[_Half] = set()  # halves waiting out ack_gap_delay
         self._serial = 0
+        self.streams = TcpStreamNumbers()  # tshark's tcp.stream numbers (see StreamOpened.tcp_stream)
         # Optional callable(conn_id, src, dst, data, ts): takes the data of an in-order
         # segment instead of a StreamData event when no event of that segment comes
         # before it (so the order of everything stays the same), sparing an event
@@ -344,6 +406,7 @@ class TcpReassembler:
             flags &= ~(RST | FIN)  # the segment's data and ACK still count; its close does not
         if flags & SYN:
             if not h.started:
+                self._see(conn, h, flags, seq)
                 h.syn_seen = True
                 h.isn = seq
                 h.start_at(seq + 1)
@@ -353,7 +416,7 @@ class TcpReassembler:
                         conn.server, conn.client = h.src, h.dst
                     else:
                         conn.client, conn.server = h.src, h.dst
-            elif h.syn_seen and seq != h.isn and not flags & ACK and conn.closed is False:
+            elif not flags & ACK and conn.closed is False and self._reused(conn, h, flags, seq):
                 # a new connection on the same 4-tuple without a close we saw
                 self._issue(conn, h, ts, out, TCP_PORT_REUSE,
                             "new SYN on a 4-tuple whose connection was not closed",
@@ -372,6 +435,7 @@ class TcpReassembler:
                 conn.client, conn.server = h.src, h.dst
             seq = (seq + 1) & _MASK
         elif not h.started:
+            self._see(conn, h, flags, seq)
             h.start_at(seq)  # the capture began after this direction's SYN
         payload = seg.payload
         missing = seg.missing
@@ -500,16 +564,31 @@ class TcpReassembler:
         return self._buffered_total
 
     # ------------------------------------------------------------------ connections
+    def _see(self, conn: _Conn, h: _Half, flags: int, seq: int) -> int | None:
+        cid = conn.cid
+        return self.streams.see((cid.a, cid.b), 0 if h.src == cid.a else 1, flags, seq)
+
+    def _reused(self, conn: _Conn, h: _Half, flags: int, seq: int) -> bool:
+        """A SYN without ACK on a direction already under way: a new connection on this
+        4-tuple when tshark would start a new tcp.stream (its sequence number differs from
+        the direction's base)."""
+        number = self._see(conn, h, flags, seq)
+        if number is not None:
+            return number != conn.stream
+        return h.syn_seen and seq != h.isn  # beyond the numbered streams
+
     def _lookup_new(self, seg: TcpSegment, out: list[StreamEvent]
                     ) -> tuple[_Conn, _Half, _Half] | None:
         src, dst = seg.src, seg.dst
         canon = (src, dst) if src <= dst else (dst, src)
+        side = 0 if src == canon[0] else 1
         if self._closed:
             self._expire_closed(seg.ts, out)
             lc = self._closed.get(canon)
             if lc is not None:
                 if not (seg.flags & SYN and not seg.flags & ACK):
                     # retransmission / late segment of a closed connection
+                    self.streams.see(canon, side, seg.flags, seg.seq)
                     conn = lc[0]
                     h = conn.h0 if conn.h0.src == src else conn.h1
                     n = len(seg.payload)
@@ -526,6 +605,7 @@ class TcpReassembler:
                 self._report_after_close(lc[0], seg.ts, out)
         if seg.flags & RST and not seg.payload:
             self.stats.stray_segments += 1
+            self.streams.see(canon, side, seg.flags, seg.seq)  # tshark numbers it all the same
             return None
         if len(self._conns) >= self.max_connections:
             victim = next(iter(self._conns))
@@ -542,6 +622,7 @@ class TcpReassembler:
         h0 = _Half(src, dst)
         h1 = _Half(dst, src)
         conn = _Conn(cid, h0, h1, seg.ts)
+        conn.stream = self.streams.see(canon, side, seg.flags, seg.seq)
         self._conns[conn] = None
         self._last_conn = conn
         self._dirs[(src, dst)] = entry = (conn, h0, h1)
@@ -552,7 +633,7 @@ class TcpReassembler:
                 client, server = dst, src
             else:
                 client, server = src, dst
-        out.append(StreamOpened(cid, client, server, src, dst, seg.ts, bool(seg.flags & SYN)))
+        out.append(StreamOpened(cid, client, server, src, dst, seg.ts, bool(seg.flags & SYN), conn.stream))
         return entry
 
     def _close(self, conn: _Conn, ts: float, reason: str, out: list[StreamEvent]) -> None:

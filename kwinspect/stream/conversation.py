@@ -8,6 +8,13 @@ key and version of the in-flight request with the same correlation id.
 Latency is measured from the request's last byte to the response's first byte
 (what the broker and network cost, not how long the client took to write);
 ``response_last_ts`` gives time to last byte for large responses.
+
+Packet numbers: before handing a frame to ``on_request`` / ``on_response`` the caller
+may set ``frame_packets`` to the numbers of the packets that held its first and last
+bytes (the driver does; 0 = unknown). Rows get Wireshark's cross-references from them
+(``frame``, ``response_frame``: the last bytes' packets, where Wireshark shows the
+decoded message) and their place in capture order (``order``: the packet holding the
+request's first byte; for error rows the packet at their ``ts``).
 """
 
 from __future__ import annotations
@@ -130,14 +137,22 @@ class _Pending:
     ts_first: float
     ts_last: float
     no_response_expected: bool
+    pkt_first: int = 0  # packet numbers of its first and last bytes
+    pkt_last: int = 0
+
+
+_NO_PACKETS = (0, 0, 0, 0)
 
 
 class Conversation:
     """Request/response pairing and protocol state for one TCP connection."""
 
     def __init__(self, client: Endpoint, broker: Endpoint, *, shared: SharedState | None = None,
-                 redact: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+                 redact: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 tcp_stream: int | None = None) -> None:
         self.client = client
+        self.tcp_stream = tcp_stream  # tshark's tcp.stream of the connection, for the rows
+        self.frame_packets = (0, 0)  # set by the caller: packets of the next frame's first and last bytes
         self.broker = broker
         self.stream = stream_name(client, broker)
         self._client_text, self._broker_text = str(client), str(broker)  # once, not per exchange
@@ -151,7 +166,7 @@ class Conversation:
         self.client_software: tuple[str, str] | None = None
         self.sasl_mechanism: str | None = None
         self._sasl_raw = False  # after a successful SaslHandshake v0
-        self._sasl_pending: list[tuple[bytes, float, float]] = []
+        self._sasl_pending: list[tuple[bytes, float, float, tuple[int, int]]] = []
         self._api_versions_seen: set[tuple[int, int]] = set()
         self.last_correlation_id: int | None = None
         self.requests = 0
@@ -195,21 +210,23 @@ class Conversation:
 
     def on_request(self, frame: bytes, ts_first: float, ts_last: float) -> None:
         self.requests += 1
+        pkts = self.frame_packets
         if self._sasl_raw and not self._looks_like_request(frame):
-            self._sasl_pending.append((frame, ts_first, ts_last))
+            self._sasl_pending.append((frame, ts_first, ts_last, pkts))
             return
         self._sasl_raw = False
         msg = decode_request(frame)
         cid = msg.header.get("correlation_id")
         api_key = msg.api_key
         if api_key is None or cid is None:
-            self._anomaly(DECODE_ERROR, ts_last, message=_issue_text(msg.issues) or "undecodable request")
+            self._anomaly(DECODE_ERROR, ts_last, message=_issue_text(msg.issues) or "undecodable request",
+                          frame=pkts[1], order=pkts[1])
             return
         self.last_correlation_id = cid
         body = msg.body
         self._api_versions_seen.add((api_key, msg.api_version))
         if self.advertised is not None:
-            self._check_advertised(msg, ts_last)
+            self._check_advertised(msg, ts_last, pkts[1])
         if api_key == SASL_HANDSHAKE and body:
             self.sasl_mechanism = body.get("mechanism")
         if self.redact:
@@ -220,9 +237,10 @@ class Conversation:
         if cid in self._pending:
             older = self._pending.pop(cid)
             self._anomaly(DUPLICATE_CORRELATION_ID, ts_last, api=msg.api_key, cid=cid,
-                          message=f"correlation id {cid} reused while an earlier request was in flight")
+                          message=f"correlation id {cid} reused while an earlier request was in flight",
+                          frame=pkts[1], order=pkts[1])
             self._emit_unanswered(older)
-        self._pending[cid] = _Pending(msg, ts_first, ts_last, no_resp)
+        self._pending[cid] = _Pending(msg, ts_first, ts_last, no_resp, pkts[0], pkts[1])
         while len(self._pending) > self.max_in_flight:
             _cid, oldest = self._pending.popitem(last=False)
             self._emit_unanswered(oldest)
@@ -231,7 +249,7 @@ class Conversation:
         peek = peek_request_header(frame)
         return peek is not None and plausible_header(peek) and peek.api_key != SASL_HANDSHAKE
 
-    def _check_advertised(self, msg: Message, ts: float) -> None:
+    def _check_advertised(self, msg: Message, ts: float, pkt: int = 0) -> None:
         if self.advertised is None or msg.api_key == API_VERSIONS:
             return
         rng = self.advertised.get(msg.api_key)
@@ -239,18 +257,20 @@ class Conversation:
             where = f"v{rng[0]}-v{rng[1]}" if rng else "no version of it"
             name = api_name(msg.api_key) or f"api key {msg.api_key} (unknown)"
             self._anomaly(VERSION_NOT_ADVERTISED, ts, api=msg.api_key, cid=msg.correlation_id,
-                          message=f"{name} v{msg.api_version} used, broker advertised {where}")
+                          message=f"{name} v{msg.api_version} used, broker advertised {where}",
+                          frame=pkt, order=pkt)
 
     # -- responses -----------------------------------------------------------------------
 
     def on_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
         self.responses += 1
+        pkts = self.frame_packets
         if (self._sasl_raw or self._sasl_pending) and not self._pending_has(frame):
-            self._on_sasl_response(frame, ts_first, ts_last)
+            self._on_sasl_response(frame, ts_first, ts_last, pkts)
             return
         cid = int.from_bytes(frame[:4], "big", signed=True) if len(frame) >= 4 else None
         if cid is None or cid not in self._pending:
-            self._on_orphan_response(frame, cid, ts_first, ts_last)
+            self._on_orphan_response(frame, cid, ts_first, ts_last, pkts)
             return
         # Everything queued before this request (arrival order: requests sharing a
         # segment share a timestamp) was skipped by the broker.
@@ -264,12 +284,14 @@ class Conversation:
             other = self._pending.pop(other_cid)
             if not other.no_response_expected:
                 self._anomaly(OUT_OF_ORDER_RESPONSE, ts_first, api=other.message.api_key, cid=other_cid,
-                              message=f"response to correlation id {cid} arrived before the one to {other_cid}")
+                              message=f"response to correlation id {cid} arrived before the one to {other_cid}",
+                              frame=other.pkt_last, response_frame=pkts[1], order=pkts[0])
             self._emit_unanswered(other)
         req = pending.message
         resp = decode_response(frame, req.api_key, req.api_version)
         self._after_response(req, resp)
-        self._emit(req, resp, pending.ts_first, pending.ts_last, ts_first, ts_last, STATUS_PAIRED)
+        self._emit(req, resp, pending.ts_first, pending.ts_last, ts_first, ts_last, STATUS_PAIRED,
+                   packets=(pending.pkt_first, pending.pkt_last, pkts[0], pkts[1]))
 
     def _pending_has(self, frame: bytes) -> bool:
         return len(frame) >= 4 and int.from_bytes(frame[:4], "big", signed=True) in self._pending
@@ -291,20 +313,23 @@ class Conversation:
         if self.redact:
             redact_message(req.api_key, False, resp.header, body, self.sasl_mechanism)
 
-    def _on_sasl_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
+    def _on_sasl_response(self, frame: bytes, ts_first: float, ts_last: float, pkts: tuple[int, int]) -> None:
         """Raw SASL tokens (handshake v0): pair the oldest client token with this one."""
         if not self._sasl_pending:
-            self._anomaly(REQUEST_MISSING, ts_first, message="SASL token from the broker with no client token")
+            self._anomaly(REQUEST_MISSING, ts_first, message="SASL token from the broker with no client token",
+                          response_frame=pkts[1], order=pkts[0])
             return
-        req_frame, rts_first, rts_last = self._sasl_pending.pop(0)
+        req_frame, rts_first, rts_last, rpkts = self._sasl_pending.pop(0)
         mech = self.sasl_mechanism
         req = Message(True, None, None, {}, describe_sasl_token(req_frame, mech, True, self.redact),
                       size=len(req_frame))
         resp = Message(False, None, None, {}, describe_sasl_token(frame, mech, False, self.redact),
                        size=len(frame))
-        self._emit(req, resp, rts_first, rts_last, ts_first, ts_last, STATUS_PAIRED, api_label=SASL_API_NAME)
+        self._emit(req, resp, rts_first, rts_last, ts_first, ts_last, STATUS_PAIRED, api_label=SASL_API_NAME,
+                   packets=(rpkts[0], rpkts[1], pkts[0], pkts[1]))
 
-    def _on_orphan_response(self, frame: bytes, cid: int | None, ts_first: float, ts_last: float) -> None:
+    def _on_orphan_response(self, frame: bytes, cid: int | None, ts_first: float, ts_last: float,
+                            pkts: tuple[int, int] = (0, 0)) -> None:
         """A response whose request was not captured: decode what can be known."""
         candidates = sorted(self._api_versions_seen)
         if len(candidates) > MAX_ORPHAN_CANDIDATES:
@@ -337,35 +362,42 @@ class Conversation:
             if self.redact:
                 redact_message(resp.api_key, False, resp.header, resp.body, self.sasl_mechanism)
         self._anomaly(REQUEST_MISSING, ts_first, api=resp.api_key, cid=cid,
-                      message="response without a captured request")
-        self._emit(None, resp, None, None, ts_first, ts_last, STATUS_REQUEST_MISSING)
+                      message="response without a captured request", response_frame=pkts[1], order=pkts[0])
+        self._emit(None, resp, None, None, ts_first, ts_last, STATUS_REQUEST_MISSING,
+                   packets=(0, 0, pkts[0], pkts[1]))
 
     # -- ending ----------------------------------------------------------------------------
 
-    def close(self, ts: float | None = None) -> None:
-        """Connection closed or capture ended: whatever is still in flight is unanswered."""
+    def close(self, ts: float | None = None, pkt: int = 0) -> None:
+        """Connection closed or capture ended (``pkt``: the packet number then): whatever
+        is still in flight is unanswered."""
         for pending in list(self._pending.values()):
-            self._emit_unanswered(pending, ts)
+            self._emit_unanswered(pending, ts, pkt)
         self._pending.clear()
-        for req_frame, rts_first, rts_last in self._sasl_pending:
+        for req_frame, rts_first, rts_last, rpkts in self._sasl_pending:
             req = Message(True, None, None, {}, describe_sasl_token(req_frame, self.sasl_mechanism, True,
                                                                    self.redact), size=len(req_frame))
-            self._emit(req, None, rts_first, rts_last, None, None, STATUS_RESPONSE_MISSING, api_label=SASL_API_NAME)
+            self._emit(req, None, rts_first, rts_last, None, None, STATUS_RESPONSE_MISSING, api_label=SASL_API_NAME,
+                       packets=(rpkts[0], rpkts[1], 0, 0))
         self._sasl_pending.clear()
         self._closed, self._closed_ts = True, ts  # the next pop_events counts suppressed rows
 
-    def _emit_unanswered(self, pending: _Pending, ts: float | None = None) -> None:
+    def _emit_unanswered(self, pending: _Pending, ts: float | None = None, pkt: int = 0) -> None:
         status = STATUS_NO_RESPONSE_EXPECTED if pending.no_response_expected else STATUS_RESPONSE_MISSING
         if status == STATUS_RESPONSE_MISSING:
             self._anomaly(RESPONSE_MISSING, ts if ts is not None else pending.ts_last,
                           api=pending.message.api_key, cid=pending.message.correlation_id,
-                          message="request never answered in the capture")
-        self._emit(pending.message, None, pending.ts_first, pending.ts_last, None, None, status)
+                          message="request never answered in the capture",
+                          frame=pending.pkt_last, order=pkt if ts is not None else pending.pkt_last)
+        self._emit(pending.message, None, pending.ts_first, pending.ts_last, None, None, status,
+                   packets=(pending.pkt_first, pending.pkt_last, 0, 0))
 
     # -- building rows -----------------------------------------------------------------------
 
     def _emit(self, req: Message | None, resp: Message | None, req_first, req_last, resp_first, resp_last,
-              status: str, api_label: str | None = None) -> None:
+              status: str, api_label: str | None = None, packets: tuple[int, int, int, int] = _NO_PACKETS) -> None:
+        """One exchange and its error rows; ``packets``: the numbers of the packets holding the
+        request's first and last and the response's first and last bytes (0 = none/unknown)."""
         # Called once per exchange: locals instead of repeated attribute lookups, and
         # nothing built for error rows when there are none (the common case).
         ref = req or resp
@@ -396,6 +428,8 @@ class Conversation:
         shared.exchange_counter += 1
         events = self._events
         stream = self.stream
+        req_pfirst, req_plast, resp_pfirst, resp_plast = packets
+        frame, response_frame, tcp_stream = req_plast or None, resp_plast or None, self.tcp_stream
         events.append(Exchange(
             stream, self._client_text, self._broker_text, api_key, name,
             ref.api_version if ref else None, cid,
@@ -407,14 +441,17 @@ class Conversation:
             topics, throttle if isinstance(throttle, int) else None,
             resp_last, req, resp,
             shared.broker_id_for(self.broker), shared.exchange_counter, long_poll,
+            frame, response_frame, tcp_stream, req_pfirst if req is not None else resp_pfirst,
         ))
         ts = resp_first if resp_first is not None else req_last
+        order = resp_pfirst if resp_first is not None else req_plast
         for e in errors:
             events.append(ErrorRow(
                 kind=KAFKA_ERROR, code=e["code"], name=e["name"], retriable=e["retriable"], api_name=name,
                 correlation_id=cid, topic=e["topic"], partition=e["partition"], path=e["path"],
                 message=e["message"] or (f"group {e['group']}" if e.get("group") else None),
-                ts=ts, stream=stream))
+                ts=ts, stream=stream, frame=frame, response_frame=response_frame, tcp_stream=tcp_stream,
+                order=order))
         for msg in (req, resp):
             if msg is None:
                 continue
@@ -427,7 +464,8 @@ class Conversation:
                                 events.append(ErrorRow(
                                     kind=issue.kind, api_name=name, correlation_id=cid, topic=topic,
                                     partition=partition, path=issue.path, message=issue.message, ts=ts,
-                                    stream=stream))
+                                    stream=stream, frame=frame, response_frame=response_frame,
+                                    tcp_stream=tcp_stream, order=order))
             if msg.issues:
                 for issue in msg.issues:
                     # info issues are notes, not problems; request_missing was reported as an anomaly
@@ -435,12 +473,15 @@ class Conversation:
                         continue
                     events.append(ErrorRow(
                         kind=issue.kind, api_name=name, correlation_id=cid, path=issue.path,
-                        message=issue.message, ts=ts, stream=stream))
+                        message=issue.message, ts=ts, stream=stream, frame=frame,
+                        response_frame=response_frame, tcp_stream=tcp_stream, order=order))
 
     def _anomaly(self, kind: str, ts: float | None, *, api: int | None = None, cid: int | None = None,
-                 message: str | None = None) -> None:
+                 message: str | None = None, frame: int = 0, response_frame: int = 0, order: int = 0) -> None:
         self._events.append(ErrorRow(kind=kind, api_name=api_name(api) if api is not None else None,
-                                     correlation_id=cid, message=message, ts=ts, stream=self.stream))
+                                     correlation_id=cid, message=message, ts=ts, stream=self.stream,
+                                     frame=frame or None, response_frame=response_frame or None,
+                                     tcp_stream=self.tcp_stream, order=order))
 
 
 def _issue_text(issues: list[Issue]) -> str:

@@ -4,7 +4,7 @@ Feed the in-order bytes of one direction, tell it about bytes TCP lost, then
 pull events (the h11 "feed, then pull" style)::
 
     sp = FrameSplitter(RequestValidator())
-    sp.feed(data, ts)          # any chunking: whole, per segment, byte by byte
+    sp.feed(data, ts, pkt)     # any chunking: whole, per segment, byte by byte
     sp.gap(nbytes, ts)         # bytes lost in the capture; the splitter resyncs
     sp.finish()                # end of the direction
     for ev in sp.events():     # Frame | Skipped | FramingIssue, in stream order
@@ -90,6 +90,7 @@ _NORMAL, _GAP, _FINISH = 0, 1, 2
 _ACCEPT, _REJECT, _WAIT, _REJECT_CHECKED = 0, 1, 2, 3  # CHECKED: the validator said no
 
 _COMPACT_AT = 1 << 20
+_NO_CHUNK = (0, 0.0, 0)
 _ZEROS8 = bytes(8)
 _I32 = struct.Struct(">i").unpack_from
 
@@ -112,6 +113,8 @@ class Frame(NamedTuple):
     offset: int  # stream offset of the size prefix
     ts_first: float  # ts of the data that held the first byte (of the prefix)
     ts_last: float  # ts of the data that held the last byte
+    pkt_first: int = 0  # packet number of the data that held the first byte (0: not given)
+    pkt_last: int = 0  # packet number of the data that held the last byte
 
     @property
     def size(self) -> int:
@@ -137,6 +140,7 @@ class FramingIssue(NamedTuple):
     offset: int  # stream offset it refers to
     message: str
     ts: float | None = None
+    pkt: int = 0  # packet number of the data at `offset` (0: not given)
 
     def as_issue(self) -> Issue:
         """The shared model's Issue (offset = stream offset of the direction)."""
@@ -333,7 +337,9 @@ class FrameSplitter:
         self._buf = bytearray()
         self._pos = 0  # index in _buf of the next undecided byte
         self._base = start_offset  # stream offset of _buf[0]
-        self._chunks: deque[tuple[int, float]] = deque()  # (offset of first byte, ts)
+        # (offset of first byte, ts, packet number) of the chunks fed, from the one
+        # holding the first undecided byte on
+        self._chunks: deque[tuple[int, float, int]] = deque()
         self._events: deque[Event] = deque()
         self._issue_counts: dict[str, int] = {}  # FramingIssues per kind (MAX_ISSUES_PER_KIND)
         self._state = _SYNC if synced else _HUNT
@@ -381,8 +387,9 @@ class FrameSplitter:
         """True while the splitter knows where the next frame starts."""
         return self._state in (_SYNC, _SKIP)
 
-    def feed(self, data: bytes | bytearray | memoryview, ts: float) -> None:
-        """Append in-order bytes of the direction; ``ts`` is their capture time."""
+    def feed(self, data: bytes | bytearray | memoryview, ts: float, pkt: int = 0) -> None:
+        """Append in-order bytes of the direction; ``ts`` is their capture time, ``pkt``
+        the number of the packet that brought them (the frames' ``pkt_first``/``pkt_last``)."""
         if self._finished or not data:
             return
         n = len(data)
@@ -406,7 +413,7 @@ class FrameSplitter:
                 if end > n:
                     break
                 last = data[p + 4 : end]
-                append(new_tuple(Frame, (last, base + p, ts, ts)))
+                append(new_tuple(Frame, (last, base + p, ts, ts, pkt, pkt)))
                 self.frames += 1
                 p = end
             if p:
@@ -416,7 +423,7 @@ class FrameSplitter:
                 self._base = base + p
                 chunks = self._chunks
                 chunks.clear()
-                chunks.append((base, ts))
+                chunks.append((base, ts, pkt))
                 if p == n:
                     return
                 data = data[p:]
@@ -443,14 +450,14 @@ class FrameSplitter:
                 # a _need_off left by a gap's last _sync, not the frame at _pos
                 self._flatten()
             else:
-                self._complete(data, n, need, end_off, ts)
+                self._complete(data, n, need, end_off, ts, pkt)
                 return
-        self._chunks.append((end_off - n, ts))
+        self._chunks.append((end_off - n, ts, pkt))
         buf += data
         self.fed_bytes += n
         self._process(_NORMAL)
 
-    def gap(self, nbytes: int, ts: float) -> None:
+    def gap(self, nbytes: int, ts: float, pkt: int = 0) -> None:
         """``nbytes`` of the direction were lost (not captured) at this point."""
         if self._finished or nbytes <= 0:
             return
@@ -505,7 +512,7 @@ class FrameSplitter:
         self._base = lost_to
         self._run_start = lost_to
         self._chunks.clear()
-        self._chunks.append((lost_to, ts))
+        self._chunks.append((lost_to, ts, pkt))
 
     def finish(self) -> None:
         """End of the direction: what is left is a truncated tail or skipped."""
@@ -577,7 +584,7 @@ class FrameSplitter:
     # ------------------------------------------------------------ internals
 
     def _complete(self, data: bytes | bytearray | memoryview, n: int, need: int, end_off: int,
-                  ts: float) -> None:
+                  ts: float, pkt: int) -> None:
         """``data`` completes the frame the buffer starts (_sync stopped at its size
         prefix, which it checked): join its pieces once, then carry on with the rest
         of the chunk as if fed on its own."""
@@ -591,7 +598,8 @@ class FrameSplitter:
             parts[0:0] = (mv[pos + 4 :],)
             last = b"".join(parts)
         off = base + pos
-        self._events.append(tuple.__new__(Frame, (last, off, self._ts_at(off), ts)))
+        first = self._chunk_at(off)
+        self._events.append(tuple.__new__(Frame, (last, off, first[1], ts, first[2], pkt)))
         self._last_frame = last
         self.frames += 1
         self.frame_bytes += need - off
@@ -604,12 +612,12 @@ class FrameSplitter:
         self._base = need
         chunks = self._chunks
         chunks.clear()
-        chunks.append((need, ts))
+        chunks.append((need, ts, pkt))
         if k == n:
             return
         data = data[k:]
         n -= k
-        self.feed(data, ts)
+        self.feed(data, ts, pkt)
 
     def _flatten(self) -> None:
         """Copy the chunks held aside into the buffer (a gap or the end cut the frame)."""
@@ -619,17 +627,22 @@ class FrameSplitter:
         self._parts.clear()
         self._parts_len = 0
 
-    def _ts_at(self, offset: int) -> float:
+    def _chunk_at(self, offset: int) -> tuple[int, float, int]:
+        """(offset, ts, packet number) of the chunk that holds ``offset``."""
         chunks = self._chunks
         while len(chunks) > 1 and chunks[1][0] <= offset:
             chunks.popleft()
-        return chunks[0][1] if chunks else 0.0
+        return chunks[0] if chunks else _NO_CHUNK
+
+    def _ts_at(self, offset: int) -> float:
+        return self._chunk_at(offset)[1]
 
     def _issue(self, kind: str, offset: int, message: str) -> None:
         n = self._issue_counts.get(kind, 0) + 1
         self._issue_counts[kind] = n
         if n <= MAX_ISSUES_PER_KIND:  # the rest are counted, one row at finish()
-            self._events.append(FramingIssue(kind, offset, message, self._ts_at(offset)))
+            _off, ts, pkt = self._chunk_at(offset)
+            self._events.append(FramingIssue(kind, offset, message, ts, pkt))
 
     def _skip_buffered(self, reason: str) -> None:
         avail = len(self._buf) - self._pos
@@ -693,7 +706,7 @@ class FrameSplitter:
         last = None
         new_tuple = tuple.__new__
         single = len(chunks) == 1
-        single_ts = chunks[0][1] if single else 0.0
+        single_ts, single_pkt = (chunks[0][1], chunks[0][2]) if single else (0.0, 0)
         with memoryview(buf) as mv:
             while n - pos >= 4:
                 size = _I32(mv, pos)[0]
@@ -715,11 +728,12 @@ class FrameSplitter:
                 off = base + pos
                 if single:
                     t0 = t1 = single_ts
+                    p0 = p1 = single_pkt
                 else:
-                    t0 = self._ts_at(off)
-                    t1 = self._ts_at(off + 3 + size)
+                    _o, t0, p0 = self._chunk_at(off)
+                    _o, t1, p1 = self._chunk_at(off + 3 + size)
                 last = bytes(mv[pos + 4 : end])
-                append(new_tuple(Frame, (last, off, t0, t1)))  # Frame(...) without its Python __new__
+                append(new_tuple(Frame, (last, off, t0, t1, p0, p1)))  # Frame(...) without its Python __new__
                 nbytes += end - pos
                 nframes += 1
                 pos = end

@@ -30,6 +30,7 @@ from kwinspect.analyze.diagnose.core import (
     WARNING,
     Evidence,
     Finding,
+    as_list,
 )
 from kwinspect.analyze.diagnose.fetch import FetchMetadataAnalyzer
 from kwinspect.analyze.diagnose.groups import Generation, GroupAnalyzer, GroupEvent, GroupTimeline
@@ -110,7 +111,7 @@ class Diagnoser:
         return self
 
     def _learn_topics(self, body: dict | None) -> None:
-        for t in (body or {}).get("topics") or []:
+        for t in as_list((body or {}).get("topics")):
             if isinstance(t, dict):
                 tid, name = t.get("topic_id"), t.get("name")
                 if isinstance(tid, str) and isinstance(name, str) and tid != NIL_TOPIC_ID:

@@ -147,3 +147,8 @@ def as_int(value: Any) -> int | None:
 
 def as_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def as_list(value: Any) -> list | tuple:
+    """An array field of a (possibly partial or crafted) decode, or () for anything else."""
+    return value if isinstance(value, (list, tuple)) else ()

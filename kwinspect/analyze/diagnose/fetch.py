@@ -29,6 +29,7 @@ from kwinspect.analyze.diagnose.core import (
     FindingTable,
     Window,
     as_int,
+    as_list,
     client_label,
     evidence_of,
     name_of,
@@ -149,11 +150,11 @@ class FetchMetadataAnalyzer(FindingTable):
             return
         # partitions of two clusters in one capture must not look like one partition changing leaders
         cluster = body.get("cluster_id") if isinstance(body.get("cluster_id"), str) else None
-        for t in body.get("topics") or []:
+        for t in as_list(body.get("topics")):
             if not isinstance(t, dict) or t.get("error_code"):
                 continue
             topic = name_of(t, self.topic_names)
-            for p in t.get("partitions") or []:
+            for p in as_list(t.get("partitions")):
                 if not isinstance(p, dict) or p.get("error_code"):
                     continue
                 part, leader, epoch = as_int(p.get("partition_index")), as_int(p.get("leader_id")), \

@@ -37,6 +37,7 @@ from kwinspect.analyze.diagnose.core import (
     FindingTable,
     Window,
     as_int,
+    as_list,
     as_str,
     evidence_of,
     name_of,
@@ -197,7 +198,7 @@ class GroupAnalyzer(FindingTable):
         details: dict[str, Any] = {}
         if k == JOIN_GROUP:
             kind = "join"
-            protos = [p for p in req.get("protocols") or [] if isinstance(p, dict)]
+            protos = [p for p in as_list(req.get("protocols")) if isinstance(p, dict)]
             details["protocols"] = [p.get("name") for p in protos]
             if req.get("protocol_type") == "consumer" and protos:
                 details["subscription"] = _decode_protocol("ConsumerProtocolSubscription", protos[0].get("metadata"))
@@ -221,7 +222,7 @@ class GroupAnalyzer(FindingTable):
                     mine = gobj.members.setdefault(member, {"client_id": ex.client_id,
                                                             "subscription": details.get("subscription")})
                     mine["client_id"] = mine.get("client_id") or ex.client_id
-                    for m in resp.get("members") or []:
+                    for m in as_list(resp.get("members")):
                         if isinstance(m, dict) and as_str(m.get("member_id")):
                             info = gobj.members.setdefault(m["member_id"], {"client_id": None})
                             if req.get("protocol_type") == "consumer":
@@ -232,7 +233,7 @@ class GroupAnalyzer(FindingTable):
                 self._group_error(g, ex, err, ev)
         elif k == SYNC_GROUP:
             kind = "sync"
-            for a in req.get("assignments") or []:
+            for a in as_list(req.get("assignments")):
                 if isinstance(a, dict) and as_str(a.get("member_id")):
                     details.setdefault("assignments", {})[a["member_id"]] = _decode_protocol(
                         "ConsumerProtocolAssignment", a.get("assignment"))
@@ -258,7 +259,7 @@ class GroupAnalyzer(FindingTable):
                           group_id=gid, error=err)
         elif k == LEAVE_GROUP:
             kind = "leave"
-            leavers = [member] if member else [as_str(m.get("member_id")) for m in req.get("members") or []
+            leavers = [member] if member else [as_str(m.get("member_id")) for m in as_list(req.get("members"))
                                                if isinstance(m, dict)]
             g.left.update(x for x in leavers if x)
             details["members"] = leavers
@@ -267,18 +268,18 @@ class GroupAnalyzer(FindingTable):
         elif k == OFFSET_COMMIT:
             kind = "commit"
             offsets = {}
-            for t in req.get("topics") or []:
+            for t in as_list(req.get("topics")):
                 if not isinstance(t, dict):
                     continue
                 topic = name_of(t, self.topic_names)
-                for p in t.get("partitions") or []:
+                for p in as_list(t.get("partitions")):
                     if isinstance(p, dict) and as_int(p.get("committed_offset")) is not None:
                         offsets[(topic, as_int(p.get("partition_index")))] = p["committed_offset"]
             details["offsets"] = [{"topic": t, "partition": p, "offset": o} for (t, p), o in offsets.items()]
             failed = []
-            for t in (resp or {}).get("topics") or []:
+            for t in as_list((resp or {}).get("topics")):
                 topic = name_of(t, self.topic_names) if isinstance(t, dict) else None
-                for p in (t.get("partitions") or []) if isinstance(t, dict) else []:
+                for p in as_list(t.get("partitions")) if isinstance(t, dict) else []:
                     if isinstance(p, dict) and as_int(p.get("error_code")):
                         failed.append((topic, p.get("partition_index"), error_name(p["error_code"])))
             if failed:
@@ -370,7 +371,7 @@ class GroupAnalyzer(FindingTable):
         assignment = resp.get("assignment")
         if isinstance(assignment, dict):
             parts = []
-            for t in assignment.get("topic_partitions") or []:
+            for t in as_list(assignment.get("topic_partitions")):
                 if isinstance(t, dict):
                     parts.append({"topic": name_of(t, self.topic_names), "partitions": t.get("partitions")})
             info["assignment"] = details["assignment"] = parts
@@ -442,20 +443,20 @@ class GroupAnalyzer(FindingTable):
         if not req or not resp:
             return
         positions = {}
-        for t in req.get("topics") or []:
+        for t in as_list(req.get("topics")):
             if isinstance(t, dict):
                 topic = name_of(t, self.topic_names)
-                for p in t.get("partitions") or []:
+                for p in as_list(t.get("partitions")):
                     if isinstance(p, dict):
                         positions[(topic, as_int(p.get("partition")))] = as_int(p.get("fetch_offset"))
         gid = self.client_group.get(ex.client_id or "")
         g = self.groups.get(gid) if gid else None
         ev = evidence_of(ex)
-        for t in resp.get("responses") or []:
+        for t in as_list(resp.get("responses")):
             if not isinstance(t, dict):
                 continue
             topic = name_of(t, self.topic_names)
-            for p in t.get("partitions") or []:
+            for p in as_list(t.get("partitions")):
                 if not isinstance(p, dict) or p.get("error_code"):
                     continue
                 part, hw = as_int(p.get("partition_index")), as_int(p.get("high_watermark"))

@@ -28,6 +28,7 @@ from kwinspect.analyze.diagnose.core import (
     Finding,
     FindingTable,
     as_int,
+    as_list,
     client_label,
     evidence_of,
     range_text,
@@ -103,7 +104,7 @@ class NegotiationAnalyzer(FindingTable):
             return
         code = body.get("error_code")
         ranges = {}
-        for k in body.get("api_keys") or []:
+        for k in as_list(body.get("api_keys")):
             if isinstance(k, dict) and as_int(k.get("api_key")) is not None:
                 lo, hi = as_int(k.get("min_version")), as_int(k.get("max_version"))
                 if lo is not None and hi is not None:

@@ -34,6 +34,7 @@ from kwinspect.analyze.diagnose.core import (
     Finding,
     FindingTable,
     as_int,
+    as_list,
     as_str,
     client_label,
     evidence_of,
@@ -78,11 +79,11 @@ class _Txn:
 def _partition_outcomes(ex: Exchange, topic_names: dict[str, str]) -> dict[tuple[str | None, int], int]:
     out: dict[tuple[str | None, int], int] = {}
     body = ex.response.body if ex.response is not None and ex.status == STATUS_PAIRED else None
-    for t in (body or {}).get("responses") or []:
+    for t in as_list((body or {}).get("responses")):
         if not isinstance(t, dict):
             continue
         name = name_of(t, topic_names)
-        for p in t.get("partition_responses") or []:
+        for p in as_list(t.get("partition_responses")):
             if isinstance(p, dict) and isinstance(p.get("index"), int):
                 out[(name, p["index"])] = as_int(p.get("error_code", 0))
     return out
@@ -133,11 +134,11 @@ class ProducerAnalyzer(FindingTable):
         outcomes = _partition_outcomes(ex, self.topic_names)
         ev = evidence_of(ex)
         tid = as_str(body.get("transactional_id"))
-        for t in body.get("topic_data") or []:
+        for t in as_list(body.get("topic_data")):
             if not isinstance(t, dict):
                 continue
             topic = name_of(t, self.topic_names)
-            for p in t.get("partition_data") or []:
+            for p in as_list(t.get("partition_data")):
                 if not isinstance(p, dict):
                     continue
                 part, rs = as_int(p.get("index")), p.get("records")
@@ -262,7 +263,7 @@ class ProducerAnalyzer(FindingTable):
         ok = ex.status == STATUS_PAIRED and not ex.error_codes
         if ex.api_key == ADD_PARTITIONS_TO_TXN:
             tids = [req.get("v3_and_below_transactional_id") or req.get("transactional_id")]
-            tids += [x.get("transactional_id") for x in req.get("transactions") or [] if isinstance(x, dict)]
+            tids += [x.get("transactional_id") for x in as_list(req.get("transactions")) if isinstance(x, dict)]
             for tid in tids:
                 if isinstance(tid, str) and tid and ok:
                     self._txn_begin(tid, ex, "AddPartitionsToTxn")
