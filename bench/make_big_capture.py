@@ -85,7 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.output, "wb") as out:
         out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, linktype))
         for k in range(repeat):
-            client_ip = socket.inet_aton(f"10.{(k >> 16) & 255}.{(k >> 8) & 255}.{(k & 255) or 1}")
+            # last octet 1..254, so no two copies share an address (a shared 4-tuple with the
+            # same sequence numbers reads as retransmissions of the earlier copy)
+            n = (k // 254) * 256 + k % 254 + 1
+            client_ip = socket.inet_aton(f"10.{(n >> 16) & 255}.{(n >> 8) & 255}.{n & 255}")
             shift = k * span
             chunks = []
             for ts, buf, off, ihl in templates:
