@@ -792,15 +792,15 @@ class ParquetWriter(RowWriter):
 # What a human sees by default; every column is still available via `columns=`.
 TABLE_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
     "exchanges": (
-        "request_ts", "client", "broker", "api_name", "api_version", "correlation_id",
+        "frame", "request_ts", "client", "broker", "api_name", "api_version", "correlation_id",
         "client_id", "latency_ms", "status", "error_names", "topics",
     ),
     "records": (
-        "direction", "topic", "partition", "offset", "timestamp", "key", "value",
+        "frame", "direction", "topic", "partition", "offset", "timestamp", "key", "value",
         "headers", "compression", "crc_ok",
     ),
     "errors": (
-        "ts", "kind", "name", "api_name", "correlation_id", "topic", "partition",
+        "frame", "ts", "kind", "name", "api_name", "correlation_id", "topic", "partition",
         "message", "stream",
     ),
 }
@@ -808,9 +808,10 @@ TABLE_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
 # On a narrow terminal, default columns are dropped in this order until the
 # rest fit with readable headers (explicit `columns=` are never dropped).
 TABLE_DROP_ORDER: dict[str, tuple[str, ...]] = {
-    "exchanges": ("client", "broker", "correlation_id", "api_version", "client_id", "topics", "error_names"),
-    "records": ("headers", "compression", "timestamp", "partition", "crc_ok"),
-    "errors": ("stream", "correlation_id", "partition", "api_name", "topic"),
+    "exchanges": ("client", "broker", "correlation_id", "api_version", "client_id", "topics", "frame",
+                  "error_names"),
+    "records": ("headers", "compression", "timestamp", "partition", "crc_ok", "frame"),
+    "errors": ("stream", "correlation_id", "partition", "api_name", "topic", "message", "frame"),
 }
 
 # Widest a cell may get before it is cut with an ellipsis.
@@ -819,11 +820,13 @@ _MAX_CELL = {
     "error_names": 32, "client_id": 28, "path": 40,
 }
 _DEFAULT_MAX_CELL = 36
+LONG_POLL_STATUS = "long poll"  # the table's status of a paired Fetch with long_poll true
 _SEP = "   "  # between table columns
 _NUMERIC = frozenset(
     {"api_key", "api_version", "correlation_id", "latency_ms", "request_size", "response_size",
      "throttle_time_ms", "partition", "offset", "magic", "producer_id", "producer_epoch",
-     "sequence", "code", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms"}
+     "sequence", "code", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms",
+     "frame", "response_frame", "tcp_stream"}
 )
 
 
@@ -862,6 +865,8 @@ def _floor_width(column: str, natural: int) -> int:
         return natural
     if column in _WHOLE_NAMES:  # api names, kinds, statuses: a cut name is a guess
         return min(natural, 16)
+    if column == "name":  # an error code's name (UNKNOWN_TOPIC_OR_PARTITION is 26)
+        return min(natural, 32)
     return min(natural, max(len(_header_of(column)), 8))
 
 
@@ -903,6 +908,7 @@ class TableWriter(RowWriter):
             self._droppable = tuple(c for c in TABLE_DROP_ORDER.get(table, ()) if c not in keep)
         super().__init__(table, columns)
         self._ts_cols = [i for i, c in enumerate(self.columns) if c in TIMESTAMP_COLUMNS]
+        self._status_col = self.columns.index("status") if table == "exchanges" and "status" in self.columns else None
         self._date: str | None = None  # the day the time-of-day cells are on (a line says which)
         self._out: _TextOutput | None = None
         if console is None:
@@ -927,6 +933,9 @@ class TableWriter(RowWriter):
         cells = [_table_cell(c, row[c]) for c in self.columns]
         for i in self._ts_cols:
             cells[i] = self._time_of_day(cells[i])
+        if self._status_col is not None and row.get("long_poll"):
+            # a Fetch that waited for data: not a slow request (docs/columns.md, long_poll)
+            cells[self._status_col] = LONG_POLL_STATUS
         self._rows.append(cells)
         # (columns may shrink once, at the first chunk, on a narrow terminal)
         self.count += 1
@@ -1006,6 +1015,7 @@ class TableWriter(RowWriter):
             self._rows = [r if r[0] is _DATE_LINE else [r[i] for i in keep] for r in self._rows]
             self.columns = tuple(cols)
             self._ts_cols = [i for i, c in enumerate(self.columns) if c in TIMESTAMP_COLUMNS]
+            self._status_col = self.columns.index("status") if self._status_col is not None else None
 
     def _fit_widths(self) -> list[int]:
         """Column widths from the first chunk, shrunk to the console width.

@@ -57,7 +57,7 @@ def test_80_columns_fit_and_never_cut_a_time(table, capture, ts):
     if ts in ("request_ts", "ts") or "timestamp" in header:
         col = header.index({"request_ts": "request_time", "ts": "time"}.get(ts, ts))
         data = [line for line in lines[2:] if not line.startswith("── ")]
-        times = [line.split()[col] for line in data if line[:1].isdigit()]
+        times = [line.split()[col] for line in data if line.strip()[:1].isdigit()]
         want = [r[ts][11:26] for r in rows if r[ts]]
         assert times == want
 
@@ -77,10 +77,18 @@ def test_a_filter_on_error_keeps_error_names():
         assert any("UNKNOWN_TOPIC" in line for line in lines[3:])
 
 
+def test_100_columns_show_the_wireshark_frame_number_first():
+    path = str(CAPTURES / "confluent-mock-produce-consume.pcap")
+    lines = run("exchanges", path, "-F", "table", columns=100).splitlines()
+    assert lines[0].split()[:2] == ["frame", "request_time"]
+    first = next(line for line in lines[2:] if not line.startswith("── "))
+    assert int(first.split()[0]) == jsonl("exchanges", path)[0]["frame"]
+
+
 def test_180_columns_show_the_endpoints_too():
     header = run("exchanges", str(CAPTURES / "confluent-mock-produce-consume.pcap"), "-F", "table",
                  columns=180).splitlines()[0].split()
-    assert {"client", "broker", "correlation_id", "client_id", "topics"} <= set(header)
+    assert {"frame", "client", "broker", "correlation_id", "client_id", "topics"} <= set(header)
 
 
 def test_rows_spanning_midnight_get_a_date_line_where_the_day_changes(tmp_path):
