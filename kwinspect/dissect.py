@@ -35,6 +35,7 @@ from kwinspect.model import (
     stream_name,
 )
 from kwinspect.protocol.peek import peek_request_header, plausible_header
+from kwinspect.stream import row_order
 from kwinspect.stream.conversation import Conversation, SharedState
 from kwinspect.stream.framing import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -252,6 +253,30 @@ class Dissector:
             self._on_tcp(ev)
         for conn_id in list(self._conns):
             self._close(conn_id, self._last_ts, "end")
+
+    def watermark(self, now: float, max_wait: float | None = None) -> int:
+        """The smallest ``order`` a row still to come can have (stream/row_order.py): the
+        packet of the first byte of the oldest message not yet emitted (held before the
+        connection was decided, buffered in a splitter, or a request waiting for its
+        answer, unless it completed more than ``max_wait`` seconds before ``now``), else
+        the next packet. Costs a look at every open connection: call it now and then."""
+        low = self.stats.packets + 1
+        since = now - (row_order.MAX_WAIT_SECONDS if max_wait is None else max_wait)
+        for conn in self._conns.values():
+            if not conn.decided:
+                if conn.held:
+                    low = min(low, conn.held[0][4] or low)
+                continue
+            for splitter in conn.splitters.values():
+                pkt = splitter.first_buffered_packet()
+                if pkt and pkt < low:
+                    low = pkt
+            conv = conn.info.conversation
+            if conv is not None:
+                pkt = conv.oldest_pending_packet(since)
+                if pkt and pkt < low:
+                    low = pkt
+        return low
 
     def pop_events(self) -> list[Event]:
         events, self._events = self._events, []

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from kwinspect.capture.readers import PacketSource, open_capture
 from kwinspect.dissect import DissectConfig, Dissector, Event
 from kwinspect.model import ErrorRow, Issue
+from kwinspect.stream.row_order import END, WATERMARK_EVERY, RowOrder
 
 ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
 # consecutive unparseable records (checked per 1024) after which a file is given up
@@ -67,11 +68,22 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
         feed = dissector.feed_packet
         pstats = dissector.parser.stats
         bad_before = bad_run = 0
+        rows = RowOrder()  # rows in capture order (stream/row_order.py)
+        push = rows.push
+        # A pipe (`tcpdump -U -w - | kwinspect exchanges -`) is read as it arrives: rows go
+        # out as soon as they are in order, not every WATERMARK_EVERY packets (the look
+        # at every connection per completed exchange costs little at a live rate).
+        eager = any(p == STDIN or not os.path.isfile(p) for p in run.paths)
         for raw in _merged(sources):
             feed(raw)
-            if dissector._events:  # most packets complete no exchange
-                yield from dissector.pop_events()
             count += 1
+            if dissector._events:  # most packets complete no exchange
+                for ev in dissector.pop_events():
+                    push(ev.order or count, ev)
+                if eager:
+                    yield from rows.pop_ready(dissector.watermark(raw.ts))
+            if count % WATERMARK_EVERY == 0:
+                yield from rows.pop_ready(dissector.watermark(raw.ts))
             if count & 0x3FF == 0:
                 if progress is not None:
                     progress(sum(s.position() for s in sources), run.total_bytes)
@@ -81,12 +93,14 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
                 bad_run = bad_run + 1024 if bad - bad_before == 1024 else 0
                 bad_before = bad
                 if bad_run >= MAX_UNPARSEABLE_RUN:
-                    yield ErrorRow(kind="corrupt_capture", message=(
+                    push(count, ErrorRow(kind="corrupt_capture", message=(
                         f"{', '.join(run.paths)}: {bad_run:,} records in a row are not packets "
-                        f"that can be parsed; reading stopped after {count:,} records"))
+                        f"that can be parsed; reading stopped after {count:,} records")))
                     break
         dissector.finish()
-        yield from dissector.pop_events()
+        for ev in dissector.pop_events():
+            push(ev.order or END, ev)
+        yield from rows.pop_all()
         for path, src in zip(run.paths, sources, strict=True):
             for issue in src.issues:  # truncated files and the like: reported, not fatal
                 run.issues.append((path, issue))

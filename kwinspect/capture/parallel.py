@@ -73,10 +73,10 @@ from kwinspect.stream.conversation import (
     Conversation,
     SharedState,
 )
+from kwinspect.stream.row_order import END, WATERMARK_EVERY, RowOrder
 
 LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
-END = 1 << 62  # position of the events of finish()
-BATCH_PACKETS = 2048  # packets between two messages from a worker
+BATCH_PACKETS = WATERMARK_EVERY  # packets between two messages from a worker (each with its watermark)
 PUMP_BYTES = 64 << 20  # how far (pickled bytes) a worker may run ahead of the merge
 MAX_ROUTES = 1_000_000
 VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
@@ -488,8 +488,10 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
     def collect() -> None:
         nonlocal seq, keep
         events, tags = d.pop_tagged()
+        pos = d.pos
         for ev, (phase, order) in zip(events, tags, strict=True):
             seq += 1
+            row_key = getattr(ev, "order", 0) or pos  # where the row sorts (stream/row_order.py)
             if type(ev) is tuple and ev[0] == "grp":
                 keep = ev[1]
             elif keep:
@@ -510,15 +512,16 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 if log:
                     text = None
                 if text is DROP:
-                    if items and items[-1][0][0] == d.pos and type(items[-1][1]) is int:
-                        items[-1] = (items[-1][0], items[-1][1] + 1)
+                    last = items[-1] if items else None
+                    if last is not None and last[0][0] == pos and type(last[1]) is int and last[2] == row_key:
+                        items[-1] = (last[0], last[1] + 1, row_key)
                     else:
-                        items.append(((d.pos, phase, order, seq), 1))
+                        items.append(((pos, phase, order, seq), 1, row_key))
                     continue
                 ev = text if text is not None else _lighten(ev, bodies)
             else:
                 ev = _lighten(ev, bodies)
-            items.append(((d.pos, phase, order, seq), ev))
+            items.append(((pos, phase, order, seq), ev, row_key))
 
     try:
         for raw in _merged(sources):
@@ -591,7 +594,8 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
             if d._events:
                 collect()
             if pos % BATCH_PACKETS == 0:
-                items.append(((pos, PHASE_MARK, 0, seq), None))  # nothing more at or before pos
+                # nothing more at or before pos; no row still to come sorts below the watermark
+                items.append(((pos, PHASE_MARK, 0, seq), None, d.watermark(raw.ts)))
                 out.send(("items", items, sum(s.stats.file_bytes for s in sources)))
                 items = []
         if last_ts is not None:
@@ -606,7 +610,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                     issues.append((path, issue))
                     seq += 1
                     items.append(((END, PHASE_ISSUES, 0, seq),
-                                  ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None)))
+                                  ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None), END))
         out.send(("items", items, sum(s.stats.file_bytes for s in sources)))
         counts = d.packet_counts()
         counts.update({"tcp_" + k: v for k, v in d.byte_counts().items()})  # of its connections
@@ -650,7 +654,6 @@ class MergedDissector:
         self._counts: list[dict[str, int] | None] = []
         self._conns: list[tuple[int, int, int, ConnectionInfo]] = []
         self.rebuilt = 0  # exchanges relabelled with the global state (for tests and benchmarks)
-        self.dropped = 0  # events of one process the last settled batch stands for, less those it yields
 
     # -- end of the run ------------------------------------------------------------
     def _final(self, worker: int, counts: dict[str, int], conns: list) -> None:
@@ -710,28 +713,20 @@ class MergedDissector:
     def _strip(self, ex: Any) -> None:
         _lighten(ex, self._bodies)
 
-    def settle(self, batch: list) -> list[Event]:
-        """The events of one packet position, in order, with the global state applied.
-        Rows rendered by the workers (str, or a list of them for one event) are passed
-        on; ``dropped`` is how many more events of one process this batch stands for than
-        it yields (the workers left some out: ints in the batch; a list is one event)."""
-        out: list[Event] = []
+    def settle(self, batch: list) -> list[tuple[int, Any]]:
+        """The events of one packet position (``(event, row key)`` pairs), in order, with
+        the global state applied, as ``(row key, item)`` for the RowOrder. Rows rendered
+        by the workers (str, or a list of them for one event) are passed on; an int item
+        stands for that many events the workers left out (see ``_released``)."""
+        out: list[tuple[int, Any]] = []
         i = 0
         n = len(batch)
-        dropped = 0
         while i < n:
-            ev = batch[i]
+            ev, key = batch[i]
             i += 1
             t = type(ev)
-            if t is str:
-                out.append(ev)
-                continue
-            if t is list:  # the rows (records) of one event
-                out.extend(ev)
-                dropped += 1 - len(ev)
-                continue
-            if t is int:
-                dropped += ev
+            if t is str or t is list or t is int:  # rendered rows, the rows of one event, left out
+                out.append((key, ev))
                 continue
             if t is tuple:
                 tag = ev[0]
@@ -742,7 +737,7 @@ class MergedDissector:
                         raise _Fallback(f"known broker {ev[1]}")
                 else:  # "grp": an exchange (and its error rows) labelled with topic-id lookups
                     _tag, count, lookups, client, broker, args, tcp_stream = ev
-                    group = batch[i:i + count]
+                    group = [g for g, _k in batch[i:i + count]]
                     i += count
                     ex = group[0]
                     self._learn(ex)
@@ -757,13 +752,12 @@ class MergedDissector:
                         group = conv.pop_events()
                         self.rebuilt += 1
                     self._strip(group[0])
-                    out.extend(group)
+                    out.extend((g.order or key, g) for g in group)
                 continue
             if t is Exchange:
                 self._learn(ev)
                 self._number(ev)
-            out.append(ev)
-        self.dropped = dropped
+            out.append((key, ev))
         return out
 
 
@@ -869,7 +863,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
     ctx = mp.get_context("fork")
     procs, pipes = [], []
     pumps: list[_Pump] = []
-    yielded = 0
+    released = [0]  # events of one process handed on (rendered lists and left-out ones count as theirs)
     try:
         for i in range(jobs):
             r, w = ctx.Pipe(duplex=False)
@@ -885,30 +879,34 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
         batch: list = []
         batch_pos = None
         done_bytes = 0
-        for key, ev in heapq.merge(*streams, key=itemgetter(0)):
+        rows = RowOrder()  # rows in capture order, as dissect_files does
+        watermark = None  # the lowest of the workers' watermarks at batch_pos
+        for key, ev, row_key in heapq.merge(*streams, key=itemgetter(0)):
             if key[0] != batch_pos:
                 if batch:
-                    for out in merged.settle(batch):
-                        yield out
-                        yielded += 1
-                    yielded += merged.dropped
+                    for k, item in merged.settle(batch):
+                        rows.push(k, item)
                     batch = []
+                if watermark is not None:
+                    yield from _released(rows.pop_ready(watermark), released)
+                    watermark = None
                 batch_pos = key[0]
                 if progress is not None and prog[0] != done_bytes:
                     done_bytes = prog[0]
                     progress(done_bytes, run.total_bytes)
             if ev is not None:
-                batch.append(ev)
-        for out in merged.settle(batch):
-            yield out
-            yielded += 1
-        yielded += merged.dropped
+                batch.append((ev, row_key))
+            elif watermark is None or row_key < watermark:  # a worker's mark: row_key is its watermark
+                watermark = row_key
+        for k, item in merged.settle(batch):
+            rows.push(k, item)
+        yield from _released(rows.pop_all(), released)
         merged._settle_connections()
         run.issues.extend(prog[1])
     except _Fallback:
         _stop(procs)
         for n, ev in enumerate(dissect_files(paths, config, run=run, progress=progress)):
-            if n >= yielded:
+            if n >= released[0]:
                 yield ev
         return
     finally:
@@ -917,6 +915,22 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
             pump.close()
     if progress is not None:
         progress(run.total_bytes, run.total_bytes)
+
+
+def _released(items: list, count: list[int]) -> Iterator[Any]:
+    """The rows of the items a RowOrder released; ``count[0]`` counts the events of one
+    process they stand for (a fallback skips that many), as each is handed on."""
+    for item in items:
+        t = type(item)
+        if t is int:  # events the workers left out (the consumer did not want them)
+            count[0] += item
+            continue
+        if t is list:  # the rows (records) of one event
+            yield from item
+            count[0] += 1
+            continue
+        yield item
+        count[0] += 1
 
 
 def _stop(procs: list) -> None:

@@ -60,6 +60,9 @@ for _cols in TABLE_COLUMNS.values():
     for _c in _cols:
         if _c not in _ROW_COLUMNS:
             _ROW_COLUMNS.append(_c)
+# Packet numbers and tcp.stream count the whole capture in order; a task sees one
+# connection's segments, so it cannot know them: null here (docs/pipeline.md).
+CAPTURE_WIDE_COLUMNS = frozenset({"frame", "response_frame", "tcp_stream"})
 
 
 def _staging_type(c: str) -> pa.DataType:
@@ -149,7 +152,7 @@ class EventBuffer:
         cols["conn"].append(conn)
         row = row or {}
         for c in _ROW_COLUMNS:
-            cols[c].append(clean_value(c, row[c]) if c in row else None)
+            cols[c].append(clean_value(c, row[c]) if c in row and c not in CAPTURE_WIDE_COLUMNS else None)
         for c in ("cap_ts", "p_kts", "p_file", "p_rng", "p_idx", "m_key", "m_value", "m_port",
                   "m_records", "m_bytes"):
             cols[c].append(meta.get(c))

@@ -293,6 +293,18 @@ class Conversation:
         self._emit(req, resp, pending.ts_first, pending.ts_last, ts_first, ts_last, STATUS_PAIRED,
                    packets=(pending.pkt_first, pending.pkt_last, pkts[0], pkts[1]))
 
+    def oldest_pending_packet(self, since: float) -> int:
+        """The packet of the first byte of the oldest request still waiting for its answer
+        and completed at or after ``since`` (capture time; older ones no longer count), 0
+        when none: the exchange it becomes sorts there (see stream/row_order.py)."""
+        for pending in self._pending.values():  # arrival order: the oldest first
+            if pending.ts_last >= since:
+                return pending.pkt_first
+        for _frame, _ts_first, ts_last, pkts in self._sasl_pending:
+            if ts_last >= since:
+                return pkts[0]
+        return 0
+
     def _pending_has(self, frame: bytes) -> bool:
         return len(frame) >= 4 and int.from_bytes(frame[:4], "big", signed=True) in self._pending
 

@@ -382,6 +382,19 @@ class FrameSplitter:
         """Bytes held, waiting for the rest of a frame (or for a resync decision)."""
         return len(self._buf) - self._pos + self._parts_len
 
+    def first_buffered_packet(self) -> int:
+        """The number of the packet that brought the first byte held (0: none held, or
+        fed without packet numbers): a frame still to come starts there or later."""
+        if len(self._buf) - self._pos + self._parts_len <= 0 or not self._chunks:
+            return 0
+        offset = self._base + self._pos
+        pkt = 0
+        for start, _ts, chunk_pkt in self._chunks:  # looked at, not consumed (issues may look back)
+            if start > offset:
+                break
+            pkt = chunk_pkt
+        return pkt or self._chunks[0][2]
+
     @property
     def synced(self) -> bool:
         """True while the splitter knows where the next frame starts."""

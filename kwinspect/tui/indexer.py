@@ -31,6 +31,8 @@ from kwinspect.analyze.diagnose import Diagnoser
 from kwinspect.capture.readers import open_capture
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.model import ErrorRow, Exchange
+from kwinspect.stream.row_order import END as END_KEY
+from kwinspect.stream.row_order import WATERMARK_EVERY, RowOrder
 from kwinspect.tui.store import ExchangeStore, FrameSpill, compact
 
 BATCH = 2_000  # events per commit to the store
@@ -247,10 +249,15 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
     sent_once = False
     error = None
 
-    def drain() -> None:
+    held = RowOrder()  # rows in capture order, as the commands give them
+
+    def drain(end: bool = False) -> None:
+        """Spill the frames of the events now (the taps hand them out in emission order),
+        hold the rows back until they are in capture order."""
         nonlocal offset
+        pos = END_KEY if end else count
         for ev in d.pop_events():
-            diag.add(ev)
+            refs = None
             if isinstance(ev, Exchange):
                 refs = [-1, -1, -1, -1]
                 for n, frame in enumerate(d.frames_of(ev)):
@@ -258,6 +265,12 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
                         spill.write(frame)
                         refs[2 * n], refs[2 * n + 1] = offset, len(frame)
                         offset += len(frame)
+            held.push(ev.order or pos, (ev, refs))
+
+    def release(items: list) -> None:
+        for ev, refs in items:
+            diag.add(ev)
+            if isinstance(ev, Exchange):
                 rows.append(compact(ev, refs))
             elif isinstance(ev, ErrorRow):
                 errors.append(ev)
@@ -275,13 +288,15 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
         findings, examined = diag.snapshot()
         conn.send(("findings", findings, examined))
 
+    count = 0
     try:
-        count = 0
         for raw in merged:
             d.feed_packet(raw)
+            count += 1
             if d._events:  # noqa: SLF001 - cheap emptiness check before pop_events()
                 drain()
-            count += 1
+            if count % WATERMARK_EVERY == 0:
+                release(held.pop_ready(d.watermark(raw.ts)))
             if count & 0x3FF == 0:
                 if cancel.is_set():
                     return
@@ -293,7 +308,8 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
                     if diag.due():
                         send_findings()
         d.finish()
-        drain()
+        drain(end=True)
+        release(held.pop_all())
         for path, src in zip(paths, sources, strict=True):
             for issue in src.issues:
                 errors.append(ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}"))
@@ -362,17 +378,22 @@ class Indexer:
         merged = sources[0] if len(sources) == 1 else heapq.merge(*sources, key=lambda raw: raw.ts)
         last_commit = time.monotonic()
 
-        def drain() -> None:
-            for ev in d.pop_events():
-                batch.append((ev, d.frames_of(ev) if isinstance(ev, Exchange) else None))
+        held = RowOrder()  # rows in capture order, as the commands give them
+        count = 0
+
+        def drain(end: bool = False) -> None:
+            pos = END_KEY if end else count
+            for ev in d.pop_events():  # frames now: the taps hand them out in emission order
+                held.push(ev.order or pos, (ev, d.frames_of(ev) if isinstance(ev, Exchange) else None))
 
         try:
-            count = 0
             for raw in merged:
                 d.feed_packet(raw)
+                count += 1
                 if d._events:  # noqa: SLF001 - cheap emptiness check before pop_events()
                     drain()
-                count += 1
+                if count % WATERMARK_EVERY == 0:
+                    batch.extend(held.pop_ready(d.watermark(raw.ts)))
                 if count & 0x3FF == 0:
                     self.bytes_read = _bytes_read(sources)
                     if self.cancelled.is_set():
@@ -384,7 +405,8 @@ class Indexer:
                         batch = []
                         last_commit = now
             d.finish()
-            drain()
+            drain(end=True)
+            batch.extend(held.pop_all())
             for path, src in zip(paths, sources, strict=True):
                 for issue in src.issues:
                     self.reader_issues.append(f"{path}: {issue.message}")

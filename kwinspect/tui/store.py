@@ -163,7 +163,7 @@ def compact(ex: Exchange, refs: list[int] | tuple[int, ...] = (-1, -1, -1, -1)) 
     return (ex.stream, ex.client, ex.broker, ts, ex.response_ts, ex.latency_ms, ex.client_id, ex.api_name,
             ex.api_key, ex.api_version, ex.correlation_id, ex.request_size, ex.response_size, ex.status,
             tuple(ex.error_codes), tuple(ex.error_names), tuple(ex.topics), ex.throttle_time_ms, ex.index,
-            ex.long_poll, *refs)
+            ex.long_poll, ex.frame, ex.response_frame, ex.tcp_stream, *refs)
 
 
 class ExchangeStore:
@@ -193,6 +193,7 @@ class ExchangeStore:
             "req_size": array("q"), "resp_size": array("q"), "status": array("B"),
             "err_codes": array("I"), "err_names": array("I"), "topics": array("I"),
             "throttle": array("q"), "index": array("q"), "long_poll": array("b"),
+            "frame": array("q"), "response_frame": array("q"), "tcp_stream": array("q"),
             "req_off": array("q"), "req_len": array("q"), "resp_off": array("q"), "resp_len": array("q"),
         }
         self._c = c
@@ -242,7 +243,7 @@ class ExchangeStore:
         """Append one row made by :func:`compact` (possibly in another process)."""
         (stream_name, client, broker, ts, resp_ts, lat, client_id, api_name, api_key, api_version, cid,
          req_size, resp_size, status, err_codes, err_names, topics, throttle, index, long_poll,
-         req_off, req_len, resp_off, resp_len) = t
+         frame, response_frame, tcp_stream, req_off, req_len, resp_off, resp_len) = t
         c = self._c
         stream = self.strings(stream_name)
         if stream not in self.stream_ends:
@@ -265,8 +266,13 @@ class ExchangeStore:
         c["err_names"].append(self.tuples(err_names) if err_names else 0)
         c["topics"].append(self.tuples(topics) if topics else 0)
         c["throttle"].append(_opt_int(throttle))
-        c["index"].append(index)
+        # No.: the row's place in the list (rows come in capture order, so the core's
+        # completion-order index would read out of order)
+        c["index"].append(self.total + 1)
         c["long_poll"].append(-1 if long_poll is None else int(long_poll))
+        c["frame"].append(_opt_int(frame))
+        c["response_frame"].append(_opt_int(response_frame))
+        c["tcp_stream"].append(_opt_int(tcp_stream))
         c["req_off"].append(req_off)
         c["req_len"].append(req_len)
         c["resp_off"].append(resp_off)
@@ -448,6 +454,8 @@ class RowView:
         if col == "long_poll":
             v = c["long_poll"][p]
             return None if v < 0 else bool(v)
+        if col in ("frame", "response_frame", "tcp_stream"):
+            return _back_int(c[col][p])
         return default
 
     def __getitem__(self, col: str) -> Any:

@@ -41,6 +41,7 @@ class ReferenceReassembler(TcpReassembler):
             flags &= ~(RST | FIN)  # added with RST/FIN validation, after the fast path
         if flags & SYN:
             if not h.started:
+                self._see(conn, h, flags, seq)  # added with tcp.stream numbers, after the fast path
                 h.syn_seen = True
                 h.isn = seq
                 h.start_at(seq + 1)
@@ -50,7 +51,8 @@ class ReferenceReassembler(TcpReassembler):
                         conn.server, conn.client = h.src, h.dst
                     else:
                         conn.client, conn.server = h.src, h.dst
-            elif h.syn_seen and seq != h.isn and not flags & ACK and conn.closed is False:
+            elif not flags & ACK and conn.closed is False and self._reused(conn, h, flags, seq):
+                # (tshark's rule for a new tcp.stream, added with the stream numbers)
                 # a new connection on the same 4-tuple without a close we saw
                 self._issue(conn, h, ts, out, TCP_PORT_REUSE,
                             "new SYN on a 4-tuple whose connection was not closed",
@@ -69,6 +71,7 @@ class ReferenceReassembler(TcpReassembler):
                 conn.client, conn.server = h.src, h.dst
             seq = (seq + 1) & _MASK
         elif not h.started:
+            self._see(conn, h, flags, seq)
             h.start_at(seq)  # the capture began after this direction's SYN
         payload = seg.payload
         if payload or seg.missing:

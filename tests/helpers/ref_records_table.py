@@ -194,11 +194,17 @@ def records_from_exchange(
                   stream=getattr(exchange, "stream", None), values=values,
                   topic_names=topic_names, internal=internal, issues=issues)
     if exchange.api_key == 0 and req is not None:
-        return records_from_produce(req.body, resp.body if resp is not None else None, **common)
-    if exchange.api_key == 1 and resp is not None:
-        return records_from_fetch(resp.body, request_body=req.body if req is not None else None,
+        rows = records_from_produce(req.body, resp.body if resp is not None else None, **common)
+    elif exchange.api_key == 1 and resp is not None:
+        rows = records_from_fetch(resp.body, request_body=req.body if req is not None else None,
                                   **common)
-    return []
+    else:
+        return []
+    for row in rows:  # added with the Wireshark cross-references: the exchange's, on every row
+        row.frame = getattr(exchange, "frame", None)
+        row.response_frame = getattr(exchange, "response_frame", None)
+        row.tcp_stream = getattr(exchange, "tcp_stream", None)
+    return rows
 
 
 # --------------------------------------------------------------------------- rows

@@ -89,6 +89,12 @@ def _offline(table: str, files: list[str], ports: str) -> list[dict]:
     return [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
 
 
+def _as_set(rows: list[dict]) -> list[str]:
+    """Rows as a sorted multiset: live shows rows as they complete, the offline commands
+    in capture order (docs/cli.md), so the same rows come in another order."""
+    return sorted(json.dumps(r, sort_keys=True) for r in rows)
+
+
 def _packets_in(files: list[str]) -> int:
     import dpkt  # an independent reader for what we wrote
 
@@ -170,14 +176,14 @@ def test_live_matches_offline_and_client_truth(tmp_path):
     assert _summary_number(err_a, "packets captured") == _packets_in(files_a)
     live_ex = a.rows()
     assert live_ex, err_a
-    assert live_ex == _offline("exchanges", files_a, ports)
+    assert _as_set(live_ex) == _as_set(_offline("exchanges", files_a, ports))
     # --also: the other tables of the same session, at the same time
-    assert a.rows(os.path.join(work, "a-errors.jsonl")) == _offline("errors", files_a, ports)
-    assert a.rows(os.path.join(work, "a-records.jsonl")) == _offline("records", files_a, ports)
+    assert _as_set(a.rows(os.path.join(work, "a-errors.jsonl"))) == _as_set(_offline("errors", files_a, ports))
+    assert _as_set(a.rows(os.path.join(work, "a-records.jsonl"))) == _as_set(_offline("records", files_a, ports))
 
     # -- B: records live == offline -----------------------------------------------------
     live_rec = b.rows(os.path.join(work, "b.jsonl"))
-    assert live_rec == _offline("records", [os.path.join(work, "b.pcap")], ports)
+    assert _as_set(live_rec) == _as_set(_offline("records", [os.path.join(work, "b.pcap")], ports))
 
     # -- C: the TUI source saw the same exchanges as A ------------------------------------
     from kwinspect.export.writers import normalize_row
@@ -187,7 +193,7 @@ def test_live_matches_offline_and_client_truth(tmp_path):
               for ev in got_c if isinstance(ev, Exchange)]
     assert [(r["stream"], r["correlation_id"], r["api_name"], r["status"]) for r in c_rows] == \
         [(r["stream"], r["correlation_id"], r["api_name"], r["status"]) for r in live_ex]
-    assert c_rows == _offline("exchanges", [os.path.join(work, "c.pcap")], ports)
+    assert _as_set(c_rows) == _as_set(_offline("exchanges", [os.path.join(work, "c.pcap")], ports))
 
     # -- ground truth: what the clients know ---------------------------------------------
     assert len(m.produced) == 40 and len(m.consumed) == 40

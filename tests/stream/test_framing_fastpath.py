@@ -14,12 +14,12 @@ from tests.stream.test_framing import _frames_blob, mixed_stream
 class ReferenceSplitter(FrameSplitter):
     """FrameSplitter with the feed of before the fast paths."""
 
-    def feed(self, data, ts: float) -> None:
+    def feed(self, data, ts: float, pkt: int = 0) -> None:
         if self._finished or not data:
             return
         n = len(data)
         buf = self._buf
-        self._chunks.append((self._base + len(buf), ts))
+        self._chunks.append((self._base + len(buf), ts, pkt))  # pkt: added with packet numbers
         buf += data
         self.fed_bytes += n
         if self._base + len(buf) < self._need_off:
@@ -37,10 +37,11 @@ def _state(sp: FrameSplitter) -> tuple:
 def _run(sp: FrameSplitter, ops) -> list:
     out = []
     for op in ops:
+        pkt = op[3] if len(op) > 3 else 0
         if op[0] == "data":
-            sp.feed(op[1], op[2])
+            sp.feed(op[1], op[2], pkt)
         else:
-            sp.gap(op[1], op[2])
+            sp.gap(op[1], op[2], pkt)
         out.append((sp.events(), _state(sp)))
         assert sp.accounting_error() is None
     sp.finish()
@@ -54,12 +55,12 @@ def _ops(blob: bytes, cuts: list[int], gaps: dict[int, int], kinds: list[int]) -
     ts = 1.0
     for i, (a, b) in enumerate(zip([0, *bounds], [*bounds, len(blob)], strict=True)):
         if a in gaps:
-            ops.append(("gap", gaps[a], ts))
+            ops.append(("gap", gaps[a], ts, 2 * i + 1))
         piece = blob[a:b]
         kind = kinds[i % len(kinds)] if kinds else 0
         # bytes take the fast path; bytearray and memoryview the general one
         data = piece if kind == 0 else bytearray(piece) if kind == 1 else memoryview(piece)
-        ops.append(("data", data, ts))
+        ops.append(("data", data, ts, 2 * i + 2))  # packet numbers: frames must carry the right ones
         ts += 0.5
     return ops
 

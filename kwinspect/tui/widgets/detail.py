@@ -68,7 +68,8 @@ class MessageTree(Tree):
         self.show_root = False
         self.guide_depth = 3
 
-    def show_message(self, msg: KafkaMessage | None, jsonish: dict | None, note: str | None = None) -> None:
+    def show_message(self, msg: KafkaMessage | None, jsonish: dict | None, note: str | None = None,
+                     frame: int | None = None, tcp_stream: int | None = None) -> None:
         self.clear()
         root = self.root
         root.expand()
@@ -87,7 +88,10 @@ class MessageTree(Tree):
         version = f" v{msg.api_version}" if msg.api_version is not None else ""
         if msg.decoded_version is not None and msg.decoded_version != msg.api_version:
             version += f" (decoded as v{msg.decoded_version})"
-        root.add_leaf(Text(f"size {msg.size} bytes{version}", style="dim"))
+        # where Wireshark shows the same message: `frame.number == N`, `tcp.stream == K`
+        where = f", Wireshark frame {frame}" if frame is not None else ""
+        where += f" (tcp.stream {tcp_stream})" if frame is not None and tcp_stream is not None else ""
+        root.add_leaf(Text(f"size {msg.size} bytes{version}{where}", style="dim"))
         header = root.add("header", data=(jsonish.get("header"), "header"), expand=False)
         self._populate(header)
         header.expand()
@@ -254,6 +258,7 @@ class DetailPane(Vertical):
             "req": req, "resp": resp, "status": store.status(row),
             "req_json": message_json(req, store.values), "resp_json": message_json(resp, store.values),
             "frames": frames, "records": self._records(row, req, resp),
+            "xref": store.row_dict(row),  # frame, response_frame, tcp_stream: Wireshark's numbers
         }
 
     def _apply(self, row: int | None, data: dict | None) -> None:
@@ -280,8 +285,9 @@ class DetailPane(Vertical):
             "response_missing": "no response in the capture",
             "no_response_expected": "no response expected (acks=0)",
         }.get(status, "response frame not kept" if status == "paired" else "no response")
-        req_tree.show_message(req, data["req_json"], req_note)
-        resp_tree.show_message(resp, data["resp_json"], resp_note)
+        xref = data["xref"]
+        req_tree.show_message(req, data["req_json"], req_note, xref["frame"], xref["tcp_stream"])
+        resp_tree.show_message(resp, data["resp_json"], resp_note, xref["response_frame"], xref["tcp_stream"])
         self.frames = {"request": data["frames"][0], "response": data["frames"][1]}
         self.issue_offsets = {"request": _first_issue_offset(req), "response": _first_issue_offset(resp)}
         self._render_hex()
