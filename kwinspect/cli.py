@@ -9,6 +9,7 @@ so far is printed first).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -56,6 +57,9 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------------
 # Argument parsing
 # ---------------------------------------------------------------------------
+
+
+GC_GEN0_THRESHOLD = 50_000  # allocations between two young-generation collections (CPython: 700)
 
 
 def parse_ports(text: str) -> frozenset[int]:
@@ -728,6 +732,10 @@ def main(argv: list[str] | None = None) -> int:
         "diagnose": cmd_diagnose,
     }
     handler = handlers.get(args.command, cmd_planned)
+    # Decoding makes millions of short-lived, acyclic dicts and lists that reference
+    # counting frees; the default collector thresholds rescan them (and the rows held
+    # for capture order) thousands of times: ~8% of a run. Cycles are still collected.
+    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)
     try:
         return handler(args)
     except UsageError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 from kwinspect.capture.packets import _IP4, _TCPH, PacketParser, TcpSegment
@@ -95,7 +96,7 @@ class ConnectionInfo:
 
 
 class _Conn:
-    __slots__ = ("info", "held", "held_bytes", "splitters", "req_validator", "decided")
+    __slots__ = ("info", "held", "held_bytes", "splitters", "req_validator", "decided", "start")
 
     def __init__(self, info: ConnectionInfo) -> None:
         self.info = info
@@ -105,6 +106,7 @@ class _Conn:
         self.splitters: dict[Endpoint, FrameSplitter] = {}
         self.req_validator: RequestValidator | None = None
         self.decided = False
+        self.start = 0  # the packet its oldest message still to come starts at, as last recorded (watermark)
 
 
 @dataclass
@@ -134,6 +136,12 @@ class Dissector:
         self.stats = DissectStats()
         self.connections: dict[Any, ConnectionInfo] = {}
         self._conns: dict[Any, _Conn] = {}
+        # Dissector.watermark: connections whose data moved since the last look, and a
+        # heap of (start packet, serial, connection), an entry valid while it is the
+        # connection's recorded start (older ones are dropped when they reach the top)
+        self._dirty: set[_Conn] = set()
+        self._starts: list[tuple[int, int, _Conn]] = []
+        self._start_serial = 0
         self._events: list[Event] = []
         self._last_ts = 0.0
         self._next_idle_check = 0.0
@@ -259,24 +267,53 @@ class Dissector:
         packet of the first byte of the oldest message not yet emitted (held before the
         connection was decided, buffered in a splitter, or a request waiting for its
         answer, unless it completed more than ``max_wait`` seconds before ``now``), else
-        the next packet. Costs a look at every open connection: call it now and then."""
-        low = self.stats.packets + 1
+        the next packet. Looks only at the connections that got data since the last call
+        (and at the oldest one), so it costs little however many are open."""
         since = now - (row_order.MAX_WAIT_SECONDS if max_wait is None else max_wait)
-        for conn in self._conns.values():
-            if not conn.decided:
-                if conn.held:
-                    low = min(low, conn.held[0][4] or low)
-                continue
-            for splitter in conn.splitters.values():
-                pkt = splitter.first_buffered_packet()
-                if pkt and pkt < low:
-                    low = pkt
-            conv = conn.info.conversation
-            if conv is not None:
-                pkt = conv.oldest_pending_packet(since)
-                if pkt and pkt < low:
-                    low = pkt
+        for conn in self._dirty:
+            self._record_start(conn, since)
+        self._dirty.clear()
+        heap = self._starts
+        while heap:
+            pkt, _serial, conn = heap[0]
+            if conn.start == pkt:
+                fresh = self._conn_start(conn, since)  # its oldest request may have gone stale
+                if fresh == pkt:
+                    return pkt
+                heappop(heap)
+                conn.start = 0
+                self._record_start(conn, since, fresh)
+            else:
+                heappop(heap)  # superseded by a later start, or the connection closed
+        return self.stats.packets + 1
+
+    @staticmethod
+    def _conn_start(conn: _Conn, since: float) -> int:
+        low = 0
+        if not conn.decided:
+            return conn.held[0][4] if conn.held else 0
+        for splitter in conn.splitters.values():
+            pkt = splitter.first_buffered_packet()
+            if pkt and (not low or pkt < low):
+                low = pkt
+        conv = conn.info.conversation
+        if conv is not None:
+            pkt = conv.oldest_pending_packet(since)
+            if pkt and (not low or pkt < low):
+                low = pkt
         return low
+
+    def _record_start(self, conn: _Conn, since: float, fresh: int | None = None) -> None:
+        if fresh is None:
+            fresh = self._conn_start(conn, since) if conn.info.closed is None else 0
+        if fresh != conn.start:
+            conn.start = fresh
+            if fresh:
+                self._start_serial += 1
+                heappush(self._starts, (fresh, self._start_serial, conn))
+                if len(self._starts) > 2 * len(self._conns) + 1024:  # mostly superseded entries
+                    self._starts = [e for e in self._starts if e[2].start == e[0]]
+                    heapify(self._starts)
 
     def pop_events(self) -> list[Event]:
         events, self._events = self._events, []
@@ -380,6 +417,7 @@ class Dissector:
             self._hot_cid, self._hot_conn = conn_id, conn
         if conn is None:
             return
+        self._dirty.add(conn)
         info = conn.info
         info.last_ts = ts
         if info.broker is not None:
@@ -402,6 +440,7 @@ class Dissector:
         conn = self._conns.get(conn_id)
         if conn is None:
             return
+        self._dirty.add(conn)
         conn.info.gap_bytes += nbytes
         if conn.info.kind in ("tls", "not_kafka"):
             return
@@ -553,6 +592,8 @@ class Dissector:
         conn = self._conns.pop(conn_id, None)
         if conn is None:
             return
+        self._dirty.discard(conn)
+        conn.start = 0  # everything it held is emitted below
         info = conn.info
         info.closed = reason
         if not conn.decided and conn.held:

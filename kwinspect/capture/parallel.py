@@ -76,7 +76,7 @@ from kwinspect.stream.conversation import (
 from kwinspect.stream.row_order import END, WATERMARK_EVERY, RowOrder
 
 LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
-BATCH_PACKETS = WATERMARK_EVERY  # packets between two messages from a worker (each with its watermark)
+BATCH_PACKETS = 2048  # packets between two messages from a worker (a multiple of WATERMARK_EVERY)
 PUMP_BYTES = 64 << 20  # how far (pickled bytes) a worker may run ahead of the merge
 MAX_ROUTES = 1_000_000
 VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
@@ -593,9 +593,10 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                     to_shadow(raw, b"", b"")  # IP fragments: the shadow needs every one
             if d._events:
                 collect()
-            if pos % BATCH_PACKETS == 0:
+            if pos % WATERMARK_EVERY == 0:
                 # nothing more at or before pos; no row still to come sorts below the watermark
                 items.append(((pos, PHASE_MARK, 0, seq), None, d.watermark(raw.ts)))
+            if pos % BATCH_PACKETS == 0:
                 out.send(("items", items, sum(s.stats.file_bytes for s in sources)))
                 items = []
         if last_ts is not None:

@@ -28,7 +28,10 @@ __all__ = ["END", "MAX_HELD_ROWS", "MAX_WAIT_SECONDS", "WATERMARK_EVERY", "RowOr
 MAX_HELD_ROWS = 100_000  # rows held back at most (exchanges carry their decoded bodies)
 MAX_WAIT_SECONDS = 60.0  # a request pending longer (capture time) no longer holds rows back
 END = 1 << 62  # the key of rows found at the end of the input (after every packet)
-WATERMARK_EVERY = 2048  # packets between two releases (the --jobs workers' batch size too)
+# Packets between two releases, the same in every driver (so --jobs releases what one
+# process does). Small, so rows wait little: rows held across many allocations cost the
+# garbage collector more than the look at the connections that changed.
+WATERMARK_EVERY = 64
 
 
 class RowOrder:

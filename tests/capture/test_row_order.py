@@ -72,7 +72,6 @@ def test_jobs_give_the_same_order_when_the_held_rows_overflow(path, monkeypatch)
     """With room for 3 rows, early releases put some rows out of order; --jobs must
     release the same ones (it computes the same watermarks at the same packets)."""
     monkeypatch.setattr(row_order, "MAX_HELD_ROWS", 3)
-    monkeypatch.setattr(row_order, "WATERMARK_EVERY", 2048)
     one = _rows(dissect_files([path]))
     two = _rows(dissect_files_parallel([path], jobs=2))
     assert one == two
