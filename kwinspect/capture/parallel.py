@@ -62,6 +62,7 @@ from operator import itemgetter
 from typing import Any
 
 from kwinspect.capture.files import FileRun, ProgressFn, _merged, dissect_files
+from kwinspect.capture.packets import SYN
 from kwinspect.capture.readers import open_capture
 from kwinspect.capture.tcp import StreamOpened, TcpStreamNumbers
 from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
@@ -411,12 +412,11 @@ class _CaptureStreams:
     being fed, ``key``), and the worker loop feeds it the first packet of each direction
     and every SYN of the other workers' connections. So the numbers are one process's."""
 
-    __slots__ = ("numbers", "key", "seen")
+    __slots__ = ("numbers", "key")
 
     def __init__(self) -> None:
         self.numbers = TcpStreamNumbers()
         self.key = b""
-        self.seen: set[bytes] = set()  # directions of other workers' connections seen
 
     def _see_key(self, key: bytes, flags: int, seq: int) -> int | None:
         rkey = _reverse_key(key)
@@ -427,10 +427,10 @@ class _CaptureStreams:
         return self._see_key(self.key, flags, seq)
 
     def other(self, key: bytes, flags: int, seq: int) -> None:
-        """A packet of a connection another worker owns, the first of its direction or a
-        SYN (the caller checks ``key in self.seen`` and the SYN flag)."""
-        if len(self.seen) < 2 * self.numbers.max_streams:
-            self.seen.add(key)
+        """A packet of a connection another worker owns: numbered when it is a SYN or the
+        first of its direction (no set of seen directions: a flood would make it big)."""
+        if not flags & SYN and self.numbers.knows_direction(key, _reverse_key(key)):
+            return
         self._see_key(key, flags, seq)
 
 
@@ -551,8 +551,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                     if ts >= shadow._next_idle_check:
                         shadow.advance(ts)
                 else:
-                    if data[47] & 0x02 or key not in streams.seen:
-                        streams.other(key, data[47], int.from_bytes(data[38:42], "big"))
+                    streams.other(key, data[47], int.from_bytes(data[38:42], "big"))
                     d.stats.packets += 1
                     pst.packets += 1
                     pst.tcp += 1
@@ -582,8 +581,7 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                         d.feed_segment(seg, _packets=max(1, pst.tcp - tcp_before))
                         shadow.advance(seg.ts)
                     else:
-                        if seg.flags & 0x02 or key not in streams.seen:
-                            streams.other(key, seg.flags, seg.seq)
+                        streams.other(key, seg.flags, seg.seq)
                         d.advance(seg.ts)
                         if key in decided and not seg.flags & 0x02:
                             shadow.advance(seg.ts)

@@ -40,6 +40,7 @@ Accounting, per direction (DirectionStats, available on StreamClosed.stats):
 
 from __future__ import annotations
 
+import socket
 from bisect import bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -161,38 +162,71 @@ class TcpStreamNumbers:
 
     __slots__ = ("_recs", "count", "max_streams")
 
+    # One int per 4-tuple (memory: a million of them is ~150 MB with their keys): the
+    # stream number + 1 in the low 21 bits (0: beyond max_streams), then each side's
+    # base + 1 in 33 bits (0: that side not seen yet).
+    _NUM_BITS = 21
+    _NUM_MASK = (1 << 21) - 1
+    _BASE_BITS = 33
+    _BASE_MASK = (1 << 33) - 1
+
     def __init__(self, max_streams: int = MAX_TCP_STREAMS) -> None:
-        self._recs: dict = {}  # key -> [stream number or None, base of side 0, base of side 1]
+        if max_streams >= self._NUM_MASK:
+            raise ValueError(f"max_streams must be below {self._NUM_MASK}")
+        self._recs: dict = {}  # key -> packed record (see above)
         self.count = 0  # streams numbered so far
         self.max_streams = max_streams
 
     def see(self, key, side: int, flags: int, seq: int) -> int | None:
         """The stream number of this packet (None beyond ``max_streams``)."""
+        shift = self._NUM_BITS + side * self._BASE_BITS
         rec = self._recs.get(key)
         if rec is not None:
-            base = rec[1 + side]
-            if base is None:
-                rec[1 + side] = seq if flags & SYN else (seq - 1) & _MASK
-                return rec[0]
-            if flags & (SYN | ACK) != SYN or seq == base:
-                return rec[0]
+            base = (rec >> shift) & self._BASE_MASK
+            number = (rec & self._NUM_MASK) - 1
+            if not base:
+                base = (seq if flags & SYN else (seq - 1) & _MASK) + 1
+                self._recs[key] = rec | base << shift
+                return number if number >= 0 else None
+            if flags & (SYN | ACK) != SYN or seq + 1 == base:
+                return number if number >= 0 else None
+        elif len(self._recs) >= self.max_streams:
+            return None
+        # the first packet of a 4-tuple, or a new connection on one tshark already knows
         number = None
         if self.count < self.max_streams:
             number = self.count
             self.count += 1
-        if rec is None:
-            if len(self._recs) >= self.max_streams:
-                return None
-            rec = self._recs[key] = [number, None, None]
-        else:  # a new connection on a 4-tuple tshark already knows
-            rec[0], rec[1], rec[2] = number, None, None
-        rec[1 + side] = seq if flags & SYN else (seq - 1) & _MASK
+        base = (seq if flags & SYN else (seq - 1) & _MASK) + 1
+        self._recs[key] = (0 if number is None else number + 1) | base << shift
         return number
+
+    def knows_direction(self, key: bytes, rkey: bytes) -> bool:
+        """True when the direction ``key`` (``rkey``: the other one) has been seen: a packet
+        of it that is not a SYN would change nothing."""
+        if key <= rkey:
+            rec = self._recs.get(key)
+            shift = self._NUM_BITS
+        else:
+            rec = self._recs.get(rkey)
+            shift = self._NUM_BITS + self._BASE_BITS
+        return rec is not None and bool((rec >> shift) & self._BASE_MASK)
 
     def number(self, key) -> int | None:
         """The current stream number of a 4-tuple (None when not seen or not numbered)."""
         rec = self._recs.get(key)
-        return rec[0] if rec is not None else None
+        return (rec & self._NUM_MASK) - 1 if rec is not None and rec & self._NUM_MASK else None
+
+
+def pair_key(a: model.Endpoint, b: model.Endpoint) -> bytes:
+    """A compact key for the 4-tuple of ``a`` and ``b`` in this order (TcpStreamNumbers)."""
+    return _ep_bytes(a) + _ep_bytes(b)
+
+
+def _ep_bytes(ep: model.Endpoint) -> bytes:
+    ip = ep.ip
+    packed = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
+    return packed + ep.port.to_bytes(2, "big")
 
 
 @dataclass(slots=True)
@@ -566,7 +600,7 @@ class TcpReassembler:
     # ------------------------------------------------------------------ connections
     def _see(self, conn: _Conn, h: _Half, flags: int, seq: int) -> int | None:
         cid = conn.cid
-        return self.streams.see((cid.a, cid.b), 0 if h.src == cid.a else 1, flags, seq)
+        return self.streams.see(pair_key(cid.a, cid.b), 0 if h.src == cid.a else 1, flags, seq)
 
     def _reused(self, conn: _Conn, h: _Half, flags: int, seq: int) -> bool:
         """A SYN without ACK on a direction already under way: a new connection on this
@@ -588,7 +622,7 @@ class TcpReassembler:
             if lc is not None:
                 if not (seg.flags & SYN and not seg.flags & ACK):
                     # retransmission / late segment of a closed connection
-                    self.streams.see(canon, side, seg.flags, seg.seq)
+                    self.streams.see(pair_key(*canon), side, seg.flags, seg.seq)
                     conn = lc[0]
                     h = conn.h0 if conn.h0.src == src else conn.h1
                     n = len(seg.payload)
@@ -605,7 +639,7 @@ class TcpReassembler:
                 self._report_after_close(lc[0], seg.ts, out)
         if seg.flags & RST and not seg.payload:
             self.stats.stray_segments += 1
-            self.streams.see(canon, side, seg.flags, seg.seq)  # tshark numbers it all the same
+            self.streams.see(pair_key(*canon), side, seg.flags, seg.seq)  # tshark numbers it all the same
             return None
         if len(self._conns) >= self.max_connections:
             victim = next(iter(self._conns))
@@ -622,7 +656,7 @@ class TcpReassembler:
         h0 = _Half(src, dst)
         h1 = _Half(dst, src)
         conn = _Conn(cid, h0, h1, seg.ts)
-        conn.stream = self.streams.see(canon, side, seg.flags, seg.seq)
+        conn.stream = self.streams.see(pair_key(*canon), side, seg.flags, seg.seq)
         self._conns[conn] = None
         self._last_conn = conn
         self._dirs[(src, dst)] = entry = (conn, h0, h1)
