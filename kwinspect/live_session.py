@@ -30,7 +30,7 @@ from kwinspect.capture.live import (
     live_events,
 )
 from kwinspect.dissect import DissectConfig, Dissector
-from kwinspect.model import ErrorRow, Exchange
+from kwinspect.model import ErrorRow, Exchange, plural
 
 
 @dataclass
@@ -267,7 +267,7 @@ def _summary(err: IO[str], opts: LiveOptions, cap: LiveCapture, d: Dissector, ta
         f"  {c.packets:,} packets captured ({_mb(c.bytes)}), {c.kernel_received:,} received by filter, "
         f"{c.kernel_dropped:,} dropped by kernel, {unread:,} left unread at the stop, "
         f"{c.truncated:,} cut by the snapshot length",
-        f"  {d.stats.kafka_connections:,} Kafka connections, {tally.exchanges:,} exchanges"
+        f"  {plural(d.stats.kafka_connections, 'Kafka connection')}, {plural(tally.exchanges, 'exchange')}"
         + (f" ({', '.join(f'{n:,} {s}' for s, n in tally.statuses.most_common())})" if tally.statuses else ""),
     ]
     if stop.drained:

@@ -597,7 +597,7 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     parts.append(span)
     st = summary.statuses
     line = Text()
-    line.append(f"{summary.exchanges:,} exchanges", style="bold")
+    line.append(plural(summary.exchanges, "exchange"), style="bold")
     line.append(f" ({st.get('paired', 0):,} paired")
     for key, label in (("no_response_expected", "no response expected"),
                        ("response_missing", "response missing"),

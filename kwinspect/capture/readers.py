@@ -246,7 +246,7 @@ class PacketSource:
         if self._reader.error:  # e.g. a .gz cut short: the packets before it were read
             self._issue(model.TRUNCATED_PACKET,
                         f"compressed input ends early ({self._reader.error}); reading stopped "
-                        f"after {self.stats.packets} packet(s)", offset=self._reader.consumed)
+                        f"after {model.plural(self.stats.packets, 'packet')}", offset=self._reader.consumed)
         if self.stats.snaplen_truncated:
             self._issue(SNAPLEN_TRUNCATED,
                         f"{self.stats.snaplen_truncated} packet(s) were captured shorter "

@@ -723,8 +723,8 @@ class TcpReassembler:
         if conn.after_close_bytes:
             out.append(StreamIssue(conn.cid, model.Issue(
                 TCP_LATE_DATA,
-                f"{conn.cid.a} <-> {conn.cid.b}: {conn.after_close_bytes} bytes in "
-                f"{conn.after_close_segments} segment(s) arrived after the connection closed "
+                f"{conn.cid.a} <-> {conn.cid.b}: {model.plural(conn.after_close_bytes, 'byte')} in "
+                f"{model.plural(conn.after_close_segments, 'segment')} arrived after the connection closed "
                 f"({conn.close_reason}); not delivered, counted as late",
                 severity=model.SEVERITY_WARNING), ts))
             conn.after_close_bytes = conn.after_close_segments = 0

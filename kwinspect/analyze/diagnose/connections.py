@@ -53,7 +53,7 @@ from kwinspect.analyze.diagnose.core import (
     evidence_of,
     ts_of,
 )
-from kwinspect.model import STATUS_PAIRED, STATUS_RESPONSE_MISSING, Exchange
+from kwinspect.model import STATUS_PAIRED, STATUS_RESPONSE_MISSING, Exchange, plural
 
 FETCH, JOIN_GROUP, SYNC_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE = 1, 11, 14, 17, 36
 NOT_JUDGED_FOR_LATENCY = {JOIN_GROUP, SYNC_GROUP}
@@ -207,14 +207,14 @@ class ConnectionAnalyzer(FindingTable):
             kinds = f.key.setdefault("kinds", [])
             if err.kind not in kinds:
                 kinds.append(err.kind)
-            f.title = f"the capture has {f.count} gap(s) or cut frame(s): some findings may be artifacts"
+            f.title = f"the capture has {plural(f.count, 'gap or cut frame', 'gaps or cut frames')}: some findings may be artifacts"
 
     def results(self) -> list[Finding]:
         out = list(self.findings.values())
         for (client, api), (count, total, mx, evs) in self.throttle.items():
             sev = WARNING if count >= THROTTLE_WARN_COUNT or total >= THROTTLE_WARN_TOTAL_MS else INFO
             f = Finding("throttled", sev,
-                        f"{client}: {count} {api} response(s) throttled, {total} ms in total (max {mx} ms)",
+                        f"{client}: {plural(count, api + ' response')} throttled, {total} ms in total (max {mx} ms)",
                         "The broker applied a quota (produce/fetch byte rate or request rate) and told the "
                         "client to back off (throttle_time_ms). Raise the client's quota or spread the load.",
                         key={"client_id": client, "api_name": api, "throttled": count, "total_ms": total,

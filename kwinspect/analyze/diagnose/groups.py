@@ -43,7 +43,7 @@ from kwinspect.analyze.diagnose.core import (
     name_of,
     ts_of,
 )
-from kwinspect.model import STATUS_PAIRED, Exchange
+from kwinspect.model import STATUS_PAIRED, Exchange, plural
 from kwinspect.protocol.decode import decode_struct
 from kwinspect.protocol.errors import error_name
 
@@ -422,7 +422,7 @@ class GroupAnalyzer(FindingTable):
         n = w.add(ts)
         f = self._add(("group_rebalance", g.group_id), INFO, f"group {g.group_id}: generations seen",
                       "", ev, group_id=g.group_id)
-        f.title = f"group {g.group_id}: {f.count} generation(s) seen (rebalances)"
+        f.title = f"group {g.group_id}: {plural(f.count, 'generation')} seen (rebalances)"
         f.detail = ("Each JoinGroup round makes a new generation: members join, the leader assigns partitions "
                     "(SyncGroup). See the group timeline for members, subscriptions and assignments.")
         if n >= REBALANCE_STORM_COUNT:

@@ -47,14 +47,14 @@ def render_text(findings: list[Finding], console: Any = None, *, exchanges: int 
 
     console = console or Console()
     if not findings:
-        console.print(f"No findings ({exchanges} exchanges examined).")
+        console.print(f"No findings ({plural(exchanges, 'exchange')} examined).")
         return
     counts = {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}
     console.print(Text.assemble(("Diagnosis: ", "bold"),
                                 (plural(counts[ERROR], "error"), STYLE[ERROR]), ", ",
                                 (plural(counts[WARNING], "warning"), STYLE[WARNING]), ", ",
                                 (f"{counts[INFO]} info", STYLE[INFO]),
-                                f"  ({exchanges} exchanges examined)"))
+                                f"  ({plural(exchanges, 'exchange')} examined)"))
     for sev in (ERROR, WARNING, INFO):
         group = [f for f in findings if f.severity == sev]
         if not group:

@@ -16,7 +16,7 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import get_current_worker
 
 from kwinspect.analyze.termsafe import term_safe
-from kwinspect.model import ErrorRow
+from kwinspect.model import ErrorRow, plural
 from kwinspect.tui.store import NONE_INT
 from kwinspect.tui.view import Cancelled, ViewResult, ViewSpec, compute_view, extend_view
 from kwinspect.tui.widgets.detail import DetailPane
@@ -141,10 +141,10 @@ class MainScreen(Screen):
         store = self.store
         ix = app.indexer
         parts = [Text(term_safe(app.source_label, 60), style="bold")]
-        parts.append(Text(f"  {len(store):,} exchanges", style="bold"))
+        parts.append(Text(f"  {plural(len(store), 'exchange')}", style="bold"))
         if store.first:
             parts.append(Text(f" (oldest {store.first:,} dropped)", style="dim"))
-        parts.append(Text(f"  {store.error_count:,} errors", style="red" if store.error_count else "dim"))
+        parts.append(Text(f"  {plural(store.error_count, 'error')}", style="red" if store.error_count else "dim"))
         if ix is not None and not ix.done.is_set():
             prog = ix.progress
             parts.append(Text(f"  indexing {prog:.0%}" if prog is not None else "  live", style="yellow"))
