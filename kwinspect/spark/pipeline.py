@@ -526,11 +526,16 @@ def _aggregates(ex, er, vol) -> dict[str, Any]:
 
     minute = F.date_trunc("minute", F.coalesce("request_ts", "response_ts")).alias("minute")
     paired = ex.filter((F.col("status") == "paired") & F.col("latency_ms").isNotNull())
-    pct = {f"p{int(q * 100)}_ms": F.expr(f"percentile_disc({q}) WITHIN GROUP (ORDER BY latency_ms)")
+    # Long polls (a Fetch the broker held waiting for data) are counted apart and left
+    # out of the figures, as `kwinspect latency` does; aggregates skip the nulls.
+    long_poll = F.coalesce(F.col("long_poll"), F.lit(False))
+    paired = paired.withColumn("fig_ms", F.when(~long_poll, F.col("latency_ms")))
+    pct = {f"p{int(q * 100)}_ms": F.expr(f"percentile_disc({q}) WITHIN GROUP (ORDER BY fig_ms)")
            for q in (0.5, 0.95, 0.99)}
     latency = (paired.groupBy(minute, "api_name", "broker", "client_id")
-               .agg(F.count("*").alias("count"), F.avg("latency_ms").alias("mean_ms"),
-                    *[v.alias(k) for k, v in pct.items()], F.max("latency_ms").alias("max_ms"))
+               .agg(F.count("fig_ms").alias("count"), F.round(F.avg("fig_ms"), 3).alias("mean_ms"),
+                    *[v.alias(k) for k, v in pct.items()], F.max("fig_ms").alias("max_ms"),
+                    F.count(F.when(long_poll, 1)).alias("long_polls"))
                .orderBy("minute", "api_name", "broker", "client_id"))
     errors = (er.groupBy(F.date_trunc("minute", "ts").alias("minute"), "kind", "code", "name", "api_name")
               .agg(F.count("*").alias("count")).orderBy("minute", "kind", "name", "api_name"))

@@ -173,11 +173,17 @@ def _nearest_rank(values, q):
 def test_latency_aggregate_matches_exchanges(pipeline_out, expected):
     out, _result = pipeline_out
     groups = defaultdict(list)
+    long_polls = defaultdict(int)
     for x in pq.read_table(expected["exchanges"]).to_pylist():
         if x["status"] == "paired" and x["latency_ms"] is not None:
             t = x["request_ts"] or x["response_ts"]
-            minute = t.replace(second=0, microsecond=0)
-            groups[(minute, x["api_name"], x["broker"], x["client_id"])].append(x["latency_ms"])
+            key = (t.replace(second=0, microsecond=0), x["api_name"], x["broker"], x["client_id"])
+            if x["long_poll"]:
+                long_polls[key] += 1
+                groups.setdefault(key, [])
+            else:
+                groups[key].append(x["latency_ms"])
+    assert sum(long_polls.values()) > 0, "the corpus has long-polled Fetches"
     got = {}
     for path in glob.glob(os.path.join(out, "latency_by_minute", "*.parquet")):
         for r in pq.read_table(path).to_pylist():
@@ -186,9 +192,16 @@ def test_latency_aggregate_matches_exchanges(pipeline_out, expected):
     for key, values in groups.items():
         row = got[key]
         assert row["count"] == len(values)
+        assert row["long_polls"] == long_polls[key]
+        if not values:  # long polls only
+            assert row["p50_ms"] is None and row["mean_ms"] is None
+            continue
         assert row["p50_ms"] == _nearest_rank(values, 0.5)
         assert row["p99_ms"] == _nearest_rank(values, 0.99)
         assert row["max_ms"] == max(values)
+        # to microseconds (Spark rounds half up on the decimal value, Python on the binary one)
+        assert round(row["mean_ms"], 3) == row["mean_ms"]
+        assert abs(row["mean_ms"] - sum(values) / len(values)) <= 0.0005 + 1e-9
 
 
 def test_error_and_volume_aggregates(pipeline_out, expected):
