@@ -8,6 +8,7 @@ Every rule is tested on both sides of its threshold, so a broken rule fails a te
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pytest
 from kafka.protocol.old.consumer_protocol import (
@@ -844,3 +845,27 @@ def test_refused_connection_attempts_count_only_on_kafka_broker_addresses():
     d = Diagnoser()
     d.connections_ended([elsewhere], frozenset({22}))
     assert [f.kind for f in d.findings()] == ["broker_unavailable"]
+
+
+def test_error_explanations_start_with_the_brokers_own_description():
+    """The words come from Kafka's error table (../shared/kafka-error-descriptions.tsv, the
+    broker's descriptions), not from us: NOT_ENOUGH_REPLICAS is about in-sync replicas."""
+    import json
+    import subprocess
+    import sys
+
+    tsv = Path(__file__).resolve().parents[3] / "shared" / "kafka-error-descriptions.tsv"
+    if not tsv.is_file():
+        pytest.skip("the shared error table is absent")
+    said = {row.split("\t")[1]: row.split("\t")[3] for row in tsv.read_text().splitlines()
+            if row and not row.startswith(("#", "code\t"))}
+    capture = Path(__file__).resolve().parents[2] / "captures" / "confluent-mock-errors.pcap"
+    out = subprocess.run([sys.executable, "-m", "kwinspect", "diagnose", "-F", "jsonl", str(capture)],
+                         capture_output=True, text=True, check=True).stdout
+    findings = {f["key"].get("error"): f for f in map(json.loads, out.splitlines())
+                if f["kind"] == "leadership_errors"}
+    for name in ("NOT_ENOUGH_REPLICAS", "NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION"):
+        assert findings[name]["detail"].startswith(f"{name}: {said[name]}")
+    assert "in-sync replicas" in findings["NOT_ENOUGH_REPLICAS"]["detail"]
+    assert "leadership" not in findings["NOT_ENOUGH_REPLICAS"]["detail"]
+    assert findings["NOT_ENOUGH_REPLICAS"]["title"].startswith("1 NOT_ENOUGH_REPLICAS error in Produce")

@@ -12,6 +12,8 @@ Kinds:
   NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_COORDINATOR,
   COORDINATOR_NOT_AVAILABLE, FENCED/UNKNOWN_LEADER_EPOCH, NOT_ENOUGH_REPLICAS(_AFTER_APPEND);
   a burst is ``ERROR_BURST_COUNT`` or more of one error within ``ERROR_BURST_WINDOW_S``.
+  The explanation starts with the broker's own description of the code (errors_table),
+  then what clients do about that kind of error (``_ERROR_HINTS``).
 - ``leader_change`` (info) / ``leader_flapping`` (warning): the leader of a partition in
   Metadata responses changed; flapping when it changed ``LEADER_FLAP_COUNT`` or more times
   within ``LEADER_FLAP_WINDOW_S``.
@@ -35,12 +37,21 @@ from kwinspect.analyze.diagnose.core import (
     name_of,
     ts_of,
 )
-from kwinspect.model import ErrorRow, Exchange
-from kwinspect.protocol.errors import error_name
+from kwinspect.model import ErrorRow, Exchange, plural
+from kwinspect.protocol.errors import error_description, error_name
 
 FETCH, LIST_OFFSETS, METADATA = 1, 2, 3
 FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, OFFSET_OUT_OF_RANGE = 70, 71, 1
 LEADERSHIP_ERRORS = {6, 3, 5, 16, 15, 74, 76, 19, 20}  # see the module docstring; 76 = UNKNOWN_LEADER_EPOCH
+ISR_ERRORS = {19, 20}  # NOT_ENOUGH_REPLICAS(_AFTER_APPEND): about the in-sync replicas, not leadership
+_ERROR_HINTS = {
+    "isr": "The partition has fewer in-sync replicas than its min.insync.replicas, so acks=all writes are "
+           "refused (or written but not acknowledged): a follower is down or lagging. Producers retry; "
+           "lasting, it means under-replicated partitions.",
+    "leadership": "Clients get these while leadership or coordinators move, or for topics that do not exist "
+                  "(yet); they refresh metadata and retry. A few are normal; many point at an unstable "
+                  "cluster or a misconfigured topic name.",
+}
 
 FETCH_SESSION_CHURN_COUNT = 3
 FETCH_SESSION_CHURN_WINDOW_S = 60.0
@@ -125,14 +136,14 @@ class FetchMetadataAnalyzer(FindingTable):
         if err.code not in LEADERSHIP_ERRORS:
             return
         name = err.name or error_name(err.code)
+        said = error_description(err.code)
+        hint = _ERROR_HINTS["isr" if err.code in ISR_ERRORS else "leadership"]
         f = self._add(("leadership_errors", name, err.api_name), INFO, "",
-                      "Clients get these while leadership or coordinators move, or for topics that do not "
-                      "exist (yet); they refresh metadata and retry. A few are normal; many point at an "
-                      "unstable cluster or a misconfigured topic name.", ev, error=name, api_name=err.api_name)
+                      f"{name}: {said} {hint}" if said else hint, ev, error=name, api_name=err.api_name)
         topics = f.key.setdefault("topics", [])
         if err.topic and err.topic not in topics and len(topics) < 20:
             topics.append(err.topic)
-        f.title = f"{f.count} {name} error(s) in {err.api_name} responses" + (
+        f.title = f"{plural(f.count, name + ' error')} in {err.api_name} responses" + (
             f" (topics: {', '.join(topics[:5])})" if topics else "")
         w = self._window(("burst", name), ERROR_BURST_WINDOW_S)
         n = w.add(err.ts)

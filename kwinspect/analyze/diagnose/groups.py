@@ -45,7 +45,7 @@ from kwinspect.analyze.diagnose.core import (
 )
 from kwinspect.model import STATUS_PAIRED, Exchange, plural
 from kwinspect.protocol.decode import decode_struct
-from kwinspect.protocol.errors import error_name
+from kwinspect.protocol.errors import error_description, error_name
 
 FETCH, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 1, 8, 9, 11, 12, 13, 14
 CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848
@@ -409,8 +409,10 @@ class GroupAnalyzer(FindingTable):
         return out
 
     def _group_error(self, g: GroupTimeline, ex: Exchange, err: str | None, ev: Evidence) -> None:
+        said = error_description(err)
         self._add(("group_error", g.group_id, ex.api_name, err), WARNING,
                   f"group {g.group_id}: {ex.api_name} answered {err}",
+                  (f"{err}: {said} " if said else "") +
                   "The group coordinator refused a membership step; members cannot consume until they "
                   "rejoin successfully (NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE: coordinator moved or "
                   "loading; UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION: the member was removed; "
