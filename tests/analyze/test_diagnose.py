@@ -857,8 +857,12 @@ def test_error_explanations_start_with_the_brokers_own_description():
     tsv = Path(__file__).resolve().parents[3] / "shared" / "kafka-error-descriptions.tsv"
     if not tsv.is_file():
         pytest.skip("the shared error table is absent")
-    said = {row.split("\t")[1]: row.split("\t")[3] for row in tsv.read_text().splitlines()
-            if row and not row.startswith(("#", "code\t"))}
+    rows = [row.split("\t") for row in tsv.read_text().splitlines() if row and not row.startswith(("#", "code\t"))]
+    codes = tsv.with_name("kafka-error-codes.tsv")  # today's names (the descriptions file has some older ones)
+    code_of = {r.split("\t")[1]: r.split("\t")[0] for r in codes.read_text().splitlines()
+               if r and not r.startswith(("#", "code\t"))}
+    by_code = {r[0]: r[3] for r in rows}
+    said = {name: by_code[code] for name, code in code_of.items() if code in by_code}
     capture = Path(__file__).resolve().parents[2] / "captures" / "confluent-mock-errors.pcap"
     out = subprocess.run([sys.executable, "-m", "kwinspect", "diagnose", "-F", "jsonl", str(capture)],
                          capture_output=True, text=True, check=True).stdout
