@@ -769,12 +769,15 @@ class ParquetWriter(RowWriter):
             return pa.array(_sanitize_strings(values), type=typ)
 
     def _flush_batch(self) -> None:
-        if not self._pending:
-            return
-        arrays = [self._array(c, self._cols[c]) for c in self.columns]
-        self._writer.write_batch(self._pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        # Only whole rows: a Ctrl-C inside write() can leave some columns one value longer
+        # than the others (``_pending`` counts rows whose every column was appended).
+        cols, n = self._cols, self._pending
         self._cols = {c: [] for c in self.columns}
         self._pending = 0
+        if not n:
+            return
+        arrays = [self._array(c, cols[c][:n]) for c in self.columns]
+        self._writer.write_batch(self._pa.RecordBatch.from_arrays(arrays, schema=self.schema))
 
     def close(self) -> None:
         if not self.closed:
