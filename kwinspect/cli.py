@@ -15,7 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from kwinspect.capture.files import FileRun, dissect_files
 from kwinspect.capture.readers import CaptureFormatError
@@ -27,6 +27,7 @@ from kwinspect.model import (
     ErrorRow,
     Exchange,
     RecordRow,
+    plural,
 )
 
 PROG = "kwinspect"
@@ -171,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, what, f"{what[0].upper()}{what[1:]}; every column is defined in docs/columns.md.")
         _input_options(p)
         _output_options(p)
+        if name == "errors":
+            p.add_argument("--records", action="store_true",
+                           help="also decode every record batch (decompressing it) and list the problems found "
+                                "there: limits hit (compression bombs), bad records; slower")
 
     p = add("latency", "latency percentiles by api, broker, client or topic",
             "Latency = request's last byte to response's first byte, from capture timestamps.\n"
@@ -284,7 +289,7 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> I
 
             # exchanges/errors rows and latency stats need no decoded bodies, summary only record
             # counts and sizes: do not ship the rest between processes
-            bodies = {"exchanges": False, "errors": False, "latency": False,
+            bodies = {"exchanges": False, "errors": getattr(args, "records", False), "latency": False,
                       "summary": "summary"}.get(args.command, True)
             yield from dissect_files_parallel(args.pcap, _config(args), run=run,
                                               progress=lambda done, _total: progress.update(done),
@@ -304,14 +309,41 @@ def _consume(args, run: FileRun, handle: Callable[[Any], Any]) -> bool:
     return False
 
 
-def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None) -> Iterator[RecordRow]:
-    """The records a Produce request or Fetch response carries, as table rows."""
+def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None,
+               issues: list | None = None, new_issues_only: bool = False) -> Iterator[RecordRow]:
+    """The records a Produce request or Fetch response carries, as table rows; ``issues``
+    gets the problems of their record batches once the rows are exhausted."""
     global _records_from_exchange
     if _records_from_exchange is None:  # imported once, not on every exchange
         from kwinspect.analyze.records import records_from_exchange
 
         _records_from_exchange = records_from_exchange
-    return _records_from_exchange(ex, values=values, topic_names=topic_names)
+    return _records_from_exchange(ex, values=values, topic_names=topic_names, issues=issues,
+                                  new_issues_only=new_issues_only)
+
+
+class RecordProblems(NamedTuple):
+    """The kinds of the record-batch problems of one exchange, beside its rendered records
+    (--jobs workers); the main process counts them for the line at the end of `records`."""
+
+    kinds: tuple[str, ...]
+
+
+def _problem_kinds(issues: list) -> tuple[str, ...]:
+    return tuple(i.kind for i in issues if i.severity != "info")
+
+
+def _record_error_rows(ex: Exchange, values: str, topic_names: Any) -> list[ErrorRow]:
+    """errors --records: decode the exchange's record batches and make rows of the problems
+    only decoding finds (the batch-level ones are already the exchange's own error rows)."""
+    issues: list = []
+    for _row in records_of(ex, values, topic_names, issues, new_issues_only=True):
+        pass
+    ts = ex.response_ts if ex.api_key == 1 else ex.request_ts
+    return [ErrorRow(kind=i.kind, api_name=ex.api_name, correlation_id=ex.correlation_id, path=i.path,
+                     message=i.message, ts=ts, stream=ex.stream, frame=ex.frame, response_frame=ex.response_frame,
+                     tcp_stream=ex.tcp_stream, order=ex.order)
+            for i in issues if i.severity != "info"]
 
 
 _records_from_exchange: Callable[..., Any] | None = None
@@ -332,8 +364,8 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     """With --jobs, rows in jsonl/csv are made (records decoded), filtered and rendered to
     their text in the workers: the main process, on the same cores, only merges and
     writes them (dissect_files_parallel's ``render``)."""
-    if getattr(args, "jobs", 1) <= 1 or fmt not in ("jsonl", "csv"):
-        return None
+    if getattr(args, "jobs", 1) <= 1 or fmt not in ("jsonl", "csv") or getattr(args, "records", False):
+        return None  # (errors --records needs the exchanges in the main process)
     from kwinspect.capture.parallel import DROP
     from kwinspect.export.writers import TextRenderer
 
@@ -347,8 +379,11 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
         if table == "records":
             if not as_text:
                 return None
-            rows = [text(r) for r in records_of(ev, values, topic_names)
-                    if keep is None or keep(r.row())]
+            issues: list = []
+            rows: list[Any] = [text(r) for r in records_of(ev, values, topic_names, issues)
+                               if keep is None or keep(r.row())]
+            if (kinds := _problem_kinds(issues)):
+                rows.append(RecordProblems(kinds))
             return rows if rows else DROP
         if keep is not None and not keep(ev.row()):
             return DROP
@@ -361,25 +396,36 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
     """The rows of ``table``: model rows, or with --jobs rows already rendered in ``fmt`` (str)."""
     columns = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}[table]
     keep = _compile_filter(getattr(args, "filter", None), columns)
+    decode_records = table == "errors" and getattr(args, "records", False)
     for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
         if type(ev) is str:
             yield ev
             continue
+        issues: list | None = None
         if table == "exchanges" and isinstance(ev, Exchange):
             items: Iterable[Any] = (ev,)
         elif table == "errors" and isinstance(ev, ErrorRow):
             items = (ev,)
         elif table == "records" and isinstance(ev, Exchange):
             names = run.dissector.shared.topic_names if run.dissector else None
-            items = records_of(ev, args.values, names)
+            issues = []
+            items = records_of(ev, args.values, names, issues)
+        elif decode_records and isinstance(ev, Exchange) and ev.api_key in (0, 1):
+            names = run.dissector.shared.topic_names if run.dissector else None
+            items = _record_error_rows(ev, args.values, names)
+        elif type(ev) is RecordProblems:  # a worker's count beside its rendered records
+            run.record_problems.update(ev.kinds)
+            continue
         else:
             continue
         if keep is None:
             yield from items
-            continue
-        for item in items:
-            if keep(item.row()):
-                yield item
+        else:
+            for item in items:
+                if keep(item.row()):
+                    yield item
+        if issues:
+            run.record_problems.update(_problem_kinds(issues))
 
 
 def _output_format(args, default_table: str = "table") -> str:
@@ -404,7 +450,14 @@ def cmd_table(args, table: str) -> int:
     if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
         raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
     run = FileRun()
-    write_rows(_rows(args, table, run, fmt), table, fmt, args.output, **_writer_options(args, fmt))
+    try:
+        write_rows(_rows(args, table, run, fmt), table, fmt, args.output, **_writer_options(args, fmt))
+    finally:
+        if run.record_problems:  # batches the table could not (fully) expand: say so where the user looks
+            kinds = ", ".join(f"{n:,} {k}" for k, n in run.record_problems.most_common())
+            print(f"{PROG}: {plural(sum(run.record_problems.values()), 'record batch problem')} ({kinds}): "
+                  f"their records are missing or incomplete in this output; `{PROG} errors --records` lists them",
+                  file=sys.stderr)
     return 0
 
 

@@ -98,7 +98,7 @@ _NO_XREF = (None, None, None)  # frame, response_frame, tcp_stream
 
 
 def _produce_rows(request_body, response_body, correlation_id, stream, values, topic_names,
-                  internal, issues, xref=_NO_XREF) -> Iterator[RecordRow]:
+                  internal, issues, xref=_NO_XREF, new_only=False) -> Iterator[RecordRow]:
     # One call per produce request on the hot path: the body walk is inlined
     # (decoded bodies are dicts and lists; anything else is skipped as before).
     if type(request_body) is not dict and not isinstance(request_body, Mapping):
@@ -129,6 +129,7 @@ def _produce_rows(request_body, response_body, correlation_id, stream, values, t
                 rs = _record_set(rs)
                 if rs is None:
                     continue
+            known = len(rs.issues) if new_only else 0
             base = None
             if bases:
                 base = bases.get((topic, partition))
@@ -151,7 +152,7 @@ def _produce_rows(request_body, response_body, correlation_id, stream, values, t
                         cursor += 1
                         yield row
             if issues is not None:
-                _collect(rs, issues, f"topic_data[{t_i}].partition_data[{p_i}].records")
+                _collect(rs, issues, f"topic_data[{t_i}].partition_data[{p_i}].records", known)
 
 
 def _produce_base_offsets(response_body, topic_names) -> dict[tuple[Any, Any], int]:
@@ -203,9 +204,11 @@ def iter_records_from_fetch(
     frame: int | None = None,
     response_frame: int | None = None,
     tcp_stream: int | None = None,
+    new_issues_only: bool = False,
 ) -> Iterator[RecordRow]:
     """Rows of a Fetch response, one at a time (memory stays flat); ``frame``,
-    ``response_frame``, ``tcp_stream`` as for produce."""
+    ``response_frame``, ``tcp_stream`` as for produce; ``new_issues_only`` as for
+    records_from_exchange."""
     xref = (frame, response_frame, tcp_stream)
     if not _is_mapping(response_body):
         return
@@ -225,6 +228,7 @@ def iter_records_from_fetch(
             rs = _record_set(part.get("records"))
             if rs is None:
                 continue
+            known = len(rs.issues) if new_issues_only else 0
             start = fetch_offsets.get((topic, partition))
             if start is None:
                 start = fetch_offsets.get((_topic_id(topic_resp), partition))
@@ -236,7 +240,7 @@ def iter_records_from_fetch(
                     row.offset = rec.offset
                     yield row
             if issues is not None:
-                _collect(rs, issues, f"responses[{t_i}].partitions[{p_i}].records")
+                _collect(rs, issues, f"responses[{t_i}].partitions[{p_i}].records", known)
 
 
 def _fetch_offsets(request_body, topic_names) -> dict[tuple[Any, Any], int]:
@@ -264,12 +268,15 @@ def records_from_exchange(
     topic_names: Mapping[str, str] | None = None,
     internal: str = "json",
     issues: list[Issue] | None = None,
+    new_issues_only: bool = False,
 ) -> Iterator[RecordRow]:
     """Rows of a ``model.Exchange`` (Produce: request + response; Fetch: response).
 
     An iterator, so a huge Produce request is never held as rows all at once;
     records are decoded as it is consumed, and ``issues`` (when given) is
     complete once it is exhausted.  Wrap it in ``list()`` to keep the rows.
+    ``new_issues_only``: leave out the batch-level issues the record sets had before
+    their records were decoded (the exchange's error rows already carry those).
     """
     req = getattr(exchange, "request", None)
     resp = getattr(exchange, "response", None)
@@ -279,12 +286,13 @@ def records_from_exchange(
             getattr(exchange, "tcp_stream", None))
     if exchange.api_key == 0 and req is not None:
         return _produce_rows(req.body, resp.body if resp is not None else None, correlation_id,
-                             stream, values, topic_names, internal, issues, xref)
+                             stream, values, topic_names, internal, issues, xref, new_issues_only)
     if exchange.api_key == 1 and resp is not None:
         return iter_records_from_fetch(resp.body, request_body=req.body if req is not None else None,
                                        correlation_id=correlation_id, stream=stream, values=values,
                                        topic_names=topic_names, internal=internal, issues=issues,
-                                       frame=xref[0], response_frame=xref[1], tcp_stream=xref[2])
+                                       frame=xref[0], response_frame=xref[1], tcp_stream=xref[2],
+                                       new_issues_only=new_issues_only)
     return iter(())
 
 
@@ -440,10 +448,10 @@ def _record_set(value: Any) -> RecordSet | None:
     return None
 
 
-def _collect(rs: RecordSet, issues: list[Issue] | None, path: str) -> None:
+def _collect(rs: RecordSet, issues: list[Issue] | None, path: str, skip: int = 0) -> None:
     if issues is None:
         return
-    for i in rs.issues:
+    for i in rs.issues[skip:]:
         issues.append(Issue(i.kind, i.message, i.offset,
                             f"{path}.{i.path}" if i.path else path, i.severity))
 

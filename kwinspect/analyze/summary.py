@@ -604,13 +604,14 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
                        ("request_missing", "request missing")):
         if st.get(key):
             line.append(f", {st[key]:,} {label}", style=None if key == "no_response_expected" else "yellow")
-    line.append(f")  {summary.connections:,} connections")
+    line.append(f")  {plural(summary.connections, 'connection')}")
     if summary.tls_connections:
         line.append(f" ({summary.tls_connections} TLS, not decoded)", style="yellow")
     if summary.not_kafka_connections:
         line.append(f" ({summary.not_kafka_connections} not Kafka)")
     if summary.records:
-        line.append(f"  {summary.records:,} records")
+        # counted from batch headers: nothing was decompressed (errors --records checks that)
+        line.append(f"  {plural(summary.records, 'record')} (batch headers, not decoded)")
     parts.append(line)
     if summary.packet_counts is not None:
         parts.append(_packet_line(summary.packet_counts))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -38,6 +39,8 @@ class FileRun:
     issues: list[tuple[str, Issue]] = field(default_factory=list)  # (path, issue) from the readers
     sources: list[PacketSource] = field(default_factory=list)
     interrupted: bool = False
+    # kinds of the record-batch problems the `records` table met (limits, bad records), counted
+    record_problems: Counter[str] = field(default_factory=Counter)
 
 
 def _merged(sources: list[PacketSource]) -> Iterator:
