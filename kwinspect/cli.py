@@ -789,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
     # counting frees; the default collector thresholds rescan them (and the rows held
     # for capture order) thousands of times: ~8% of a run. Cycles are still collected.
     gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)
+    sys.unraisablehook = _quiet_out_of_memory
     try:
         return handler(args)
     except UsageError as exc:
@@ -807,6 +808,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        # Decoding is bounded (docs/limits.md), but a memory limit (ulimit -v, a container)
+        # can still be below what a capture needs: one line, not a traceback.
+        gc.collect()
+        print(f"{PROG}: out of memory (exit status {EXIT_OUT_OF_MEMORY}); rows written so far are complete; "
+              "see docs/limits.md", file=sys.stderr)
+        return EXIT_OUT_OF_MEMORY
+
+
+EXIT_OUT_OF_MEMORY = 3
+
+
+def _quiet_out_of_memory(unraisable: Any) -> None:
+    """Generators closed while a MemoryError unwinds can fail again; the one line main()
+    prints says it all (anything else is shown as Python would)."""
+    if isinstance(unraisable.exc_value, MemoryError):
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _silence_stdout() -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from kwinspect.model import (
     DECODE_ERROR,
+    LIMIT_EXCEEDED,
     SEVERITY_ERROR,
     SEVERITY_INFO,
     SEVERITY_WARNING,
@@ -45,6 +46,28 @@ INTERNAL_ERROR = "internal_error"  # a bug in kwinspect, never bad input
 # Non-fatal findings made deep inside readers (e.g. a tagged field whose size
 # disagrees with its content) are collected here for the current decode call.
 _local = threading.local()
+
+# Decoded objects cost ~45x the bytes of a crafted message of tiny array elements (an
+# OffsetFetch of 8M topics: 48 MB on the wire, 2.2 GB decoded), so what a message may
+# build is bounded, not only what its lengths claim: past this many array elements in
+# one message decoding stops with a limit_exceeded issue (the rest stays undecoded,
+# the message keeps its size). The fast decoder counts the same and leaves such a
+# message to this one.
+MAX_ELEMENTS_PER_MESSAGE = 1_000_000
+
+
+class ElementLimit(DecodeStop):
+    """The message holds more array elements than MAX_ELEMENTS_PER_MESSAGE."""
+
+    kind = LIMIT_EXCEEDED
+
+
+def _spend(n: int, pos: int) -> None:
+    left = getattr(_local, "elements_left", MAX_ELEMENTS_PER_MESSAGE) - n
+    if left < 0:
+        raise ElementLimit(pos, f"more than {MAX_ELEMENTS_PER_MESSAGE:,} array elements in one message: "
+                                "decoding stopped here (a limit against crafted input; the rest is not decoded)")
+    _local.elements_left = left
 
 
 def _note(issue: Issue) -> None:
@@ -108,6 +131,7 @@ def _array_reader(elem: Reader, compact: bool, nullable: bool, min_size: int) ->
         n, pos = read_len(buf, pos, compact, nullable, min_size)
         if n is None:
             return None, pos
+        _spend(n, pos)
         items = []
         append = items.append
         i = 0
@@ -141,6 +165,7 @@ def _fixed_array_reader(code: str, size: int, compact: bool, nullable: bool) -> 
         n, pos = read_len(buf, pos, compact, nullable, size)
         if n is None:
             return None, pos
+        _spend(n, pos)
         return list(unpack_from(f">{n}{code}", buf, pos)), pos + n * size
 
     return read
@@ -496,16 +521,19 @@ def _stop_issue(stop: DecodeStop, prefix: str) -> Issue:
         path = f"{prefix}.{path}"
     elif prefix:
         path = prefix
-    return Issue(DECODE_ERROR, stop.reason, offset=stop.offset, path=path or None)
+    return Issue(getattr(stop, "kind", DECODE_ERROR), stop.reason, offset=stop.offset, path=path or None)
 
 
 def _run(reader: Reader, buf, pos: int, prefix: str, issues: list[Issue]):
     """Run a reader; on DecodeStop return the partial value and record the issue."""
+    _local.elements_left = MAX_ELEMENTS_PER_MESSAGE  # every top-level read has its own budget (ElementLimit)
     try:
         return reader(buf, pos)
     except DecodeStop as stop:
         issues.append(_stop_issue(stop, prefix))
         return (stop.partial if stop.has_partial else None), None
+    finally:  # readers called outside a _run (the fast decoder's tagged fields) start full too
+        _local.elements_left = MAX_ELEMENTS_PER_MESSAGE
 
 
 def decode_struct(name: str, version: int, data: bytes) -> tuple[dict | None, list[Issue]]:

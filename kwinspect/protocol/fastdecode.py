@@ -162,6 +162,9 @@ class _Gen:
             min_size = FIXED_SIZES.get(inner, 1 if compact else 2)
         self.emit(ind, f"if {n} * {max(min_size, 1)} > L - pos:")
         self.emit(ind + 1, "raise Bail")
+        self.emit(ind, f"E -= {n}")  # the reference's element budget (decode.ElementLimit)
+        self.emit(ind, "if E < 0:")
+        self.emit(ind + 1, "raise Bail")
         if inner in _ARRAY_CODES:
             code, size = _ARRAY_CODES[inner], FIXED_SIZES[inner]
             small = self.const(tuple(struct.Struct(f">{i}{code}").unpack_from for i in range(_SMALL)))
@@ -325,6 +328,7 @@ def build(ref, is_request: bool, api_key: int, api_version: int, header_version:
     h_fields, h_version, h_flexible = _definition(ref, ref.STRUCTS[header_name], header_version)
     g.emit(1, "L = len(buf)")
     g.emit(1, "pos = 0")
+    g.emit(1, f"E = {ref.MAX_ELEMENTS_PER_MESSAGE}")
     g.struct(1, h_fields, h_version, h_flexible, False, "h")
     if not is_request and api_key == ref.API_VERSIONS_KEY and api_version > 0:
         # An UNSUPPORTED_VERSION rejection has its own layout rules (see decode.py).
@@ -346,6 +350,7 @@ def build_struct(ref, fields, version: int, flexible: bool) -> Any:
     g = _Gen(ref)
     g.emit(1, "L = len(buf)")
     g.emit(1, "pos = 0")
+    g.emit(1, f"E = {ref.MAX_ELEMENTS_PER_MESSAGE}")
     g.struct(1, fields, version, flexible, False, "d")
     g.emit(1, "if pos != L:")
     g.emit(2, "return None")

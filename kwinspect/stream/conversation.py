@@ -69,6 +69,11 @@ DESCRIBE_CLUSTER = 60
 SASL_API_NAME = "SaslToken"  # raw SASL tokens after SaslHandshake v0 carry no Kafka header
 
 DEFAULT_MAX_IN_FLIGHT = 10_000
+# In-flight requests keep their decoded bodies while their frames total at most this
+# many bytes (over all connections); past it a request is kept as its frame and decoded
+# again when its exchange is emitted. Decoded bodies cost up to ~45x their frame bytes
+# (crafted arrays of tiny elements), so this bounds what waiting requests hold.
+PENDING_DECODED_BYTES = 4 << 20
 MAX_ORPHAN_CANDIDATES = 64  # api/versions tried on a response whose request was not captured
 # Issue rows (anything but the broker's own error codes) of one kind listed per stream; the
 # rest are counted and reported in one row when the stream ends (a flood of 500,000 broken
@@ -83,6 +88,8 @@ class SharedState:
     brokers: dict[int, tuple[str, int]] = field(default_factory=dict)  # node id -> (host, port)
     topic_names: dict[str, str] = field(default_factory=dict)  # topic id -> name
     exchange_counter: int = 0
+    # frame bytes of the in-flight requests whose decoded bodies are kept (PENDING_DECODED_BYTES)
+    pending_bytes: int = 0
     # broker_id_for's answers, valid while `brokers` equals the copy they were worked out
     # from (asked once per exchange; `brokers` may be mutated or replaced by anyone)
     _broker_ids: dict = field(default_factory=dict, repr=False, compare=False)
@@ -139,9 +146,35 @@ class _Pending:
     no_response_expected: bool
     pkt_first: int = 0  # packet numbers of its first and last bytes
     pkt_last: int = 0
+    frame: bytes | None = None  # set when the body was not kept: decoded again when it is emitted
+    counted: int = 0  # bytes it counts in SharedState.pending_bytes
 
 
 _NO_PACKETS = (0, 0, 0, 0)
+
+
+class FrameBackedRequest(Message):
+    """A request whose body is decoded from its frame each time it is read, never kept:
+    what an exchange holds for a request that waited as bytes (PENDING_DECODED_BYTES), so
+    a capture of huge unanswered requests never holds their decoded bodies at once."""
+
+    __slots__ = ("_frame", "_redact", "_mechanism")
+
+    def __init__(self, msg: Message, frame: bytes, redact: bool, mechanism: str | None) -> None:
+        self._frame, self._redact, self._mechanism = frame, redact, mechanism
+        super().__init__(msg.is_request, msg.api_key, msg.api_version, msg.header, None, msg.issues,
+                         msg.raw_body, msg.size, msg.decoded_version)
+
+    @property  # type: ignore[override]
+    def body(self) -> dict[str, Any] | None:
+        msg = decode_request(self._frame)
+        if self._redact:
+            redact_message(msg.api_key, True, msg.header, msg.body, self._mechanism)
+        return msg.body
+
+    @body.setter
+    def body(self, _value: Any) -> None:
+        pass  # decoded from the frame on each read
 
 
 class Conversation:
@@ -240,7 +273,14 @@ class Conversation:
                           message=f"correlation id {cid} reused while an earlier request was in flight",
                           frame=pkts[1], order=pkts[1])
             self._emit_unanswered(older)
-        self._pending[cid] = _Pending(msg, ts_first, ts_last, no_resp, pkts[0], pkts[1])
+        shared = self.shared
+        if shared.pending_bytes + len(frame) <= PENDING_DECODED_BYTES:
+            shared.pending_bytes += len(frame)
+            pending = _Pending(msg, ts_first, ts_last, no_resp, pkts[0], pkts[1], None, len(frame))
+        else:  # keep the bytes, not the decoded body (header, issues and size stay)
+            msg.body = {}
+            pending = _Pending(msg, ts_first, ts_last, no_resp, pkts[0], pkts[1], bytes(frame))
+        self._pending[cid] = pending
         while len(self._pending) > self.max_in_flight:
             _cid, oldest = self._pending.popitem(last=False)
             self._emit_unanswered(oldest)
@@ -287,11 +327,36 @@ class Conversation:
                               message=f"response to correlation id {cid} arrived before the one to {other_cid}",
                               frame=other.pkt_last, response_frame=pkts[1], order=pkts[0])
             self._emit_unanswered(other)
-        req = pending.message
+        req = self._request_of(pending)
         resp = decode_response(frame, req.api_key, req.api_version)
         self._after_response(req, resp)
+        n = len(self._events)
         self._emit(req, resp, pending.ts_first, pending.ts_last, ts_first, ts_last, STATUS_PAIRED,
                    packets=(pending.pkt_first, pending.pkt_last, pkts[0], pkts[1]))
+        self._frame_backed(pending, n)
+
+    def _request_of(self, pending: _Pending) -> Message:
+        """The request of a pending entry leaving the in-flight set, decoded again (and
+        redacted) when only its bytes were kept."""
+        if pending.counted:
+            self.shared.pending_bytes -= pending.counted
+            pending.counted = 0
+        if pending.frame is None:
+            return pending.message
+        msg = decode_request(pending.frame)
+        if self.redact:
+            redact_message(msg.api_key, True, msg.header, msg.body, self.sasl_mechanism)
+        return msg
+
+    def _frame_backed(self, pending: _Pending, n: int) -> None:
+        """After _emit of a request that waited as bytes: its exchange (the first one from
+        event ``n`` on) keeps the frame instead of the decoded body."""
+        if pending.frame is None:
+            return
+        for ev in self._events[n:]:
+            if type(ev) is Exchange and ev.request is not None:
+                ev.request = FrameBackedRequest(ev.request, pending.frame, self.redact, self.sasl_mechanism)
+                return
 
     def oldest_pending_packet(self, since: float) -> int:
         """The packet of the first byte of the oldest request still waiting for its answer
@@ -401,8 +466,10 @@ class Conversation:
                           api=pending.message.api_key, cid=pending.message.correlation_id,
                           message="request never answered in the capture",
                           frame=pending.pkt_last, order=pkt if ts is not None else pending.pkt_last)
-        self._emit(pending.message, None, pending.ts_first, pending.ts_last, None, None, status,
+        n = len(self._events)
+        self._emit(self._request_of(pending), None, pending.ts_first, pending.ts_last, None, None, status,
                    packets=(pending.pkt_first, pending.pkt_last, 0, 0))
+        self._frame_backed(pending, n)
 
     # -- building rows -----------------------------------------------------------------------
 
