@@ -537,15 +537,70 @@ def cmd_decode(args) -> int:
         for ev in _events(args, FileRun()):
             if not isinstance(ev, Exchange) or (keep is not None and not keep(ev.row())):
                 continue
-            obj = exchange_json(ev, args.values)
+            # a Produce/Fetch of many records is written as it is decoded (bounded memory)
+            lazy = ev.api_key in (0, 1) and _record_count(ev) > STREAM_RECORDS_OVER
+            obj = exchange_json(ev, args.values, lazy)
             for col in ("request_ts", "response_ts"):
                 obj[col] = iso_utc(obj[col])
-            out.write(json.dumps(obj, default=_json_default, ensure_ascii=False) + "\n")
+            if lazy:
+                _write_streaming(obj, out)
+            else:
+                out.write(json.dumps(obj, default=_json_default, ensure_ascii=False) + "\n")
             out.flush()
     finally:
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+STREAM_RECORDS_OVER = 10_000  # records in an exchange past which decode writes its JSON as it goes
+
+
+def _record_count(ex: Exchange) -> int:
+    from kwinspect.stream.findings import iter_record_sets
+
+    n = 0
+    for msg in (ex.request, ex.response):
+        if msg is not None:
+            for _topic, _partition, rs in iter_record_sets(ex.api_key, msg.body):
+                n += sum(max(0, b.record_count or 0) for b in rs.batches)
+    return n
+
+
+def _write_streaming(obj: Any, out: Any) -> None:
+    """One JSON line equal to json.dumps(obj), its record arrays (LazyJsonArray) written one
+    record at a time: the rest is dumped with placeholders (a random nonce, so no capture
+    content can fake one) that are then filled in as the records are decoded."""
+    import uuid
+
+    from kwinspect.protocol.records import LazyJsonArray
+
+    nonce = uuid.uuid4().hex
+    arrays: list[LazyJsonArray] = []
+
+    def swap(node: Any) -> Any:
+        if type(node) is LazyJsonArray:
+            arrays.append(node)
+            return f"{nonce}:{len(arrays) - 1}"
+        if isinstance(node, dict):
+            return {k: swap(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [swap(v) for v in node]
+        return node
+
+    text = json.dumps(swap(obj), default=_json_default, ensure_ascii=False)
+    pos = 0
+    for m in re.finditer(f'"{nonce}:(\\d+)"', text):
+        out.write(text[pos:m.start()])
+        out.write("[")
+        sep = ""
+        for item in arrays[int(m.group(1))]:
+            out.write(sep)
+            out.write(json.dumps(item, default=_json_default, ensure_ascii=False))
+            sep = ", "
+        out.write("]")
+        pos = m.end()
+    out.write(text[pos:] + "\n")
 
 
 def _json_default(value: Any) -> Any:

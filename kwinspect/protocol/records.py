@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kwinspect.model import (
@@ -846,8 +846,9 @@ class RecordSet:
         for b in self.batches:
             yield from b.iter_records()
 
-    def to_json(self, values: str = "auto", records: bool = True) -> dict[str, Any]:
-        """Plain, JSON-serialisable rendering (batches with their records)."""
+    def to_json(self, values: str = "auto", records: bool = True, lazy: bool = False) -> dict[str, Any]:
+        """Plain, JSON-serialisable rendering (batches with their records). ``lazy``: each
+        batch's records are a LazyJsonArray, decoded while json's encoder writes them."""
         out_batches = []
         for b in self.batches:
             d: dict[str, Any] = {
@@ -872,7 +873,9 @@ class RecordSet:
                 "base_sequence": b.base_sequence,
                 "record_count": b.record_count,
             }
-            if records:
+            if records and lazy:
+                d["records"] = LazyJsonArray(lambda b=b: (r.to_json(values) for r in b.iter_records()))
+            elif records:
                 d["records"] = [r.to_json(values) for r in b.iter_records()]
             out_batches.append(d)
         return {
@@ -882,6 +885,22 @@ class RecordSet:
             "batches": out_batches,
             "issues": [i.as_dict() for i in self.issues],
         }
+
+
+class LazyJsonArray(list):
+    """A JSON array whose items are made while it is written: the pure-Python encoder of
+    ``json.JSONEncoder.iterencode`` iterates it (the C one would not), so a Produce of
+    millions of records is rendered one record at a time. Empty as a list otherwise."""
+
+    def __init__(self, items: Callable[[], Iterator[Any]]) -> None:
+        super().__init__()
+        self._items = items
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return 1  # the encoder writes '[]' for an empty list without iterating it
 
 
 def parse_record_set(
