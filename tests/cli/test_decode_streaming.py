@@ -4,8 +4,6 @@ in bounded memory."""
 from __future__ import annotations
 
 import json
-import resource
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from kwinspect import cli
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 from fuzz_regressions import element_floods  # noqa: E402
+from helpers.peak import run_with_peak  # noqa: E402
 
 CAPTURES = sorted((ROOT / "captures").glob("*.pcap"))
 
@@ -31,9 +30,8 @@ def test_streamed_lines_equal_the_whole_ones(path, capsys, monkeypatch):
 
 def test_a_produce_of_600k_records_is_decoded_in_bounded_memory(tmp_path):
     path = element_floods.many_records(tmp_path / "many.pcap", 2, 300_000)
-    proc = subprocess.run([sys.executable, "-m", "kwinspect", "decode", "-q", str(path)], capture_output=True,
-                          text=True, cwd=ROOT, check=True)
-    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >> 10
+    proc, peak_mib = run_with_peak([sys.executable, "-m", "kwinspect", "decode", "-q", str(path)], cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
     line = json.loads(proc.stdout)
     batches = line["request"]["body"]["topic_data"][0]["partition_data"][0]["records"]["batches"]
     assert [len(b["records"]) for b in batches] == [300_000, 300_000]
