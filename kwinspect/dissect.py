@@ -289,9 +289,9 @@ class Dissector:
 
     @staticmethod
     def _conn_start(conn: _Conn, since: float) -> int:
-        low = 0
         if not conn.decided:
             return conn.held[0][4] if conn.held else 0
+        low = 0
         for splitter in conn.splitters.values():
             pkt = splitter.first_buffered_packet()
             if pkt and (not low or pkt < low):
@@ -304,8 +304,9 @@ class Dissector:
         return low
 
     def _record_start(self, conn: _Conn, since: float, fresh: int | None = None) -> None:
+        # (closed connections never get here: _close drops them from _dirty and zeroes start)
         if fresh is None:
-            fresh = self._conn_start(conn, since) if conn.info.closed is None else 0
+            fresh = self._conn_start(conn, since)
         if fresh != conn.start:
             conn.start = fresh
             if fresh:

@@ -74,8 +74,8 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
         rows = RowOrder()  # rows in capture order (stream/row_order.py)
         push = rows.push
         # A pipe (`tcpdump -U -w - | kwinspect exchanges -`) is read as it arrives: rows go
-        # out as soon as they are in order, not every WATERMARK_EVERY packets (the look
-        # at every connection per completed exchange costs little at a live rate).
+        # out as soon as they are in order, not every WATERMARK_EVERY packets (a watermark
+        # per packet that completes something costs little at a live rate).
         eager = any(p == STDIN or not os.path.isfile(p) for p in run.paths)
         for raw in _merged(sources):
             feed(raw)

@@ -52,7 +52,6 @@ import heapq
 import multiprocessing as mp
 import os
 import pickle
-import socket
 import threading
 import traceback
 import zlib
@@ -64,7 +63,7 @@ from typing import Any
 from kwinspect.capture.files import FileRun, ProgressFn, _merged, dissect_files
 from kwinspect.capture.packets import SYN
 from kwinspect.capture.readers import open_capture
-from kwinspect.capture.tcp import StreamOpened, TcpStreamNumbers
+from kwinspect.capture.tcp import StreamOpened, TcpStreamNumbers, endpoint_key
 from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
 from kwinspect.stream.conversation import (
@@ -248,18 +247,6 @@ class _ConversationStub:
         self.stream = stream
 
 
-_EP_BYTES: dict[Endpoint, bytes] = {}
-
-
-def _ep_key(ep: Endpoint) -> bytes:
-    key = _EP_BYTES.get(ep)
-    if key is None:
-        if len(_EP_BYTES) > 100_000:
-            _EP_BYTES.clear()
-        fam = socket.AF_INET6 if ":" in ep.ip else socket.AF_INET
-        key = _EP_BYTES[ep] = socket.inet_pton(fam, ep.ip) + ep.port.to_bytes(2, "big")
-    return key
-
 
 class _RecordSetSummary:
     """What ``summary`` reads of a RecordSet (count and size), and what
@@ -418,24 +405,24 @@ class _CaptureStreams:
         self.numbers = TcpStreamNumbers()
         self.key = b""
 
-    def _see_key(self, key: bytes, flags: int, seq: int) -> int | None:
-        rkey = _reverse_key(key)
+    def _see_key(self, key: bytes, rkey: bytes, flags: int, seq: int) -> int | None:
         return self.numbers.see(key if key <= rkey else rkey, 0 if key <= rkey else 1, flags, seq)
 
     def see(self, _conn_key: Any, _side: int, flags: int, seq: int) -> int | None:
         """TcpReassembler's call, about the segment of the packet being fed."""
-        return self._see_key(self.key, flags, seq)
+        return self._see_key(self.key, _reverse_key(self.key), flags, seq)
 
     def other(self, key: bytes, flags: int, seq: int) -> None:
         """A packet of a connection another worker owns: numbered when it is a SYN or the
         first of its direction (no set of seen directions: a flood would make it big)."""
-        if not flags & SYN and self.numbers.knows_direction(key, _reverse_key(key)):
+        rkey = _reverse_key(key)
+        if not flags & SYN and self.numbers.knows_direction(key, rkey):
             return
-        self._see_key(key, flags, seq)
+        self._see_key(key, rkey, flags, seq)
 
 
 def _seg_keys(seg) -> tuple[bytes, bytes]:
-    a, b = _ep_key(seg.src), _ep_key(seg.dst)
+    a, b = endpoint_key(seg.src), endpoint_key(seg.dst)
     return a[:-2] + b[:-2] + a[-2:] + b[-2:], b[:-2] + a[:-2] + b[-2:] + a[-2:]
 
 

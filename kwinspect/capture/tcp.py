@@ -212,21 +212,24 @@ class TcpStreamNumbers:
             shift = self._NUM_BITS + self._BASE_BITS
         return rec is not None and bool((rec >> shift) & self._BASE_MASK)
 
-    def number(self, key) -> int | None:
-        """The current stream number of a 4-tuple (None when not seen or not numbered)."""
-        rec = self._recs.get(key)
-        return (rec & self._NUM_MASK) - 1 if rec is not None and rec & self._NUM_MASK else None
-
 
 def pair_key(a: model.Endpoint, b: model.Endpoint) -> bytes:
     """A compact key for the 4-tuple of ``a`` and ``b`` in this order (TcpStreamNumbers)."""
-    return _ep_bytes(a) + _ep_bytes(b)
+    return endpoint_key(a) + endpoint_key(b)
 
 
-def _ep_bytes(ep: model.Endpoint) -> bytes:
-    ip = ep.ip
-    packed = socket.inet_pton(socket.AF_INET6 if ":" in ip else socket.AF_INET, ip)
-    return packed + ep.port.to_bytes(2, "big")
+_EP_BYTES: dict[model.Endpoint, bytes] = {}
+
+
+def endpoint_key(ep: model.Endpoint) -> bytes:
+    """The packed address and port of an endpoint, as they are in the packet (cached)."""
+    key = _EP_BYTES.get(ep)
+    if key is None:
+        if len(_EP_BYTES) > 100_000:
+            _EP_BYTES.clear()
+        fam = socket.AF_INET6 if ":" in ep.ip else socket.AF_INET
+        key = _EP_BYTES[ep] = socket.inet_pton(fam, ep.ip) + ep.port.to_bytes(2, "big")
+    return key
 
 
 @dataclass(slots=True)
