@@ -358,6 +358,9 @@ class FrameSplitter:
         # into it (only while _need_off is ahead; see _flatten)
         self._parts: list[bytes] = []
         self._parts_len = 0
+        # (offset, ts, packet number) of each part: _chunks entries for when a gap or the
+        # end cuts the frame and its bytes go back to the buffer (issues may point inside)
+        self._part_chunks: list[tuple[int, float, int]] = []
         self._landing = False  # the hunt starts where a trusted size said a frame starts
 
         self.fed_bytes = 0
@@ -445,10 +448,12 @@ class FrameSplitter:
         end_off = self._base + len(buf) + self._parts_len + n
         need = self._need_off
         if end_off < need:
-            # Still inside a frame whose size is known: nothing to decide yet.  No
-            # (offset, ts) entry either: timestamps are only asked for at a frame's
-            # first byte (in an earlier chunk) and its last one (in a later chunk).
+            # Still inside a frame whose size is known: nothing to decide yet. Its
+            # (offset, ts) entry is set aside: a complete frame only asks for the ts of
+            # its first byte (in an earlier chunk) and its last one (this call's), but a
+            # gap or the end of the stream can cut the frame and then ask anywhere.
             # The chunk is kept as it is (no copy) until the frame is complete.
+            self._part_chunks.append((end_off - n, ts, pkt))
             parts.append(data if type(data) is bytes else bytes(data))
             self._parts_len += n
             self.fed_bytes += n
@@ -618,6 +623,7 @@ class FrameSplitter:
         self.frame_bytes += need - off
         self.fed_bytes += k
         parts.clear()
+        self._part_chunks.clear()
         self._parts_len = 0
         self._need_off = 0
         buf.clear()
@@ -639,6 +645,8 @@ class FrameSplitter:
             buf += part
         self._parts.clear()
         self._parts_len = 0
+        self._chunks.extend(self._part_chunks)
+        self._part_chunks.clear()
 
     def _chunk_at(self, offset: int) -> tuple[int, float, int]:
         """(offset, ts, packet number) of the chunk that holds ``offset``."""
