@@ -161,8 +161,8 @@ def bench(label, frame, resp, seconds):
 
 def capture_frames(path: str, ports: str | None):
     """Every request frame and (response frame, key, version) the driver decodes."""
-    from kwinspect.capture.files import dissect_file
     from kwinspect.dissect import DissectConfig
+    from kwinspect.run.files import dissect_file
     from kwinspect.stream import conversation
 
     requests, responses = [], []

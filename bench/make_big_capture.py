@@ -35,8 +35,8 @@ def load(path: str) -> tuple[int, list[tuple[float, bytes]]]:
 
 
 def count_exchanges(path: str) -> int:
-    from kwinspect.capture.files import dissect_file
     from kwinspect.model import Exchange
+    from kwinspect.run.files import dissect_file
 
     return sum(isinstance(e, Exchange) for e in dissect_file(path))
 

@@ -105,9 +105,9 @@ def make_files(source: str, out_dir: str, total_mb: int, file_mb: int) -> list[s
 
 def single_process(files: list[str], out_dir: str) -> dict:
     sys.path.insert(0, ROOT)
-    from kwinspect.capture.files import dissect_files
     from kwinspect.export.writers import ParquetWriter
     from kwinspect.model import ErrorRow, Exchange
+    from kwinspect.run.files import dissect_files
 
     os.makedirs(out_dir, exist_ok=True)
     t = time.monotonic()

@@ -37,8 +37,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from kwinspect.analyze.filter import compile_filter
-    from kwinspect.capture.files import dissect_file
     from kwinspect.model import EXCHANGE_COLUMNS, Exchange
+    from kwinspect.run.files import dissect_file
     from kwinspect.tui.exporting import write_view
     from kwinspect.tui.store import ExchangeStore, compact
     from kwinspect.tui.view import ViewSpec, compute_view

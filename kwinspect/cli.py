@@ -17,7 +17,6 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
-from kwinspect.capture.files import FileRun, dissect_files
 from kwinspect.capture.readers import CaptureFormatError
 from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
 from kwinspect.model import (
@@ -29,6 +28,7 @@ from kwinspect.model import (
     RecordRow,
     plural,
 )
+from kwinspect.run.files import FileRun, dissect_files
 
 PROG = "kwinspect"
 VALUE_MODES = ("auto", "utf8", "hex", "base64")
@@ -266,7 +266,7 @@ def _check_inputs(paths: list[str]) -> None:
     if paths.count("-") > 1:
         raise UsageError("standard input (-) can be read only once")
     for path in paths:
-        if path == "-":  # standard input (kwinspect.capture.files.STDIN)
+        if path == "-":  # standard input (kwinspect.run.files.STDIN)
             continue
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path}: no such file")
@@ -285,7 +285,7 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> I
     total = sum(os.path.getsize(p) for p in args.pcap if p != "-")
     with Progress(total, "reading", enabled=False if args.quiet else None) as progress:
         if getattr(args, "jobs", 1) > 1 and "-" not in args.pcap:  # a pipe cannot be split
-            from kwinspect.capture.parallel import dissect_files_parallel
+            from kwinspect.run.parallel import dissect_files_parallel
 
             # exchanges/errors rows and latency stats need no decoded bodies, summary only record
             # counts and sizes: do not ship the rest between processes
@@ -366,8 +366,8 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     writes them (dissect_files_parallel's ``render``)."""
     if getattr(args, "jobs", 1) <= 1 or fmt not in ("jsonl", "csv") or getattr(args, "records", False):
         return None  # (errors --records needs the exchanges in the main process)
-    from kwinspect.capture.parallel import DROP
     from kwinspect.export.writers import TextRenderer
+    from kwinspect.run.parallel import DROP
 
     text = TextRenderer(fmt, table, csv_exact=getattr(args, "csv_exact", False))
     want = ErrorRow if table == "errors" else Exchange
@@ -736,7 +736,7 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 def cmd_live(args) -> int:
     from kwinspect.capture.live import LiveCaptureError, LiveFilterError, capture_filter
-    from kwinspect.live_session import LiveOptions, run_live
+    from kwinspect.run.live_session import LiveOptions, run_live
 
     columns = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS,
                "none": EXCHANGE_COLUMNS}[args.table]

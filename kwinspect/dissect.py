@@ -5,18 +5,24 @@ back ``Exchange`` and ``ErrorRow`` values in capture order, so the offline CLI,
 live capture, the TUI and Spark executors all run this same code.
 
     d = Dissector(DissectConfig(kafka_ports={9092}))
-    for raw in packets: d.feed_packet(raw); handle(d.pop_events())
-    d.finish(); handle(d.pop_events())
+    for raw in packets: d.feed_packet(raw); handle(d.drain())
+    d.finish(); handle(d.drain())
+
+Front ends do not drive it by hand: kwinspect.run.loop.PacketLoop is the one loop
+(files, --jobs workers, the TUI indexer, live capture). What a front end injects
+(shared state, the set of proven brokers, a frame tap, an idle-check schedule)
+goes through the constructor; nothing outside this module touches its private state.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, MutableSet
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from typing import Any
 
-from kwinspect.capture.packets import _IP4, _TCPH, PacketParser, TcpSegment
+from kwinspect.capture.packets import IP4_HEADER, TCP_HEADER, PacketParser, TcpSegment
 from kwinspect.capture.tcp import (
     StreamClosed,
     StreamData,
@@ -54,6 +60,9 @@ DEFAULT_KAFKA_PORTS = frozenset({9092})
 DETECT_BUFFER = 64 * 1024
 
 Event = Exchange | ErrorRow
+# on_frame(stream, direction, frame): every complete Kafka frame, before it is decoded
+# (direction "request" or "response"); the TUI keeps them for its hex view.
+FrameHook = Callable[[str, str, bytes], None]
 
 
 @dataclass
@@ -120,19 +129,44 @@ class DissectStats:
 
 
 class Dissector:
-    """Feed packets, pull exchanges and errors."""
+    """Feed packets, pull exchanges and errors.
 
-    conversation_class = Conversation  # per-connection state; capture/parallel.py's workers record lookups
+    What front ends inject, all optional:
 
-    def __init__(self, config: DissectConfig | None = None) -> None:
+    - ``shared``: the topic-name and broker tables (Spark gives each connection's
+      dissector a view of the capture-wide ones);
+    - ``known_brokers``: the set of broker endpoints proven on some connection, which
+      decides the direction of a connection on an undeclared port (--jobs workers
+      record every question asked of it);
+    - ``conversation_class``: the per-connection state (workers record lookups);
+    - ``on_frame``: a tap on every complete frame (FrameHook);
+    - ``on_close``: called with a connection's ConnectionInfo when it has closed and
+      emitted its last rows;
+    - ``keep_conversations=False``: a closed connection keeps only a
+      ConversationSummary, not its Conversation (the TUI, with 100k+ connections);
+    - ``idle_checks=False``: no idle flushes of its own; the caller calls
+      ``flush_idle(ts)`` on its own schedule (Spark: the capture-wide one).
+    """
+
+    # in-order data goes straight to _on_data, without a StreamData per segment; a
+    # subclass that watches every TCP event (--jobs workers) turns this off
+    direct_data = True
+
+    def __init__(self, config: DissectConfig | None = None, *, shared: SharedState | None = None,
+                 known_brokers: MutableSet[Endpoint] | None = None,
+                 conversation_class: type[Conversation] = Conversation, on_frame: FrameHook | None = None,
+                 on_close: Callable[[ConnectionInfo], None] | None = None, keep_conversations: bool = True, idle_checks: bool = True) -> None:
         self.config = config or DissectConfig()
         self.parser = PacketParser()
         self.tcp = TcpReassembler(idle_timeout=self.config.idle_timeout)
-        if type(self)._on_tcp is Dissector._on_tcp and type(self)._on_data is Dissector._on_data:
-            # in-order data straight to _on_data, without a StreamData per segment
-            # (not for subclasses that watch every TCP event, like --jobs workers)
+        if self.direct_data:
             self.tcp.data_sink = self._on_data
-        self.shared = SharedState()
+        self.conversation_class = conversation_class
+        self.on_frame = on_frame
+        self.on_close = on_close
+        self.keep_conversations = keep_conversations
+        self.idle_checks = idle_checks
+        self.shared = shared if shared is not None else SharedState()
         self.stats = DissectStats()
         self.connections: dict[Any, ConnectionInfo] = {}
         self._conns: dict[Any, _Conn] = {}
@@ -144,8 +178,11 @@ class Dissector:
         self._start_serial = 0
         self._events: list[Event] = []
         self._last_ts = 0.0
-        self._next_idle_check = 0.0
-        self._known_brokers: set[Endpoint] = set()  # broker endpoints proven on other connections
+        # capture time of the next idle flush: callers that skip advance() for speed
+        # (--jobs workers) compare a packet's time with it first
+        self.next_idle_check = 0.0 if idle_checks else float("inf")
+        # broker endpoints proven on other connections
+        self.known_brokers: MutableSet[Endpoint] = known_brokers if known_brokers is not None else set()
         self._closed_order: deque = deque()  # closed connection ids, oldest first
         self._pruned_packets = {"kafka": 0, "non_kafka": 0}  # of closed connections dropped from memory
         # No silent loss: every packet is counted once, see packet_counts().
@@ -173,30 +210,33 @@ class Dissector:
         # Everything else takes parse, which re-checks everything.
         ts, linktype, data, _wire, index = raw
         if linktype == 1 and data[12:14] == b"\x08\x00" and len(data) >= 54:
-            vihl, _tos, total, _id, frag, _ttl, proto, _sum, src, dst = _IP4(data, 14)
+            vihl, _tos, total, _id, frag, _ttl, proto, _sum, src, dst = IP4_HEADER(data, 14)
             if vihl == 0x45 and proto == 6 and not frag & 0x3FFF and 40 <= total <= len(data) - 14:
-                sport, dport, seq, ack, doff, flags = _TCPH(data, 34)
+                sport, dport, seq, ack, doff, flags = TCP_HEADER(data, 34)
                 hl = (doff >> 4) * 4
                 if 20 <= hl <= total - 20:
                     pstats.packets += 1
                     pstats.tcp += 1
-                    cache = parser._ep_cache
-                    a = cache.get((src, sport)) or parser._endpoint(src, sport)
-                    b = cache.get((dst, dport)) or parser._endpoint(dst, dport)
+                    cache = parser.endpoints
+                    a = cache.get((src, sport)) or parser.endpoint(src, sport)
+                    b = cache.get((dst, dport)) or parser.endpoint(dst, dport)
                     self.feed_segment(_new(TcpSegment, (ts, a, b, seq, ack, flags, data[34 + hl:14 + total],
                                                         index, 0)), 1)
                     return
         tcp_before = pstats.tcp
         seg = parser.parse(raw)
-        if len(parser.issues) > self._parser_issues_seen:
-            self._report_parser_issues(raw.ts)
+        self.report_parser_issues(raw.ts)
         if seg is not None:
             # a reassembled IP datagram stands for all of its fragment packets
             n = pstats.tcp - tcp_before
             self.feed_segment(seg, n if n > 1 else 1)
 
-    def _report_parser_issues(self, ts: float | None) -> None:
-        """Malformed packets, unknown link types, incomplete IP datagrams: errors rows too."""
+    def report_parser_issues(self, ts: float | None) -> None:
+        """Malformed packets, unknown link types, incomplete IP datagrams: errors rows too
+        (called after each packet the parser parsed; a caller that runs the parser itself,
+        like a --jobs worker, calls it the same way)."""
+        if len(self.parser.issues) <= self._parser_issues_seen:
+            return
         pkt = self.stats.packets
         for issue in self.parser.issues[self._parser_issues_seen:]:
             self._events.append(ErrorRow(kind=issue.kind, message=issue.message, ts=ts, frame=pkt or None,
@@ -230,26 +270,29 @@ class Dissector:
             self._stray_packets += _packets
         else:
             info.packets += _packets
-        if ts >= self._next_idle_check:
-            self._flush_idle(ts)
+        if ts >= self.next_idle_check:
+            self.flush_idle(ts)
 
     def advance(self, ts: float) -> None:
         """Capture time passes without a segment for this dissector: a TCP segment of a
         connection another dissector decodes went by (--jobs workers see every packet).
         Idle connections are flushed at the same packets as when every segment is fed."""
         self._last_ts = ts
-        if ts >= self._next_idle_check:
-            self._flush_idle(ts)
+        if ts >= self.next_idle_check:
+            self.flush_idle(ts)
 
-    def _flush_idle(self, ts: float) -> None:
-        self._next_idle_check = ts + 60.0
+    def flush_idle(self, ts: float) -> None:
+        """Close the connections idle for ``config.idle_timeout`` at capture time ``ts``
+        (and, with idle checks on, schedule the next check a minute later)."""
+        if self.idle_checks:
+            self.next_idle_check = ts + 60.0
         for ev in self.tcp.flush_idle(ts):
             self._on_tcp(ev)
 
     def finish(self) -> None:
         """End of input: flush reassembly, framing and every in-flight request."""
         self.parser.finish()
-        self._report_parser_issues(self._last_ts)
+        self.report_parser_issues(self._last_ts)
         if self.parser.issues_dropped:
             self._events.append(ErrorRow(
                 kind="limit_exceeded", ts=self._last_ts,
@@ -316,9 +359,24 @@ class Dissector:
                     self._starts = [e for e in self._starts if e[2].start == e[0]]
                     heapify(self._starts)
 
-    def pop_events(self) -> list[Event]:
+    @property
+    def last_ts(self) -> float:
+        """Capture time of the last packet fed (or passed with advance())."""
+        return self._last_ts
+
+    @property
+    def has_events(self) -> bool:
+        """Rows are waiting for drain() (most packets complete none)."""
+        return bool(self._events)
+
+    def drain(self) -> list[Event]:
+        """The rows completed since the last call, in the order they completed."""
         events, self._events = self._events, []
         return events
+
+    def connection(self, a: Endpoint, b: Endpoint) -> ConnectionInfo | None:
+        """The connection between two endpoints (either order), if it is still known."""
+        return self._conn_by_tuple.get((a, b) if a <= b else (b, a))
 
     def packet_counts(self) -> dict[str, int]:
         """Where every packet went (no silent loss); after finish() the parts sum to ``packets``.
@@ -434,8 +492,8 @@ class Dissector:
         self.stats.kafka_bytes += len(data)
         splitter = conn.splitters[src]
         splitter.feed(data, ts, self.stats.packets)
-        if splitter._events:  # most segments of large frames complete none: nothing to drain
-            self._drain(conn, src)
+        if splitter.ready:  # most segments of large frames complete none: nothing to drain
+            self._frames_to_conversation(conn, src)
 
     def _on_gap(self, conn_id, src: Endpoint, dst: Endpoint, nbytes: int, ts: float) -> None:
         conn = self._conns.get(conn_id)
@@ -453,7 +511,7 @@ class Dissector:
             conn.held.append((src, "gap", nbytes, ts, pkt))
             return
         conn.splitters[src].gap(nbytes, ts, pkt)
-        self._drain(conn, src)
+        self._frames_to_conversation(conn, src)
 
     # -- deciding what a connection carries ------------------------------------------
 
@@ -471,7 +529,7 @@ class Dissector:
             return
         # A broker endpoint already seen on another connection settles it.
         for side, other in ((info.a, info.b), (info.b, info.a)):
-            if side in self._known_brokers and other not in self._known_brokers:
+            if side in self.known_brokers and other not in self.known_brokers:
                 info.client, info.broker = other, side
                 info.stream = stream_name(other, side)
                 self._start_kafka(conn, ts)
@@ -535,7 +593,7 @@ class Dissector:
         info = conn.info
         info.kind = "kafka"
         conn.decided = True
-        self._known_brokers.add(info.broker)
+        self.known_brokers.add(info.broker)
         self.stats.kafka_connections += 1
         conv = self.conversation_class(info.client, info.broker, shared=self.shared, redact=self.config.redact,
                                        max_in_flight=self.config.max_in_flight, tcp_stream=info.tcp_stream)
@@ -555,19 +613,22 @@ class Dissector:
                 conn.splitters[src].feed(payload, hts, hpkt)
             else:
                 conn.splitters[src].gap(payload, hts, hpkt)
-            self._drain(conn, src)
+            self._frames_to_conversation(conn, src)
 
     # -- frames -> conversation -----------------------------------------------------
 
-    def _drain(self, conn: _Conn, src: Endpoint) -> None:
+    def _frames_to_conversation(self, conn: _Conn, src: Endpoint) -> None:
         info = conn.info
         conv = info.conversation
         splitter = conn.splitters[src]
         from_client = src == info.client
+        on_frame = self.on_frame
         for ev in splitter.events():
             if type(ev) is Frame:
                 data, _offset, ts_first, ts_last, pkt_first, pkt_last = ev
                 conv.frame_packets = (pkt_first, pkt_last)
+                if on_frame is not None:
+                    on_frame(conv.stream, "request" if from_client else "response", data)
                 if from_client:
                     conv.on_request(data, ts_first, ts_last)
                     if conv.last_correlation_id is not None:
@@ -607,11 +668,15 @@ class Dissector:
             self._set_kind(conn, "not_kafka", ts, why)
         for src, splitter in conn.splitters.items():
             splitter.finish()
-            self._drain(conn, src)
+            self._frames_to_conversation(conn, src)
             info.accounting["to_broker" if src == info.client else "to_client"] = splitter.accounting()
         if info.conversation is not None:
             info.conversation.close(ts, self.stats.packets)
             self._events.extend(info.conversation.pop_events())
+            if not self.keep_conversations:
+                info.conversation = info.conversation.summary()
+        if self.on_close is not None:
+            self.on_close(info)
         self._closed_order.append(conn_id)
         while len(self._closed_order) > self.config.keep_closed_connections:
             old_id = self._closed_order.popleft()

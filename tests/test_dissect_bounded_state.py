@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from kwinspect.capture.files import FileRun, dissect_files
 from kwinspect.dissect import DissectConfig
+from kwinspect.run.files import FileRun, dissect_files
 
 CAPTURES = sorted((Path(__file__).resolve().parents[1] / "captures").glob("*.pcap"))
 

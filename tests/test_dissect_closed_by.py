@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from kwinspect.capture.files import FileRun, dissect_files
 from kwinspect.dissect import DissectConfig
+from kwinspect.run.files import FileRun, dissect_files
 
 CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "captures", "*.pcap")))
 TSHARK = shutil.which("tshark")

@@ -31,9 +31,9 @@ def _run(cls, segments, keep: int):
     events = []
     for seg in segments:
         d.feed_segment(seg, 1)
-        events += [e.row() for e in d.pop_events()]
+        events += [e.row() for e in d.drain()]
     d.finish()
-    events += [e.row() for e in d.pop_events()]
+    events += [e.row() for e in d.drain()]
     conns = [(str(k), i.packets, i.kind, dict(i.bytes), i.closed) for k, i in d.connections.items()]
     return events, d.packet_counts(), conns, d.packet_accounting_error()
 

@@ -31,8 +31,7 @@ class ParsingDissector(Dissector):
         pstats = parser.stats
         tcp_before = pstats.tcp
         seg = parser.parse(raw)
-        if len(parser.issues) > self._parser_issues_seen:
-            self._report_parser_issues(raw.ts)
+        self.report_parser_issues(raw.ts)
         if seg is not None:
             n = pstats.tcp - tcp_before
             self.feed_segment(seg, n if n > 1 else 1)
@@ -43,9 +42,9 @@ def _run(cls, packets, ports=frozenset({9092})):
     events = []
     for raw in packets:
         d.feed_packet(raw)
-        events += [e.row() for e in d.pop_events()]
+        events += [e.row() for e in d.drain()]
     d.finish()
-    events += [e.row() for e in d.pop_events()]
+    events += [e.row() for e in d.drain()]
     p = d.parser
     return (events, d.packet_counts(), d.packet_accounting_error(), p.stats,
             [(i.kind, i.message) for i in p.issues], d.tcp.stats)

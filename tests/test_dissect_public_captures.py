@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kwinspect.capture.files import dissect_file
 from kwinspect.dissect import DissectConfig
 from kwinspect.model import ErrorRow, Exchange
+from kwinspect.run.files import dissect_file
 
 PUBLIC = Path(__file__).resolve().parents[1].parent / "shared" / "captures-public"
 pytestmark = pytest.mark.skipif(not PUBLIC.is_dir(), reason=f"public captures not found at {PUBLIC}")

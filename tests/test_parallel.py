@@ -12,11 +12,11 @@ import pytest
 
 from kwinspect import cli
 from kwinspect.analyze.records import records_from_exchange
-from kwinspect.capture import parallel
-from kwinspect.capture.files import FileRun, dissect_files
-from kwinspect.capture.parallel import MergedDissector, dissect_files_parallel
 from kwinspect.dissect import DissectConfig
 from kwinspect.model import Exchange
+from kwinspect.run import parallel
+from kwinspect.run.files import FileRun, dissect_files
+from kwinspect.run.parallel import MergedDissector, dissect_files_parallel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAPTURES = sorted(glob.glob(os.path.join(ROOT, "captures", "*.pcap")))

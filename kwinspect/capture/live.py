@@ -28,8 +28,8 @@ Details that matter for correctness:
   wire length comes from it too (``tp_len``).
 * Kernel drop counts: ``PACKET_STATISTICS`` (read-and-reset, accumulated here).
 
-``live_events`` runs the Dissector over a capture with stop conditions, and
-``LiveEventSource`` runs that in a thread into a queue (for the TUI).
+Driving the Dissector from a live capture (``live_events``, ``LiveEventSource``)
+is kwinspect.run.live's job: this module only captures.
 """
 
 from __future__ import annotations
@@ -38,13 +38,11 @@ import ctypes
 import datetime as _dt
 import logging
 import os
-import queue
 import select
 import socket
 import struct
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -54,10 +52,8 @@ __all__ = [
     "LiveCaptureError",
     "LiveFilterError",
     "LiveCapture",
-    "LiveEventSource",
     "PcapRotator",
     "capture_filter",
-    "live_events",
 ]
 
 DEFAULT_SNAPLEN = 262_144  # as tcpdump
@@ -543,179 +539,3 @@ class PcapRotator:
     @property
     def kept(self) -> list[str]:
         return self.files[len(self.removed):]
-
-
-# ---------------------------------------------------------------------------
-# The live loop: capture -> Dissector, with stop conditions
-# ---------------------------------------------------------------------------
-
-
-@dataclass
-class StopWhen:
-    """Stop conditions; ``event`` is set from a signal handler or another thread."""
-
-    event: threading.Event
-    duration: float | None = None  # seconds of wall-clock time
-    count: int | None = None  # packets captured (as tcpdump -c / tshark -c)
-
-    def __post_init__(self) -> None:
-        self.started = time.monotonic()
-        self.reason: str | None = None
-        self.drained = 0  # packets read after the stop (the socket's backlog)
-
-    def remaining(self) -> float | None:
-        if self.duration is None:
-            return None
-        return self.duration - (time.monotonic() - self.started)
-
-
-def live_events(capture: LiveCapture, dissector: Any, stop: StopWhen, *,
-                on_packets: Callable[[list[RawPacket]], None] | None = None,
-                tick: float = 0.2, drain: float = 2.0) -> Iterator[Any]:
-    """Exchange/ErrorRow values from a live capture, as they complete.
-
-    Yields ``None`` as an idle tick about every ``tick`` seconds (callers flush
-    outputs and print progress then).  On stop (``stop.event``, ``duration``,
-    ``count``) the packets already queued in the socket are still read, for up
-    to ``drain`` seconds (not for ``count``), then the dissector is finished:
-    requests still waiting for their response come out as ``response_missing``
-    exchanges.  ``on_packets`` sees every batch before the dissector (the -w
-    writer).  Memory stays flat over hours of traffic because the Dissector keeps only
-    its newest ``keep_closed_connections`` closed connections, folding the others into
-    its packet counts.  ``stop.drained`` counts the packets
-    read after the stop (a backlog: decoding was behind the traffic).
-    """
-    feed = dissector.feed_packet
-    pop = dissector.pop_events
-    next_tick = time.monotonic() + tick
-    count = stop.count
-    try:
-        while True:
-            if stop.event.is_set():
-                stop.reason = stop.reason or "stopped"
-                break
-            wait = tick
-            left = stop.remaining()
-            if left is not None:
-                if left <= 0:
-                    stop.reason = "duration"
-                    break
-                wait = min(wait, left)
-            limit = 4096
-            if count is not None:
-                limit = count - capture.counters.packets
-                if limit <= 0:
-                    stop.reason = "count"
-                    break
-                limit = min(limit, 4096)
-            batch = capture.read(wait, limit)
-            if batch:
-                if on_packets is not None:
-                    on_packets(batch)
-                for raw in batch:
-                    feed(raw)
-                events = pop()
-                if events:
-                    yield from events
-            now = time.monotonic()
-            if not batch or now >= next_tick:  # idle, or busy for a whole tick: let the caller flush
-                next_tick = now + tick
-                yield None
-        if stop.reason != "count" and drain > 0:
-            deadline = time.monotonic() + drain
-            while time.monotonic() < deadline:
-                batch = capture.read(0, 4096)
-                if not batch:
-                    break
-                stop.drained += len(batch)
-                if on_packets is not None:
-                    on_packets(batch)
-                for raw in batch:
-                    feed(raw)
-                events = pop()
-                if events:
-                    yield from events
-    finally:
-        capture.kernel_stats()
-    dissector.finish()
-    yield from dissector.pop_events()
-
-
-class LiveEventSource:
-    """Live capture in a background thread, events into a queue (for the TUI).
-
-        src = LiveEventSource("eth0", config, bpf=capture_filter(ports), write="s.pcap")
-        q = src.start(end=END)       # opens the socket now: LiveCaptureError here
-        ...                          # the consumer reads Exchange/ErrorRow values from q
-        src.stop()                   # finishes the dissector, then puts `end` on the queue
-
-    ``dissector`` is the live Dissector (topic names for records), ``error``
-    holds a message if the thread died, ``capture.counters`` the counts.
-    """
-
-    def __init__(self, interface: str, config: Any = None, *, bpf: str | None = None,
-                 dissector: Any = None, snaplen: int = DEFAULT_SNAPLEN, promisc: bool = True,
-                 write: str | None = None, rotate_bytes: int | None = None,
-                 rotate_seconds: float | None = None, max_files: int | None = None,
-                 maxsize: int = 10_000) -> None:
-        from kwinspect.dissect import Dissector
-
-        self.config = config
-        self.dissector = dissector if dissector is not None else Dissector(config)
-        if bpf is None:
-            bpf = capture_filter(None)
-        self.capture = LiveCapture(interface, bpf, snaplen=snaplen, promisc=promisc)
-        self._write = (write, dict(max_bytes=rotate_bytes, every=rotate_seconds, max_files=max_files))
-        self.writer: PcapRotator | None = None
-        self.queue: queue.Queue = queue.Queue(maxsize=maxsize)
-        self.stopped = threading.Event()
-        self.error: str | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self, end: Any = None) -> queue.Queue:
-        self.capture.open()
-        path, rotation = self._write
-        if path:
-            self.writer = PcapRotator(path, self.capture.linktype, self.capture.snaplen, **rotation)
-        self._end = end
-        self._thread = threading.Thread(target=self._run, name="kwinspect-live", daemon=True)
-        self._thread.start()
-        return self.queue
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self.stopped.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        stop = StopWhen(self.stopped)
-        on_packets = None
-        if self.writer is not None:
-            write = self.writer.write
-
-            def on_packets(batch: list[RawPacket]) -> None:
-                for raw in batch:
-                    write(raw)
-        try:
-            for ev in live_events(self.capture, self.dissector, stop, on_packets=on_packets):
-                if ev is None:
-                    if self.writer is not None:
-                        self.writer.tick()
-                    continue
-                while True:  # a full queue slows the reader down; the kernel buffer absorbs it
-                    try:
-                        self.queue.put(ev, timeout=0.2)
-                        break
-                    except queue.Full:
-                        if self.stopped.is_set() and self.queue.full():
-                            break
-        except Exception as exc:  # noqa: BLE001 - a bug in the core: keep the app alive, say so
-            self.error = f"live capture stopped: {type(exc).__name__}: {exc}"
-        finally:
-            self.capture.close()
-            if self.writer is not None:
-                self.writer.close()
-            try:
-                self.queue.put(self._end, timeout=1.0)
-            except queue.Full:
-                pass

@@ -58,8 +58,8 @@ _IPV6_EXT = (0, 43, 60)  # hop-by-hop, routing, destination options
 _IPV6_FRAG, _IPV6_AH, _IPV6_NONE = 44, 51, 59
 
 
-_IP4 = struct.Struct("!BBHHHBBH4s4s").unpack_from
-_TCPH = struct.Struct("!HHIIBB").unpack_from
+IP4_HEADER = struct.Struct("!BBHHHBBH4s4s").unpack_from
+TCP_HEADER = struct.Struct("!HHIIBB").unpack_from
 _new = tuple.__new__
 
 
@@ -134,7 +134,7 @@ class PacketParser:
         self.max_issues = max_issues
         self._frags: dict[tuple, _Datagram] = {}
         self._frag_bytes = 0
-        self._ep_cache: dict[tuple[bytes, int], model.Endpoint] = {}
+        self.endpoints: dict[tuple[bytes, int], model.Endpoint] = {}
         self._unknown_lt: set[int] = set()
         self._u16 = struct.Struct("!H").unpack_from
         self._tcp_hdr = struct.Struct("!HHIIBB").unpack_from
@@ -157,17 +157,17 @@ class PacketParser:
         st.other += 1
         st.other_by_kind[kind] = st.other_by_kind.get(kind, 0) + 1
 
-    def _endpoint(self, ip: bytes, port: int) -> model.Endpoint:
+    def endpoint(self, ip: bytes, port: int) -> model.Endpoint:
         key = (ip, port)
-        ep = self._ep_cache.get(key)
+        ep = self.endpoints.get(key)
         if ep is None:
-            if len(self._ep_cache) > 100_000:
-                self._ep_cache.clear()
+            if len(self.endpoints) > 100_000:
+                self.endpoints.clear()
             if len(ip) == 4:
                 s = socket.inet_ntop(socket.AF_INET, ip)
             else:
                 s = socket.inet_ntop(socket.AF_INET6, ip)
-            ep = self._ep_cache[key] = model.Endpoint(s, port)
+            ep = self.endpoints[key] = model.Endpoint(s, port)
         return ep
 
     # ------------------------------------------------------------------
@@ -180,15 +180,15 @@ class PacketParser:
         # fragmentation, TCP, nothing cut by the snaplen.  Anything else (or anything
         # odd) takes the general path below, which re-checks everything.
         if raw.linktype == 1 and data[12:14] == b"\x08\x00" and len(data) >= 54:
-            vihl, _tos, total, _id, frag, _ttl, proto, _sum, src, dst = _IP4(data, 14)
+            vihl, _tos, total, _id, frag, _ttl, proto, _sum, src, dst = IP4_HEADER(data, 14)
             if vihl == 0x45 and proto == 6 and not frag & 0x3FFF and 40 <= total <= len(data) - 14:
-                sport, dport, seq, ack, doff, flags = _TCPH(data, 34)
+                sport, dport, seq, ack, doff, flags = TCP_HEADER(data, 34)
                 hl = (doff >> 4) * 4
                 if 20 <= hl <= total - 20:
                     st.tcp += 1
-                    cache = self._ep_cache
-                    a = cache.get((src, sport)) or self._endpoint(src, sport)
-                    b = cache.get((dst, dport)) or self._endpoint(dst, dport)
+                    cache = self.endpoints
+                    a = cache.get((src, sport)) or self.endpoint(src, sport)
+                    b = cache.get((dst, dport)) or self.endpoint(dst, dport)
                     return _new(TcpSegment, (raw.ts, a, b, seq, ack, flags,
                                              data[34 + hl:14 + total], raw.index, 0))
         try:
@@ -272,7 +272,7 @@ class PacketParser:
         if n < off + 20:
             self._bad("IPv4 header cut", raw, kind=model.TRUNCATED_PACKET)
             return None
-        vihl, _tos, total, ident, frag, _ttl, proto, _sum, src, dst = _IP4(data, off)
+        vihl, _tos, total, ident, frag, _ttl, proto, _sum, src, dst = IP4_HEADER(data, off)
         ihl = (vihl & 0x0F) * 4
         if vihl >> 4 != 4 or ihl < 20:
             self._bad("bad IPv4 header", raw, f"version/ihl byte 0x{vihl:02x}")
@@ -362,9 +362,9 @@ class PacketParser:
             end = n
             self.stats.truncated += 1
         self.stats.tcp += 1
-        cache = self._ep_cache
-        a = cache.get((src, sport)) or self._endpoint(src, sport)
-        b = cache.get((dst, dport)) or self._endpoint(dst, dport)
+        cache = self.endpoints
+        a = cache.get((src, sport)) or self.endpoint(src, sport)
+        b = cache.get((dst, dport)) or self.endpoint(dst, dport)
         # tuple.__new__ skips the namedtuple's Python-level __new__ (about 1 us per packet)
         return _new(TcpSegment, (raw.ts, a, b, seq, ack, flags, data[p + hl:end], raw.index,
                                  missing))

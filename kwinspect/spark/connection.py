@@ -275,7 +275,7 @@ class AsOfNames(dict):
 
 
 class AsOfBrokers(set):
-    """Dissector._known_brokers for one connection, as of the current capture position."""
+    """Dissector.known_brokers for one connection, as of the current capture position."""
 
     def __init__(self, run: ConnRun, table: GlobalBrokers) -> None:
         super().__init__()
@@ -362,14 +362,12 @@ class ConnRun:
         self.known_lookups: set[tuple[tuple[str, int], Pos]] = set()  # answered False locally
         self.decisions: list[tuple[Pos, Endpoint, Endpoint]] = []  # Kafka found: (pos, client, broker)
         self._decided: set[int] = set()
-        d = self.d = Dissector(config)
         self.names = AsOfNames(self, names)
-        d.shared = SharedState(topic_names=self.names)
-        d._known_brokers = AsOfBrokers(self, brokers)
+        # with `checks`, the capture-wide idle-check schedule replaces the dissector's own
+        self.d = Dissector(config, shared=SharedState(topic_names=self.names),
+                           known_brokers=AsOfBrokers(self, brokers), idle_checks=checks is None)
         self.checks = checks
         self.ci = 0
-        if checks is not None:
-            d._next_idle_check = math.inf  # the capture-wide schedule replaces the local one
         self.started = False
 
     def _run_checks(self, upto: Pos, inclusive: bool) -> None:
@@ -389,8 +387,7 @@ class ConnRun:
             pos, ts = checks[self.ci]
             self.ci += 1
             self.pos = pos
-            for ev in d.tcp.flush_idle(ts):  # what Dissector.feed_segment does at a check
-                d._on_tcp(ev)
+            d.flush_idle(ts)  # what Dissector.feed_segment does at a check
             self._collect()
 
     def feed(self, pos: Pos, seg: TcpSegment) -> None:
@@ -418,7 +415,7 @@ class ConnRun:
 
     def _collect(self) -> None:
         out, conn = self.out, self.conn
-        for ev in self.d.pop_events():
+        for ev in self.d.drain():
             if isinstance(ev, Exchange):
                 out.add("exchanges", conn, ev.row())
                 self._volume(ev)

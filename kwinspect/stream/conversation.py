@@ -177,8 +177,25 @@ class FrameBackedRequest(Message):
         pass  # decoded from the frame on each read
 
 
+@dataclass(frozen=True)
+class ConversationSummary:
+    """What is shown about a connection's Kafka conversation once it has ended: kept in
+    place of the Conversation (its pending maps and protocol state) where thousands of
+    closed connections stay listed (the TUI)."""
+
+    stream: str
+    client_software: tuple[str, str] | None = None
+    sasl_mechanism: str | None = None
+    advertised: dict[int, tuple[int, int]] | None = None
+    requests: int = 0
+
+
 class Conversation:
     """Request/response pairing and protocol state for one TCP connection."""
+
+    def summary(self) -> ConversationSummary:
+        return ConversationSummary(self.stream, self.client_software, self.sasl_mechanism,
+                                   dict(self.advertised) if self.advertised else None, self.requests)
 
     def __init__(self, client: Endpoint, broker: Endpoint, *, shared: SharedState | None = None,
                  redact: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
@@ -331,7 +348,7 @@ class Conversation:
         resp = decode_response(frame, req.api_key, req.api_version)
         self._after_response(req, resp)
         n = len(self._events)
-        self._emit(req, resp, pending.ts_first, pending.ts_last, ts_first, ts_last, STATUS_PAIRED,
+        self.emit(req, resp, pending.ts_first, pending.ts_last, ts_first, ts_last, STATUS_PAIRED,
                    packets=(pending.pkt_first, pending.pkt_last, pkts[0], pkts[1]))
         self._frame_backed(pending, n)
 
@@ -349,7 +366,7 @@ class Conversation:
         return msg
 
     def _frame_backed(self, pending: _Pending, n: int) -> None:
-        """After _emit of a request that waited as bytes: its exchange (the first one from
+        """After emit of a request that waited as bytes: its exchange (the first one from
         event ``n`` on) keeps the frame instead of the decoded body."""
         if pending.frame is None:
             return
@@ -402,7 +419,7 @@ class Conversation:
                       size=len(req_frame))
         resp = Message(False, None, None, {}, describe_sasl_token(frame, mech, False, self.redact),
                        size=len(frame))
-        self._emit(req, resp, rts_first, rts_last, ts_first, ts_last, STATUS_PAIRED, api_label=SASL_API_NAME,
+        self.emit(req, resp, rts_first, rts_last, ts_first, ts_last, STATUS_PAIRED, api_label=SASL_API_NAME,
                    packets=(rpkts[0], rpkts[1], pkts[0], pkts[1]))
 
     def _on_orphan_response(self, frame: bytes, cid: int | None, ts_first: float, ts_last: float,
@@ -440,7 +457,7 @@ class Conversation:
                 redact_message(resp.api_key, False, resp.header, resp.body, self.sasl_mechanism)
         self._anomaly(REQUEST_MISSING, ts_first, api=resp.api_key, cid=cid,
                       message="response without a captured request", response_frame=pkts[1], order=pkts[0])
-        self._emit(None, resp, None, None, ts_first, ts_last, STATUS_REQUEST_MISSING,
+        self.emit(None, resp, None, None, ts_first, ts_last, STATUS_REQUEST_MISSING,
                    packets=(0, 0, pkts[0], pkts[1]))
 
     # -- ending ----------------------------------------------------------------------------
@@ -454,7 +471,7 @@ class Conversation:
         for req_frame, rts_first, rts_last, rpkts in self._sasl_pending:
             req = Message(True, None, None, {}, describe_sasl_token(req_frame, self.sasl_mechanism, True,
                                                                    self.redact), size=len(req_frame))
-            self._emit(req, None, rts_first, rts_last, None, None, STATUS_RESPONSE_MISSING, api_label=SASL_API_NAME,
+            self.emit(req, None, rts_first, rts_last, None, None, STATUS_RESPONSE_MISSING, api_label=SASL_API_NAME,
                        packets=(rpkts[0], rpkts[1], 0, 0))
         self._sasl_pending.clear()
         self._closed, self._closed_ts = True, ts  # the next pop_events counts suppressed rows
@@ -467,13 +484,13 @@ class Conversation:
                           message="request never answered in the capture",
                           frame=pending.pkt_last, order=pkt if ts is not None else pending.pkt_last)
         n = len(self._events)
-        self._emit(self._request_of(pending), None, pending.ts_first, pending.ts_last, None, None, status,
+        self.emit(self._request_of(pending), None, pending.ts_first, pending.ts_last, None, None, status,
                    packets=(pending.pkt_first, pending.pkt_last, 0, 0))
         self._frame_backed(pending, n)
 
     # -- building rows -----------------------------------------------------------------------
 
-    def _emit(self, req: Message | None, resp: Message | None, req_first, req_last, resp_first, resp_last,
+    def emit(self, req: Message | None, resp: Message | None, req_first, req_last, resp_first, resp_last,
               status: str, api_label: str | None = None, packets: tuple[int, int, int, int] = _NO_PACKETS) -> None:
         """One exchange and its error rows; ``packets``: the numbers of the packets holding the
         request's first and last and the response's first and last bytes (0 = none/unknown)."""

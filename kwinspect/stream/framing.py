@@ -340,7 +340,7 @@ class FrameSplitter:
         # (offset of first byte, ts, packet number) of the chunks fed, from the one
         # holding the first undecided byte on
         self._chunks: deque[tuple[int, float, int]] = deque()
-        self._events: deque[Event] = deque()
+        self.ready: deque[Event] = deque()  # events() hands these out; tested for emptiness per segment
         self._issue_counts: dict[str, int] = {}  # FramingIssues per kind (MAX_ISSUES_PER_KIND)
         self._state = _SYNC if synced else _HUNT
         self._finished = False
@@ -417,7 +417,7 @@ class FrameSplitter:
             # the general path below, as if fed on its own.
             base = self._base
             maxs = self.max_frame_size
-            append = self._events.append
+            append = self.ready.append
             new_tuple = tuple.__new__
             p = 0
             last = None
@@ -556,20 +556,20 @@ class FrameSplitter:
         self._finished = True
         for kind, n in self._issue_counts.items():
             if n > MAX_ISSUES_PER_KIND:
-                self._events.append(FramingIssue(
+                self.ready.append(FramingIssue(
                     LIMIT_EXCEEDED, self.offset, f"{n - MAX_ISSUES_PER_KIND} more {kind} rows in "
                     f"this direction not listed (the first {MAX_ISSUES_PER_KIND} are)",
                     self._chunks[-1][1] if self._chunks else None))
 
     def events(self) -> list[Event]:
         """Events produced so far, in stream order; clears them."""
-        out = list(self._events)
-        self._events.clear()
+        out = list(self.ready)
+        self.ready.clear()
         return out
 
     def next_event(self) -> Event | None:
         """The next event, or None when there is none for now."""
-        return self._events.popleft() if self._events else None
+        return self.ready.popleft() if self.ready else None
 
     def accounting(self) -> dict[str, int]:
         return {
@@ -617,7 +617,7 @@ class FrameSplitter:
             last = b"".join(parts)
         off = base + pos
         first = self._chunk_at(off)
-        self._events.append(tuple.__new__(Frame, (last, off, first[1], ts, first[2], pkt)))
+        self.ready.append(tuple.__new__(Frame, (last, off, first[1], ts, first[2], pkt)))
         self._last_frame = last
         self.frames += 1
         self.frame_bytes += need - off
@@ -663,7 +663,7 @@ class FrameSplitter:
         self._issue_counts[kind] = n
         if n <= MAX_ISSUES_PER_KIND:  # the rest are counted, one row at finish()
             _off, ts, pkt = self._chunk_at(offset)
-            self._events.append(FramingIssue(kind, offset, message, ts, pkt))
+            self.ready.append(FramingIssue(kind, offset, message, ts, pkt))
 
     def _skip_buffered(self, reason: str) -> None:
         avail = len(self._buf) - self._pos
@@ -677,7 +677,7 @@ class FrameSplitter:
 
     def _flush_run(self) -> None:
         if self._run_count:
-            self._events.append(Skipped(self._run_start, self._run_count, self._run_reason))
+            self.ready.append(Skipped(self._run_start, self._run_count, self._run_reason))
             self._emitted_skipped += self._run_count
             self._run_start += self._run_count
             self._run_count = 0
@@ -720,7 +720,7 @@ class FrameSplitter:
         maxs = self.max_frame_size
         base = self._base
         chunks = self._chunks
-        append = self._events.append
+        append = self.ready.append
         nbytes = 0
         nframes = 0
         changed = False

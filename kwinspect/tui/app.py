@@ -121,7 +121,8 @@ def run_live(interface: str, config: DissectConfig | None = None, *, kafka_ports
     """
     import sys
 
-    from kwinspect.capture.live import LiveCaptureError, LiveEventSource, capture_filter
+    from kwinspect.capture.live import LiveCaptureError, capture_filter
+    from kwinspect.run.live import LiveEventSource
     from kwinspect.tui.indexer import END
 
     source = LiveEventSource(interface, config, bpf=capture_filter(kafka_ports))

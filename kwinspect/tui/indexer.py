@@ -1,13 +1,12 @@
 """Fill an ExchangeStore from capture files or from a live event feed, in a thread.
 
-File mode runs the dissector itself (like ``capture.files.dissect_files``, with
-the same reader merge) so that it can tap the raw frames of every exchange for
-the store's spill file.  The tap wraps each connection's
-``Conversation.on_request/on_response`` the first time the dissector drains
-frames for it and files the frames by correlation id (a request carries it at
-bytes 4..8, a response at bytes 0..4); when an Exchange comes out it takes its
-frames back.  Frames never paired with an exchange (undecodable requests) are
-dropped once a connection holds too many.
+File mode runs the packet loop itself (run.loop.PacketLoop, as
+``run.files.dissect_files`` does, with the same reader merge) so that it can tap
+the raw frames of every exchange for the store's spill file: ``FrameTap`` takes
+them from the Dissector's frame hook and files them by correlation id (a request
+carries it at bytes 4..8, a response at bytes 0..4); when an Exchange comes out it
+takes its frames back.  Frames never paired with an exchange (undecodable
+requests) are dropped once a connection holds too many.
 
 Live mode consumes ``Exchange``/``ErrorRow`` values from any iterator or
 ``queue.Queue`` fed by another thread (the future live-capture layer, or
@@ -17,6 +16,7 @@ store keeps the last decoded messages in its LRU instead.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import os
 import queue
@@ -24,15 +24,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any
 
 from kwinspect.analyze.diagnose import Diagnoser
 from kwinspect.capture.readers import open_capture
-from kwinspect.dissect import DissectConfig, Dissector
+from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector
 from kwinspect.model import ErrorRow, Exchange
-from kwinspect.stream.row_order import END as END_KEY
-from kwinspect.stream.row_order import WATERMARK_EVERY, RowOrder
+from kwinspect.run.loop import PacketLoop
+from kwinspect.stream.conversation import ConversationSummary, SharedState
 from kwinspect.tui.store import ExchangeStore, FrameSpill, compact
 
 BATCH = 2_000  # events per commit to the store
@@ -112,41 +112,33 @@ class _Tap:
         return frame
 
 
-class TappingDissector(Dissector):
-    """A Dissector that also hands back the raw frames of each exchange."""
+class FrameTap:
+    """The raw frames of each exchange, taken from the Dissector's frame hook.
 
-    def __init__(self, config: DissectConfig | None = None) -> None:
-        super().__init__(config)
+    Frames are filed by correlation id (a request carries it at bytes 4..8, a response
+    at bytes 0..4); when an Exchange comes out, ``frames_of`` takes its frames back.
+    It also remembers each connection's SASL mechanism when the connection closes
+    (the Dissector forgets the oldest closed connections)."""
+
+    def __init__(self) -> None:
         self.taps: dict[str, _Tap] = {}
-        self._tapped: set[int] = set()
         self._sasl: dict[str, str | None] = {}
+        self.dissector: Dissector | None = None
 
-    def _drain(self, conn, src) -> None:  # noqa: ANN001 - Dissector's private hook
-        conv = conn.info.conversation
-        if conv is not None and id(conv) not in self._tapped:
-            self._tapped.add(id(conv))
-            self._wrap(conv)
-        super()._drain(conn, src)
+    def attach(self, config: DissectConfig | None) -> Dissector:
+        """A Dissector tapped by this, which keeps only summaries of closed conversations
+        (a capture with 100k+ connections must not keep 100k conversations alive)."""
+        self.dissector = Dissector(config, on_frame=self.frame, on_close=self.closed, keep_conversations=False)
+        return self.dissector
 
-    def _wrap(self, conv: Any) -> None:
-        stream = conv.stream
-        taps = self.taps
-        on_request, on_response = conv.on_request, conv.on_response
-
-        def tapped_request(frame: bytes, ts_first: float, ts_last: float) -> None:
+    def frame(self, stream: str, direction: str, frame: bytes) -> None:
+        if direction == "request":
             if len(frame) >= 8:
-                tap = taps.get(stream) or taps.setdefault(stream, _Tap())
+                tap = self.taps.get(stream) or self.taps.setdefault(stream, _Tap())
                 tap.put(tap.req, int.from_bytes(frame[4:8], "big", signed=True), frame)
-            on_request(frame, ts_first, ts_last)
-
-        def tapped_response(frame: bytes, ts_first: float, ts_last: float) -> None:
-            if len(frame) >= 4:
-                tap = taps.get(stream) or taps.setdefault(stream, _Tap())
-                tap.put(tap.resp, int.from_bytes(frame[0:4], "big", signed=True), frame)
-            on_response(frame, ts_first, ts_last)
-
-        conv.on_request = tapped_request
-        conv.on_response = tapped_response
+        elif len(frame) >= 4:
+            tap = self.taps.get(stream) or self.taps.setdefault(stream, _Tap())
+            tap.put(tap.resp, int.from_bytes(frame[0:4], "big", signed=True), frame)
 
     def frames_of(self, ex: Exchange) -> tuple[bytes | None, bytes | None]:
         tap = self.taps.get(ex.stream)
@@ -158,70 +150,44 @@ class TappingDissector(Dissector):
             del self.taps[ex.stream]  # nothing in flight: a new tap is made on the next frame
         return req, resp
 
-    def _close(self, conn_id, ts: float, reason: str) -> None:  # noqa: ANN001 - Dissector's private hook
-        super()._close(conn_id, ts, reason)
-        # A closed connection's Conversation (pending maps, splitter state) is no longer
-        # needed; keep only what the connections view shows, so a capture with 100k+
-        # connections does not keep 100k conversations alive in the indexing process.
-        info = self.connections.get(conn_id)
-        conv = getattr(info, "conversation", None)
-        if conv is not None and not isinstance(conv, SimpleNamespace):
-            info.conversation = SimpleNamespace(
-                stream=conv.stream, client_software=conv.client_software, sasl_mechanism=conv.sasl_mechanism,
-                advertised=dict(conv.advertised) if conv.advertised else None, requests=conv.requests)
-            self._tapped.discard(id(conv))
-            if conv.sasl_mechanism:
-                self._sasl[conv.stream] = conv.sasl_mechanism
+    def closed(self, info: ConnectionInfo) -> None:
+        conv = info.conversation
+        if conv is not None and conv.sasl_mechanism:
+            self._sasl[conv.stream] = conv.sasl_mechanism
 
     def sasl_mechanisms(self) -> dict[str, str | None]:
         """SASL mechanism per stream: closed connections (kept) plus the open ones."""
         out = dict(self._sasl)
-        for conn in list(self._conns.values()):
-            conv = conn.info.conversation
-            if conv is not None and getattr(conv, "sasl_mechanism", None):
+        for info in list(self.dissector.connections.values()):
+            conv = info.conversation
+            if conv is not None and conv.sasl_mechanism:
                 out[conv.stream] = conv.sasl_mechanism
         return out
 
 
+@dataclass
+class IndexedConnections:
+    """What the connections screen reads from a Dissector, sent back by the indexing
+    process: the busiest connections (their conversations as summaries) and the
+    shared broker and topic tables."""
+
+    connections: dict[str, ConnectionInfo]
+    shared: SharedState
+
+
+def _index_capture(paths: list[str], sources: list, tap: FrameTap, d: Dissector,
+                   label: Callable[[Any], Any], tick: Callable[[int], bool]) -> Iterator[Any]:
+    """The rows of the capture files in capture order, as the commands give them
+    (run.loop.PacketLoop), each labelled with its frames the moment it completes
+    (the taps hand them out in completion order); ``tick`` True abandons."""
+    loop = PacketLoop(d, label=label, tick=tick, name=", ".join(paths))
+    merged = sources[0] if len(sources) == 1 else heapq.merge(*sources, key=lambda raw: raw.ts)
+    yield from loop.run(merged)
+
+
 def _bytes_read(sources: list[Any]) -> int:
-    """Bytes of the capture files read so far.
-
-    ``PacketSource.stats.file_bytes`` is only set when a file ends (the pcap fast
-    path in capture/readers.py counts in a local variable), so while reading we
-    ask the OS for the position of the file descriptor underneath (compressed
-    position for .gz, which is what the total is measured in).
-    """
-    total = 0
-    for s in sources:
-        done = s.stats.file_bytes
-        f = getattr(getattr(s, "_reader", None), "_f", None)
-        try:
-            done = max(done, os.lseek(f.fileno(), 0, os.SEEK_CUR))
-        except (AttributeError, OSError, ValueError, TypeError):
-            pass
-        total += done
-    return total
-
-
-def _conn_snapshot(info: Any) -> dict[str, Any]:
-    conv = info.conversation
-    return {
-        "stream": info.stream, "kind": info.kind, "bytes": dict(info.bytes), "gap_bytes": info.gap_bytes,
-        "closed": info.closed, "first_ts": info.first_ts, "last_ts": info.last_ts,
-        "conversation": None if conv is None else {
-            "client_software": conv.client_software, "sasl_mechanism": conv.sasl_mechanism,
-            "advertised": dict(conv.advertised) if conv.advertised else None, "stream": conv.stream},
-    }
-
-
-def snapshot_namespace(conns: list[dict[str, Any]], brokers: dict, topic_names: dict) -> SimpleNamespace:
-    """What the connections screen reads from a Dissector, rebuilt from plain values."""
-    out = {}
-    for c in conns:
-        conv = c["conversation"]
-        ns = SimpleNamespace(**{**c, "conversation": SimpleNamespace(**conv) if conv else None})
-        out[c["stream"]] = ns
-    return SimpleNamespace(connections=out, shared=SimpleNamespace(brokers=brokers, topic_names=topic_names))
+    """Bytes of the capture files read so far (compressed bytes for .gz)."""
+    return sum(max(s.stats.file_bytes, s.position()) for s in sources)
 
 
 def index_process_main(paths: list[str], config: DissectConfig | None, spill_path: str, conn: Any,
@@ -237,50 +203,38 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
         conn.send(("done", [], [], str(exc)))
         return
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
-    d = TappingDissector(config)
+    tap = FrameTap()
+    d = tap.attach(config)
     diag = Diagnosis()
     spill = open(spill_path, "ab")  # noqa: SIM115 - closed in finally
     conn.send(("ready",))
     offset = 0
     rows: list[tuple] = []
     errors: list[ErrorRow] = []
-    merged = sources[0] if len(sources) == 1 else heapq.merge(*sources, key=lambda raw: raw.ts)
     last_send = time.monotonic()
     sent_once = False
     error = None
+    cancelled = False
 
-    held = RowOrder()  # rows in capture order, as the commands give them
-
-    def drain(end: bool = False) -> None:
-        """Spill the frames of the events now (the taps hand them out in emission order),
-        hold the rows back until they are in capture order."""
+    def label(ev: Any) -> tuple[Any, Any]:
+        """Spill the frames of an event as it completes."""
         nonlocal offset
-        pos = END_KEY if end else count
-        for ev in d.pop_events():
-            refs = None
-            if isinstance(ev, Exchange):
-                refs = [-1, -1, -1, -1]
-                for n, frame in enumerate(d.frames_of(ev)):
-                    if frame is not None:
-                        spill.write(frame)
-                        refs[2 * n], refs[2 * n + 1] = offset, len(frame)
-                        offset += len(frame)
-            held.push(ev.order or pos, (ev, refs))
-
-    def release(items: list) -> None:
-        for ev, refs in items:
-            diag.add(ev)
-            if isinstance(ev, Exchange):
-                rows.append(compact(ev, refs))
-            elif isinstance(ev, ErrorRow):
-                errors.append(ev)
+        refs = None
+        if isinstance(ev, Exchange):
+            refs = [-1, -1, -1, -1]
+            for n, frame in enumerate(tap.frames_of(ev)):
+                if frame is not None:
+                    spill.write(frame)
+                    refs[2 * n], refs[2 * n + 1] = offset, len(frame)
+                    offset += len(frame)
+        return ev, refs
 
     def send(final: bool = False) -> None:
         nonlocal rows, errors, last_send
         spill.flush()
         done = _bytes_read(sources) if not final else total
         conn.send(("batch", rows, errors, done, total, dict(d.shared.topic_names), dict(d.shared.brokers),
-                   d.sasl_mechanisms()))
+                   tap.sasl_mechanisms()))
         rows, errors = [], []
         last_send = time.monotonic()
 
@@ -288,28 +242,29 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
         findings, examined = diag.snapshot()
         conn.send(("findings", findings, examined))
 
-    count = 0
+    def tick(_count: int) -> bool:
+        nonlocal sent_once, cancelled
+        if cancel.is_set():
+            cancelled = True
+            return True
+        now = time.monotonic()
+        # small batches first (time to first rows), then big ones
+        if len(rows) >= BATCH or ((rows or errors) and now - last_send > (0.1 if not sent_once else 0.3)):
+            send()
+            sent_once = True
+            if diag.due():
+                send_findings()
+        return False
+
     try:
-        for raw in merged:
-            d.feed_packet(raw)
-            count += 1
-            if d._events:  # noqa: SLF001 - cheap emptiness check before pop_events()
-                drain()
-            if count % WATERMARK_EVERY == 0:
-                release(held.pop_ready(d.watermark(raw.ts)))
-            if count & 0x3FF == 0:
-                if cancel.is_set():
-                    return
-                now = time.monotonic()
-                # small batches first (time to first rows), then big ones
-                if len(rows) >= BATCH or ((rows or errors) and now - last_send > (0.1 if not sent_once else 0.3)):
-                    send()
-                    sent_once = True
-                    if diag.due():
-                        send_findings()
-        d.finish()
-        drain(end=True)
-        release(held.pop_all())
+        for ev, refs in _index_capture(paths, sources, tap, d, label, tick):
+            diag.add(ev)
+            if isinstance(ev, Exchange):
+                rows.append(compact(ev, refs))
+            elif isinstance(ev, ErrorRow):
+                errors.append(ev)
+        if cancelled:
+            return
         for path, src in zip(paths, sources, strict=True):
             for issue in src.issues:
                 errors.append(ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}"))
@@ -331,8 +286,17 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
     # capture with 100k+ connections would cost the app hundreds of MB for rows the
     # connections view does not list anyway.
     infos = sorted(d.connections.values(), key=lambda i: -getattr(i.conversation, "requests", 0) or 0)
-    conns = [_conn_snapshot(i) for i in infos[:MAX_CONN_SNAPSHOTS]]
+    conns = [_sendable(i) for i in infos[:MAX_CONN_SNAPSHOTS]]
     conn.send(("done", conns, [], error))
+
+
+def _sendable(info: ConnectionInfo) -> ConnectionInfo:
+    """A connection as the app shows it, its conversation a summary (still open ones,
+    after an error, carry a live Conversation)."""
+    conv = info.conversation
+    if conv is not None and not isinstance(conv, ConversationSummary):
+        info = dataclasses.replace(info, conversation=conv.summary())
+    return info
 
 
 class Indexer:
@@ -345,7 +309,8 @@ class Indexer:
         self.bytes_read = 0
         self.total_bytes = 0
         self.error: str | None = None
-        self.dissector: Any = None  # Dissector (thread mode) or a snapshot of its connections (process mode)
+        self.dissector: Any = None  # Dissector (thread, live) or IndexedConnections (process mode)
+        self.tap: FrameTap | None = None  # thread mode: the raw frames of each exchange
         self.reader_issues: list[str] = []
         self.process: Any = None  # the indexing subprocess (file mode)
         self.diagnosis: Diagnosis | None = None  # thread and live modes (file mode diagnoses in the child)
@@ -371,42 +336,34 @@ class Indexer:
             self.done.set()
             return
         self.total_bytes = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
-        d = TappingDissector(config)
+        tap = self.tap = FrameTap()
+        d = tap.attach(config)
         self.dissector = d
         self.diagnosis = Diagnosis()
         batch: list[tuple[Any, Any]] = []
-        merged = sources[0] if len(sources) == 1 else heapq.merge(*sources, key=lambda raw: raw.ts)
         last_commit = time.monotonic()
 
-        held = RowOrder()  # rows in capture order, as the commands give them
-        count = 0
+        def label(ev: Any) -> tuple[Any, Any]:
+            return ev, tap.frames_of(ev) if isinstance(ev, Exchange) else None
 
-        def drain(end: bool = False) -> None:
-            pos = END_KEY if end else count
-            for ev in d.pop_events():  # frames now: the taps hand them out in emission order
-                held.push(ev.order or pos, (ev, d.frames_of(ev) if isinstance(ev, Exchange) else None))
+        def tick(_count: int) -> bool:
+            nonlocal batch, last_commit
+            self.bytes_read = _bytes_read(sources)
+            if self.cancelled.is_set():
+                return True
+            now = time.monotonic()
+            # commit often at first (time to first rows), then in big batches
+            if len(batch) >= BATCH or (batch and now - last_commit > 0.2):
+                self._commit(batch)
+                batch = []
+                last_commit = now
+            return False
 
         try:
-            for raw in merged:
-                d.feed_packet(raw)
-                count += 1
-                if d._events:  # noqa: SLF001 - cheap emptiness check before pop_events()
-                    drain()
-                if count % WATERMARK_EVERY == 0:
-                    batch.extend(held.pop_ready(d.watermark(raw.ts)))
-                if count & 0x3FF == 0:
-                    self.bytes_read = _bytes_read(sources)
-                    if self.cancelled.is_set():
-                        return
-                    now = time.monotonic()
-                    # commit often at first (time to first rows), then in big batches
-                    if len(batch) >= BATCH or (batch and now - last_commit > 0.2):
-                        self._commit(batch)
-                        batch = []
-                        last_commit = now
-            d.finish()
-            drain(end=True)
-            batch.extend(held.pop_all())
+            for item in _index_capture(paths, sources, tap, d, label, tick):
+                batch.append(item)
+            if self.cancelled.is_set():
+                return
             for path, src in zip(paths, sources, strict=True):
                 for issue in src.issues:
                     self.reader_issues.append(f"{path}: {issue.message}")
@@ -435,8 +392,8 @@ class Indexer:
         d = self.dissector
         if d is not None:
             self.store.topic_names = d.shared.topic_names
-            if isinstance(d, TappingDissector):
-                self.store.sasl_mechanisms = d.sasl_mechanisms()
+            if self.tap is not None:
+                self.store.sasl_mechanisms = self.tap.sasl_mechanisms()
         self.store.add_events(batch)
         if self.store.spill is not None:
             self.store.spill.flush()
@@ -485,7 +442,7 @@ class Indexer:
                     store.topic_names = topic_names
                     store.sasl_mechanisms = sasl
                     if self.dissector is None:
-                        self.dissector = snapshot_namespace([], brokers, topic_names)
+                        self.dissector = IndexedConnections({}, SharedState())
                     self.dissector.shared.brokers = brokers
                     self.dissector.shared.topic_names = topic_names
                     with store.lock:
@@ -493,7 +450,7 @@ class Indexer:
                             store.add_compact(t)
                         for err in errors:
                             store.add_error(err)
-                        store._trim()  # noqa: SLF001 - the store's own bounding, after a batch
+                        store.trim()
                         store.generation += 1
                 elif kind == "findings":
                     _kind, findings, examined = msg
@@ -502,7 +459,8 @@ class Indexer:
                     _kind, conns, _issues, error = msg
                     if error:
                         self.error = error
-                    self.dissector = snapshot_namespace(conns, brokers, store.topic_names)
+                    self.dissector = IndexedConnections({c.stream: c for c in conns},
+                                                        SharedState(brokers=brokers, topic_names=store.topic_names))
                     self.bytes_read = self.total_bytes
                     break
         except Exception as exc:  # noqa: BLE001 - shown in the status line
@@ -592,7 +550,7 @@ class ReplaySource:
         return self.queue
 
     def _run(self) -> None:
-        from kwinspect.capture.files import dissect_files
+        from kwinspect.run.files import dissect_files
 
         try:
             while not self.stop.is_set():

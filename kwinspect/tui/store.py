@@ -196,7 +196,7 @@ class ExchangeStore:
             "frame": array("q"), "response_frame": array("q"), "tcp_stream": array("q"),
             "req_off": array("q"), "req_len": array("q"), "resp_off": array("q"), "resp_len": array("q"),
         }
-        self._c = c
+        self.columns = c
         self.errors: list[ErrorRow] = []
         self.error_count = 0
         self.errors_dropped = 0
@@ -244,7 +244,7 @@ class ExchangeStore:
         (stream_name, client, broker, ts, resp_ts, lat, client_id, api_name, api_key, api_version, cid,
          req_size, resp_size, status, err_codes, err_names, topics, throttle, index, long_poll,
          frame, response_frame, tcp_stream, req_off, req_len, resp_off, resp_len) = t
-        c = self._c
+        c = self.columns
         stream = self.strings(stream_name)
         if stream not in self.stream_ends:
             self.stream_ends[stream] = (client, broker)
@@ -297,14 +297,14 @@ class ExchangeStore:
                     self.add_exchange(ev, frames)
                 elif isinstance(ev, ErrorRow):
                     self.add_error(ev)
-            self._trim()
+            self.trim()
             self.generation += 1
 
-    def _trim(self) -> None:
+    def trim(self) -> None:
         if self.max_rows is None or len(self) <= self.max_rows:
             return
         drop = max(len(self) - self.max_rows, self.max_rows // 10)
-        for col in self._c.values():
+        for col in self.columns.values():
             del col[:drop]
         self.first += drop
         for row in [r for r in self._messages if r < self.first]:
@@ -323,25 +323,25 @@ class ExchangeStore:
         return self.first <= row < self.total
 
     def cell(self, name: str, row: int) -> Any:
-        return self._c[name][row - self.first]
+        return self.columns[name][row - self.first]
 
     def status(self, row: int) -> str:
-        return STATUSES[self._c["status"][row - self.first]]
+        return STATUSES[self.columns["status"][row - self.first]]
 
     def stream(self, row: int) -> str:
-        return self.strings[self._c["stream"][row - self.first]]
+        return self.strings[self.columns["stream"][row - self.first]]
 
     def api_label(self, row: int) -> str:
         p = row - self.first
-        name = self.strings[self._c["api_name"][p]]
+        name = self.strings[self.columns["api_name"][p]]
         if name:
             return name
-        key = self._c["api_key"][p]
+        key = self.columns["api_key"][p]
         return f"api_key {key}" if key >= 0 else "(unknown)"
 
     def has_error(self, row: int) -> bool:
         p = row - self.first
-        return bool(self._c["err_codes"][p]) or self._c["status"][p] >= 2
+        return bool(self.columns["err_codes"][p]) or self.columns["status"][p] >= 2
 
     def row_dict(self, row: int) -> dict[str, Any]:
         """The public `exchanges` row (EXCHANGE_COLUMNS), as Exchange.row() gives it."""
@@ -354,8 +354,8 @@ class ExchangeStore:
         p = row - self.first
         out: list[bytes | None] = []
         for key in ("req", "resp"):
-            length = self._c[key + "_len"][p]
-            out.append(self.spill.read(self._c[key + "_off"][p], length) if length >= 0 else None)
+            length = self.columns[key + "_len"][p]
+            out.append(self.spill.read(self.columns[key + "_off"][p], length) if length >= 0 else None)
         return out[0], out[1]
 
     def messages(self, row: int) -> tuple[Message | None, Message | None]:
@@ -371,7 +371,7 @@ class ExchangeStore:
         from kwinspect.stream.redact import redact_message
 
         p = row - self.first
-        key, ver = self._c["api_key"][p], self._c["api_version"][p]
+        key, ver = self.columns["api_key"][p], self.columns["api_version"][p]
         req = decode_request(req_f) if req_f is not None else None
         resp = decode_response(resp_f, key, ver) if resp_f is not None and key >= 0 else None
         if resp is not None and req is None and self.status(row) == STATUS_REQUEST_MISSING:
@@ -412,7 +412,7 @@ class RowView:
 
     def get(self, col: str, default: Any = None) -> Any:
         s, p = self.s, self.p
-        c = s._c
+        c = s.columns
         if col == "api_name":
             return s.strings[c["api_name"][p]]
         if col == "latency_ms":

@@ -305,6 +305,6 @@ def test_format_constants_are_dpkts():
                                       "PCAPNG_OPT_IF_TSRESOL", "PCAPNG_OPT_IF_TSOFFSET"))):
         for name in names:
             assert getattr(readers, name) == getattr(mod, name), name
-    code = "import sys, kwinspect.capture.files; print('dpkt' in sys.modules)"
+    code = "import sys, kwinspect.run.files; print('dpkt' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from helpers.pcapgen import conversation, write_pcap
 
-from kwinspect.capture.files import dissect_files
-from kwinspect.capture.parallel import dissect_files_parallel
 from kwinspect.model import Exchange
+from kwinspect.run.files import dissect_files
+from kwinspect.run.parallel import dissect_files_parallel
 from kwinspect.stream import row_order
 from kwinspect.stream.row_order import RowOrder
 
@@ -106,7 +106,7 @@ def test_a_request_never_answered_holds_rows_back_only_for_max_wait(tmp_path, mo
     path = tmp_path / "stuck.pcap"
     _stuck_and_busy(path)
     monkeypatch.setattr(row_order, "MAX_WAIT_SECONDS", max_wait)
-    monkeypatch.setattr("kwinspect.capture.files.WATERMARK_EVERY", 16)
+    monkeypatch.setattr("kwinspect.run.loop.WATERMARK_EVERY", 16)
     early: list = []
 
     class Spy(RowOrder):
@@ -115,7 +115,7 @@ def test_a_request_never_answered_holds_rows_back_only_for_max_wait(tmp_path, mo
             early.extend(out)
             return out
 
-    monkeypatch.setattr("kwinspect.capture.files.RowOrder", Spy)
+    monkeypatch.setattr("kwinspect.run.loop.RowOrder", Spy)
     exchanges = [e for e in dissect_files([path]) if isinstance(e, Exchange)]
     assert len(exchanges) == 201
     early_exchanges = [e for e in early if isinstance(e, Exchange)]

@@ -46,9 +46,9 @@ def test_eviction_rows_are_capped_and_counted():
     rows = []
     for s in _syns(1100):
         d.feed_segment(s)
-        rows += d.pop_events()
+        rows += d.drain()
     d.finish()
-    rows += d.pop_events()
+    rows += d.drain()
     limit = [r for r in rows if r.kind == "limit_exceeded"]
     cap = d.tcp.max_issues_per_direction
     assert len(limit) == cap + 1

@@ -35,8 +35,8 @@ CLEAN = sorted(os.path.basename(p)[: -len(".manifest.json")]
 
 def _findings(name: str):
     from kwinspect.analyze.diagnose import Diagnoser
-    from kwinspect.capture.files import FileRun, dissect_files
     from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
+    from kwinspect.run.files import FileRun, dissect_files
 
     with open(os.path.join(ROOT, f"{name}.manifest.json")) as fh:
         m = json.load(fh)

@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("rig")]
 
 def _diagnose(pcap: str, ports: list[int]):
     from kwinspect.analyze.diagnose import Diagnoser
-    from kwinspect.capture.files import FileRun, dissect_files
     from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
     from kwinspect.model import Exchange
+    from kwinspect.run.files import FileRun, dissect_files
 
     d = Diagnoser()
     refs = set()

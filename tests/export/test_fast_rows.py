@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kwinspect.analyze.records import records_from_exchange
-from kwinspect.capture.files import FileRun, dissect_files
 from kwinspect.export import writers
 from kwinspect.model import (
     ERROR_COLUMNS,
@@ -28,6 +27,7 @@ from kwinspect.model import (
     Exchange,
     RecordRow,
 )
+from kwinspect.run.files import FileRun, dissect_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CAPTURES = sorted(glob.glob(os.path.join(ROOT, "captures", "*.pcap")))

@@ -662,9 +662,9 @@ def run_dissector(data: bytes, config: DissectConfig, *, outputs: bool = True) -
     with src:
         for raw in src:
             d.feed_packet(raw)
-            events.extend(d.pop_events())
+            events.extend(d.drain())
     d.finish()
-    events.extend(d.pop_events())
+    events.extend(d.drain())
     if outputs:
         for ev in events:
             if isinstance(ev, Exchange):

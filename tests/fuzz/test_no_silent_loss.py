@@ -11,9 +11,9 @@ from fuzz import harness
 from helpers.pcapgen import Frame, build_frames, conversation, write_pcap
 
 from kwinspect.analyze.summary import SummaryBuilder, render_summary
-from kwinspect.capture.files import FileRun, dissect_files
 from kwinspect.cli import main
 from kwinspect.dissect import DissectConfig
+from kwinspect.run.files import FileRun, dissect_files
 
 ETH = b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01"
 

@@ -118,8 +118,9 @@ def _summary_number(stderr: str, what: str) -> int:
 @needs_capture
 def test_live_matches_offline_and_client_truth(tmp_path):
     """Produce and consume with confluent-kafka while three live captures run; compare."""
-    from kwinspect.capture.live import LiveEventSource, capture_filter
+    from kwinspect.capture.live import capture_filter
     from kwinspect.dissect import DissectConfig
+    from kwinspect.run.live import LiveEventSource
     from kwinspect.testing.manifest import Manifest
     from kwinspect.testing.mock_cluster import MockCluster
     from kwinspect.testing.scenarios import ck_consume, ck_produce, standard_items

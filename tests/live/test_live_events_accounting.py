@@ -12,9 +12,9 @@ import os
 import threading
 from types import SimpleNamespace
 
-from kwinspect.capture.live import StopWhen, live_events
 from kwinspect.capture.readers import open_capture
 from kwinspect.dissect import DissectConfig, Dissector
+from kwinspect.run.live import StopWhen, live_events
 
 CAPTURE = os.path.join(os.path.dirname(__file__), "..", "..", "captures", "tansu-produce-consume.pcap")
 

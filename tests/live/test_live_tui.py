@@ -29,10 +29,11 @@ def _skip_reason() -> str | None:
 
 @pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
 def test_tui_live_mode_lists_what_was_captured(tmp_path):
-    from kwinspect.capture.files import dissect_file
-    from kwinspect.capture.live import LiveEventSource, capture_filter
+    from kwinspect.capture.live import capture_filter
     from kwinspect.dissect import DissectConfig
     from kwinspect.model import Exchange
+    from kwinspect.run.files import dissect_file
+    from kwinspect.run.live import LiveEventSource
     from kwinspect.testing.manifest import Manifest
     from kwinspect.testing.mock_cluster import MockCluster
     from kwinspect.testing.scenarios import ck_produce, standard_items

@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kwinspect.capture.files import dissect_file
 from kwinspect.dissect import DissectConfig
 from kwinspect.protocol import decode as D
 from kwinspect.protocol.records import RecordSet
 from kwinspect.protocol.schema.index import APIS
 from kwinspect.protocol.schema.structs import STRUCTS
+from kwinspect.run.files import dissect_file
 from kwinspect.stream import conversation
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -37,10 +37,10 @@ from protocol.test_records import (
 )
 
 from kwinspect.analyze import records as table
-from kwinspect.capture.files import FileRun, dissect_files
 from kwinspect.model import Exchange
 from kwinspect.protocol import records
 from kwinspect.protocol.codecs import Limits
+from kwinspect.run.files import FileRun, dissect_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CAPTURES = sorted(glob.glob(os.path.join(ROOT, "captures", "*.pcap")))

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from kwinspect.capture.files import FileRun, dissect_files
 from kwinspect.cli import records_of
 from kwinspect.dissect import DissectConfig
 from kwinspect.export.writers import ParquetWriter, arrow_schema, columns_of
 from kwinspect.model import ErrorRow, Exchange
+from kwinspect.run.files import FileRun, dissect_files
 
 
 def single_process_tables(paths: list[str], out_dir: str, config: DissectConfig | None = None,

@@ -174,8 +174,8 @@ def _as_rows(dicts):
 
 
 def test_idle_schedule_is_replayed_per_connection(tmp_path):
-    from kwinspect.capture.files import dissect_files
     from kwinspect.model import Exchange
+    from kwinspect.run.files import dissect_files
     from kwinspect.spark.connection import EventBuffer
 
     path = tmp_path / "idle.pcap"

@@ -3,7 +3,7 @@
 The production walk works out topic/partition/group only where an error code sits;
 its results must equal the reference's for every body (real ones from the shipped
 captures, and generated odd ones), and every topic-id lookup it makes must be one the
-reference makes too (capture/parallel.py replays the lookups of an exchange to tell
+reference makes too (run/parallel.py replays the lookups of an exchange to tell
 whether its labels would differ in one process; fewer lookups are fine, other ones not).
 """
 
@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kwinspect.stream.conversation as conversation
-from kwinspect.capture.files import dissect_files
 from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
+from kwinspect.run.files import dissect_files
 from kwinspect.stream import findings
 from tests.stream import findings_reference as reference
 
@@ -30,7 +30,7 @@ PUBLIC = sorted(glob.glob(str(ROOT.parent / "shared" / "captures-public" / "*.pc
 
 
 class LoggingNames(dict):
-    """topic id -> name that records every lookup, like capture/parallel.py's _TrackingNames."""
+    """topic id -> name that records every lookup, like run/parallel.py's _TrackingNames."""
 
     def __init__(self, *args) -> None:
         super().__init__(*args)

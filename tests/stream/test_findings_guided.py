@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kwinspect.stream.conversation as conversation
-from kwinspect.capture.files import dissect_files
 from kwinspect.dissect import DissectConfig
 from kwinspect.protocol.records import RecordSet
+from kwinspect.run.files import dissect_files
 from kwinspect.stream import findings
 from tests.stream import findings_reference as reference
 from tests.stream.test_findings import BODIES, CAPTURES, PUBLIC, TID, LoggingNames, _ports

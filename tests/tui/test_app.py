@@ -7,8 +7,8 @@ import json
 
 from textual.widgets import DataTable, Input, Tree
 
-from kwinspect.capture.files import dissect_file
 from kwinspect.model import EXCHANGE_COLUMNS, Exchange
+from kwinspect.run.files import dissect_file
 from kwinspect.tui.app import KwinspectApp
 from kwinspect.tui.widgets.exchange_list import ExchangeList
 

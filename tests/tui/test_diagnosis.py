@@ -95,7 +95,7 @@ async def test_diagnosis_lists_findings_and_jumps_to_evidence(errors_capture):
 
 async def test_live_feed_is_diagnosed_too(errors_capture):
     from kwinspect.analyze.diagnose import Diagnoser
-    from kwinspect.capture.files import dissect_file
+    from kwinspect.run.files import dissect_file
     from kwinspect.tui.indexer import END
 
     evs = list(dissect_file(errors_capture))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import queue
 
-from kwinspect.capture.files import dissect_file
 from kwinspect.model import ErrorRow, Exchange
+from kwinspect.run.files import dissect_file
 from kwinspect.tui.app import KwinspectApp
 from kwinspect.tui.indexer import END, ReplaySource
 

@@ -14,8 +14,8 @@ import io
 import pytest
 from rich.console import Console
 
-from kwinspect.capture.files import dissect_files
 from kwinspect.model import Exchange
+from kwinspect.run.files import dissect_files
 from kwinspect.tui.app import KwinspectApp
 
 from .conftest import CAPTURES, indexed, wait_for

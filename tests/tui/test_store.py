@@ -9,8 +9,8 @@ import pytest
 
 from kwinspect.analyze.filter import compile_filter
 from kwinspect.analyze.render import message_json
-from kwinspect.capture.files import dissect_file
 from kwinspect.model import EXCHANGE_COLUMNS, Exchange
+from kwinspect.run.files import dissect_file
 from kwinspect.tui.indexer import Indexer
 from kwinspect.tui.store import ExchangeStore, RowView
 from kwinspect.tui.view import ViewSpec, compute_view

@@ -26,11 +26,10 @@ from kwinspect.capture.live import (
     DEFAULT_SNAPLEN,
     LiveCapture,
     PcapRotator,
-    StopWhen,
-    live_events,
 )
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.model import ErrorRow, Exchange, plural
+from kwinspect.run.live import StopWhen, live_events
 
 
 @dataclass

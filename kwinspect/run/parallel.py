@@ -27,13 +27,13 @@ What crosses connections, and how the result stays identical to ``--jobs 1``:
   learning from Metadata / FindCoordinator / DescribeCluster exchanges in capture
   order (their bodies always travel), and re-checks each recorded answer against it.
   When one differs (the name was learned on another worker's connection), the main
-  process rebuilds that exchange and its error rows with ``Conversation._emit`` and
+  process rebuilds that exchange and its error rows with ``Conversation.emit`` and
   the global state: the same code, with the state one process would have had.
   The consumer sees ``run.dissector.shared`` as of the events it is handed, as with
   one process (all events of a packet are settled before any is handed on).
 - ``broker_id`` (``SharedState.brokers``) is recomputed in the main process for every
   exchange; the exchange ``index`` is renumbered in merge order.
-- ``Dissector._known_brokers`` (a broker endpoint proven on another connection decides
+- ``Dissector.known_brokers`` (a broker endpoint proven on another connection decides
   the direction of a connection on an undeclared port): workers record each test and
   its answer. If one differs from the global answer, the parallel run is abandoned and
   the capture is read again by one process, skipping the events already handed on
@@ -60,12 +60,13 @@ from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
 
-from kwinspect.capture.files import FileRun, ProgressFn, _merged, dissect_files
 from kwinspect.capture.packets import SYN
 from kwinspect.capture.readers import open_capture
 from kwinspect.capture.tcp import StreamOpened, TcpStreamNumbers, endpoint_key
 from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
+from kwinspect.run.files import FileRun, ProgressFn, _merged, dissect_files
+from kwinspect.run.loop import PacketLoop
 from kwinspect.stream.conversation import (
     DESCRIBE_CLUSTER,
     FIND_COORDINATOR,
@@ -73,7 +74,7 @@ from kwinspect.stream.conversation import (
     Conversation,
     SharedState,
 )
-from kwinspect.stream.row_order import END, WATERMARK_EVERY, RowOrder
+from kwinspect.stream.row_order import END, RowOrder
 
 LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
 BATCH_PACKETS = 2048  # packets between two messages from a worker (a multiple of WATERMARK_EVERY)
@@ -131,14 +132,14 @@ class _TrackingNames(dict):
 class _TrackedConversation(Conversation):
     """Marks each exchange whose labels looked up topic ids: ("grp", n, lookups, ...)."""
 
-    def _emit(self, req, resp, req_first, req_last, resp_first, resp_last, status, api_label=None,
+    def emit(self, req, resp, req_first, req_last, resp_first, resp_last, status, api_label=None,
               packets=(0, 0, 0, 0)) -> None:
         names = self.shared.topic_names
         log: list = []
         names.log = log
         n = len(self._events)
         try:
-            super()._emit(req, resp, req_first, req_last, resp_first, resp_last, status, api_label, packets)
+            super().emit(req, resp, req_first, req_last, resp_first, resp_last, status, api_label, packets)
         finally:
             names.log = None
         if log:
@@ -148,55 +149,60 @@ class _TrackedConversation(Conversation):
 
 
 class _RecordingSet(set):
-    """Dissector._known_brokers that leaves ("kb+", ep) / ("kb?", ep, answer) in the event list
+    """Dissector.known_brokers that leaves ("kb+", ep) / ("kb?", ep, answer) in the event list
     (not while ``quiet``: the worker's shadow dissector shares the set)."""
 
-    def __init__(self, dissector: Dissector) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._d = dissector
+        self.dissector: _WorkerDissector | None = None
         self.quiet = False
 
     def __contains__(self, ep: Any) -> bool:
         answer = set.__contains__(self, ep)
         if not self.quiet:
-            self._d._events.append(("kb?", ep, answer))
+            self.dissector.note(("kb?", ep, answer))
         return answer
 
     def add(self, ep: Any) -> None:
         set.add(self, ep)
         if not self.quiet:
-            self._d._events.append(("kb+", ep))
+            self.dissector.note(("kb+", ep))
 
 
 class _WorkerDissector(Dissector):
     """A Dissector that tags each event with (phase, first packet of its connection)."""
 
-    conversation_class = _TrackedConversation
+    direct_data = False  # _on_tcp sees every TCP event, to tag what each one emits
 
     def __init__(self, config: DissectConfig | None) -> None:
-        super().__init__(config)
-        self.shared.topic_names = _TrackingNames()
-        self._known_brokers = _RecordingSet(self)
+        known = _RecordingSet()
+        super().__init__(config, shared=SharedState(topic_names=_TrackingNames()), known_brokers=known,
+                         conversation_class=_TrackedConversation)
+        known.dissector = self
         self.pos = 0
         self.phase = PHASE_PACKET
         self.first_pos: dict[Any, int] = {}
         self.tags: list[tuple[int, int]] = []
         self._depth = 0
-        self.report_parser_issues = True
+        self.reports_parser_issues = True
 
-    def _flush_idle(self, ts: float) -> None:
+    def note(self, item: tuple) -> None:
+        """A record for the main process among the events (see _RecordingSet)."""
+        self._events.append(item)
+
+    def flush_idle(self, ts: float) -> None:
         self.phase = PHASE_IDLE
-        super()._flush_idle(ts)
+        super().flush_idle(ts)
 
     def finish(self) -> None:
         self.phase = PHASE_FINISH
         super().finish()
 
-    def _report_parser_issues(self, ts: float | None) -> None:
+    def report_parser_issues(self, ts: float | None) -> None:
         # Every worker parses every packet the fast path does not take, so each has the
         # same parser issues: worker 0 reports them, the others only mark them seen.
-        if self.report_parser_issues:
-            super()._report_parser_issues(ts)
+        if self.reports_parser_issues:
+            super().report_parser_issues(ts)
         else:
             self._parser_issues_seen = len(self.parser.issues)
             self.parser.issues_dropped = 0
@@ -233,7 +239,7 @@ class _WorkerDissector(Dissector):
 
     def pop_tagged(self) -> tuple[list, list]:
         self._pad_tags()
-        events, tags = self.pop_events(), self.tags
+        events, tags = self.drain(), self.tags
         self.tags = []
         return events, tags
 
@@ -250,7 +256,7 @@ class _ConversationStub:
 
 class _RecordSetSummary:
     """What ``summary`` reads of a RecordSet (count and size), and what
-    ``Conversation._emit`` reads (its issues), without the record bytes."""
+    ``Conversation.emit`` reads (its issues), without the record bytes."""
 
     __slots__ = ("batches", "issues", "record_count", "size")
 
@@ -279,8 +285,8 @@ def _without_record_bytes(node: Any) -> Any:
 
 
 def _for_rebuild(ev: Any, bodies: bool | str) -> Any:
-    """An exchange the main process may rebuild with Conversation._emit: its messages as
-    _emit reads them (record sets as their issues, counts and sizes: the main process
+    """An exchange the main process may rebuild with Conversation.emit: its messages as
+    emit reads them (record sets as their issues, counts and sizes: the main process
     needs no record bytes unless the consumer wants the bodies)."""
     if bodies is True or type(ev) is not Exchange:
         return ev
@@ -426,63 +432,135 @@ def _seg_keys(seg) -> tuple[bytes, bytes]:
     return a[:-2] + b[:-2] + a[-2:] + b[-2:], b[:-2] + a[:-2] + b[-2:] + a[-2:]
 
 
-def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
-          mode: str = "balance", render: Any = None) -> None:
-    sources = [open_capture(p) for p in paths]
-    d = _WorkerDissector(config)
-    streams = _CaptureStreams()
-    d.tcp.streams = streams  # type: ignore[assignment]
-    d.report_parser_issues = me == 0
-    parser = d.parser
-    pst = parser.stats
-    router = _Router(jobs, mode)
-    owners = router.owners
-    load = router.load
-    balance = mode != "hash"
-    # The shadow sees the other workers' connections only until it has decided what they
-    # carry, so that this worker's set of proven broker endpoints (shared with the shadow)
-    # is the whole capture's, as one process has it. Its events are dropped.
-    shadow = Dissector(config)
-    known = d._known_brokers
-    shadow._known_brokers = known
-    spst = shadow.parser.stats
-    decided: set[bytes] = set()
+class _WorkerLoop(PacketLoop):
+    """One worker's run of the packet loop: every packet is routed (its own connections
+    to its dissector, the others only counted, and shown to the shadow until decided),
+    and the rows go to the main process, tagged, with the watermarks, unordered."""
 
-    def to_shadow(raw, key: bytes, rkey: bytes) -> None:
+    def __init__(self, d: _WorkerDissector, config: DissectConfig | None, jobs: int, me: int, out,
+                 bodies: bool | str, mode: str, render: Any, sources: list) -> None:
+        super().__init__(d, stop_unparseable=False)
+        self.d = d
+        self.me, self.jobs, self.out_pipe, self.bodies, self.render = me, jobs, out, bodies, render
+        self.sources = sources
+        self.streams = _CaptureStreams()
+        d.tcp.streams = self.streams  # type: ignore[assignment]
+        d.reports_parser_issues = me == 0
+        self.router = _Router(jobs, mode)
+        self.balance = mode != "hash"
+        # The shadow sees the other workers' connections only until it has decided what they
+        # carry, so that this worker's set of proven broker endpoints (shared with the shadow)
+        # is the whole capture's, as one process has it. Its events are dropped.
+        self.known = d.known_brokers
+        self.shadow = Dissector(config, known_brokers=self.known)
+        self.decided: set[bytes] = set()
+        self.items: list = []
+        self.seq = 0
+        self.pos = 0
+        self.last_ts: float | None = None
+        self.keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
+
+    def to_shadow(self, raw, key: bytes, rkey: bytes) -> None:
+        shadow, known = self.shadow, self.known
         known.quiet = True
         try:
+            spst = shadow.parser.stats
             before = spst.tcp
             seg = shadow.parser.parse(raw)
             if seg is None:
                 return
             shadow.feed_segment(seg, _packets=max(1, spst.tcp - before))
-            pair = (seg.src, seg.dst) if seg.src <= seg.dst else (seg.dst, seg.src)
-            info = shadow._conn_by_tuple.get(pair)
+            info = shadow.connection(seg.src, seg.dst)
             if info is not None and info.kind != "undecided" and key:
-                decided.add(key)
-                decided.add(rkey)
+                self.decided.add(key)
+                self.decided.add(rkey)
         finally:
             known.quiet = False
-            shadow._events.clear()
+            shadow.drain()
 
-    names = d.shared.topic_names
-    items: list = []
-    seq = 0
-    pos = 0
-    last_ts = None
-    keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
+    def feed(self, raw) -> None:
+        d, shadow, router = self.d, self.shadow, self.router
+        owners, load, me = router.owners, router.load, self.me
+        parser = d.parser
+        pst = parser.stats
+        self.pos = pos = self.pos + 1
+        d.pos = pos
+        d.phase = PHASE_PACKET
+        data = raw.data
+        # The parser's fast path (Ethernet, IPv4 without options or fragments, TCP):
+        # the owner comes from the header bytes, and the packets of other workers
+        # are only counted, as the parser would count them.
+        if (raw.linktype == 1 and len(data) >= 54 and data[12] == 8 and data[13] == 0
+                and data[14] == 0x45 and data[23] == 6 and not (data[20] & 0x3F or data[21])
+                and 40 <= (total := (data[16] << 8) | data[17]) <= len(data) - 14
+                and 20 <= (data[46] >> 4) * 4 <= total - 20):
+            key = data[26:38]
+            w = owners.get(key)
+            if w is None:
+                rkey = data[30:34] + data[26:30] + data[36:38] + data[34:36]
+                w = router.assign(key, rkey)
+            if self.balance:
+                load[w] += len(data)
+            ts = raw.ts
+            self.last_ts = ts
+            if w == me:
+                self.streams.key = key
+                d.feed_packet(raw)
+                if ts >= shadow.next_idle_check:
+                    shadow.advance(ts)
+            else:
+                self.streams.other(key, data[47], int.from_bytes(data[38:42], "big"))
+                d.stats.packets += 1
+                pst.packets += 1
+                pst.tcp += 1
+                if ts >= d.next_idle_check:
+                    d.advance(ts)
+                if key in self.decided and not data[47] & 0x02:  # SYN: the 4-tuple starts over
+                    if ts >= shadow.next_idle_check:
+                        shadow.advance(ts)
+                else:
+                    self.to_shadow(raw, key, data[30:34] + data[26:30] + data[36:38] + data[34:36])
+        else:
+            d.stats.packets += 1
+            tcp_before = pst.tcp
+            seg = parser.parse(raw)
+            d.report_parser_issues(raw.ts)  # as Dissector.feed_packet does
+            if seg is not None:
+                key, rkey = _seg_keys(seg)
+                w = owners.get(key)
+                if w is None:
+                    w = router.assign(key, rkey)
+                if self.balance:
+                    load[w] += len(data)
+                self.last_ts = seg.ts
+                if w == me:
+                    self.streams.key = key
+                    d.feed_segment(seg, _packets=max(1, pst.tcp - tcp_before))
+                    shadow.advance(seg.ts)
+                else:
+                    self.streams.other(key, seg.flags, seg.seq)
+                    d.advance(seg.ts)
+                    if key in self.decided and not seg.flags & 0x02:
+                        shadow.advance(seg.ts)
+                    else:
+                        self.to_shadow(raw, key, rkey)
+            else:
+                self.to_shadow(raw, b"", b"")  # IP fragments: the shadow needs every one
 
-    def collect() -> None:
-        nonlocal seq, keep
+    def collect(self, _pos: Any) -> None:
+        d, items, bodies, render = self.d, self.items, self.bodies, self.render
+        names = d.shared.topic_names
+        load, me, jobs = self.router.load, self.me, self.jobs
         events, tags = d.pop_tagged()
         pos = d.pos
         for ev, (phase, order) in zip(events, tags, strict=True):
-            seq += 1
+            self.seq += 1
+            seq = self.seq
             row_key = getattr(ev, "order", 0) or pos  # where the row sorts (stream/row_order.py)
             if type(ev) is tuple and ev[0] == "grp":
-                keep = ev[1]
-            elif keep:
-                keep -= 1
+                self.keep = ev[1]
+            elif self.keep:
+                self.keep -= 1
                 ev = _for_rebuild(ev, bodies)
             elif type(ev) is tuple:
                 pass
@@ -510,94 +588,46 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
                 ev = _lighten(ev, bodies)
             items.append(((pos, phase, order, seq), ev, row_key))
 
-    try:
-        for raw in _merged(sources):
-            pos += 1
-            d.pos = pos
-            d.phase = PHASE_PACKET
-            data = raw.data
-            # The parser's fast path (Ethernet, IPv4 without options or fragments, TCP):
-            # the owner comes from the header bytes, and the packets of other workers
-            # are only counted, as the parser would count them.
-            if (raw.linktype == 1 and len(data) >= 54 and data[12] == 8 and data[13] == 0
-                    and data[14] == 0x45 and data[23] == 6 and not (data[20] & 0x3F or data[21])
-                    and 40 <= (total := (data[16] << 8) | data[17]) <= len(data) - 14
-                    and 20 <= (data[46] >> 4) * 4 <= total - 20):
-                key = data[26:38]
-                w = owners.get(key)
-                if w is None:
-                    rkey = data[30:34] + data[26:30] + data[36:38] + data[34:36]
-                    w = router.assign(key, rkey)
-                if balance:
-                    load[w] += len(data)
-                ts = raw.ts
-                last_ts = ts
-                if w == me:
-                    streams.key = key
-                    d.feed_packet(raw)
-                    if ts >= shadow._next_idle_check:
-                        shadow.advance(ts)
-                else:
-                    streams.other(key, data[47], int.from_bytes(data[38:42], "big"))
-                    d.stats.packets += 1
-                    pst.packets += 1
-                    pst.tcp += 1
-                    if ts >= d._next_idle_check:
-                        d.advance(ts)
-                    if key in decided and not data[47] & 0x02:  # SYN: the 4-tuple starts over
-                        if ts >= shadow._next_idle_check:
-                            shadow.advance(ts)
-                    else:
-                        to_shadow(raw, key, data[30:34] + data[26:30] + data[36:38] + data[34:36])
-            else:
-                d.stats.packets += 1
-                tcp_before = pst.tcp
-                seg = parser.parse(raw)
-                if len(parser.issues) > d._parser_issues_seen:
-                    d._report_parser_issues(raw.ts)  # as Dissector.feed_packet does
-                if seg is not None:
-                    key, rkey = _seg_keys(seg)
-                    w = owners.get(key)
-                    if w is None:
-                        w = router.assign(key, rkey)
-                    if balance:
-                        load[w] += len(data)
-                    last_ts = seg.ts
-                    if w == me:
-                        streams.key = key
-                        d.feed_segment(seg, _packets=max(1, pst.tcp - tcp_before))
-                        shadow.advance(seg.ts)
-                    else:
-                        streams.other(key, seg.flags, seg.seq)
-                        d.advance(seg.ts)
-                        if key in decided and not seg.flags & 0x02:
-                            shadow.advance(seg.ts)
-                        else:
-                            to_shadow(raw, key, rkey)
-                else:
-                    to_shadow(raw, b"", b"")  # IP fragments: the shadow needs every one
-            if d._events:
-                collect()
-            if pos % WATERMARK_EVERY == 0:
-                # nothing more at or before pos; no row still to come sorts below the watermark
-                items.append(((pos, PHASE_MARK, 0, seq), None, d.watermark(raw.ts)))
-            if pos % BATCH_PACKETS == 0:
-                out.send(("items", items, sum(s.stats.file_bytes for s in sources)))
-                items = []
-        if last_ts is not None:
-            d._last_ts = last_ts  # advance() is only called when an idle check is due
+    def mark(self, ts: float) -> None:
+        # nothing more at or before pos; no row still to come sorts below the watermark
+        self.items.append(((self.pos, PHASE_MARK, 0, self.seq), None, self.d.watermark(ts)))
+
+    def tick(self, count: int) -> bool:
+        if count % BATCH_PACKETS == 0:
+            self.ship()
+        return False
+
+    def ship(self) -> None:
+        self.out_pipe.send(("items", self.items, sum(s.stats.file_bytes for s in self.sources)))
+        self.items = []
+
+    def end(self) -> None:
+        d = self.d
+        if self.last_ts is not None:
+            d.advance(self.last_ts)  # advance() is only called when an idle check is due
         d.pos = END
         d.finish()
-        collect()
+        self.collect(END)
+
+
+def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
+          mode: str = "balance", render: Any = None) -> None:
+    sources = [open_capture(p) for p in paths]
+    d = _WorkerDissector(config)
+    loop = _WorkerLoop(d, config, jobs, me, out, bodies, mode, render, sources)
+    try:
+        for _ in loop.run(_merged(sources)):
+            pass  # a worker's rows go to the main process, in loop.items
         issues = []
         if me == 0:
             for path, src in zip(paths, sources, strict=True):
                 for issue in src.issues:
                     issues.append((path, issue))
-                    seq += 1
-                    items.append(((END, PHASE_ISSUES, 0, seq),
-                                  ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None), END))
-        out.send(("items", items, sum(s.stats.file_bytes for s in sources)))
+                    loop.seq += 1
+                    loop.items.append(((END, PHASE_ISSUES, 0, loop.seq),
+                                       ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None),
+                                       END))
+        loop.ship()
         counts = d.packet_counts()
         counts.update({"tcp_" + k: v for k, v in d.byte_counts().items()})  # of its connections
         conns = []
@@ -610,8 +640,8 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
             import sys
 
             ru = resource.getrusage(resource.RUSAGE_SELF)
-            print(f"kwinspect job {me}: cpu {ru.ru_utime + ru.ru_stime:.2f} s, packets {pos}, "
-                  f"kafka packets {counts['kafka']}, events {seq}, load {load}", file=sys.stderr)
+            print(f"kwinspect job {me}: cpu {ru.ru_utime + ru.ru_stime:.2f} s, packets {loop.pos}, "
+                  f"kafka packets {counts['kafka']}, events {loop.seq}, load {loop.router.load}", file=sys.stderr)
         out.send(("done", counts, conns, issues))
     finally:
         for src in sources:
@@ -642,13 +672,13 @@ class MergedDissector:
         self.rebuilt = 0  # exchanges relabelled with the global state (for tests and benchmarks)
 
     # -- end of the run ------------------------------------------------------------
-    def _final(self, worker: int, counts: dict[str, int], conns: list) -> None:
+    def final(self, worker: int, counts: dict[str, int], conns: list) -> None:
         while len(self._counts) <= worker:
             self._counts.append(None)
         self._counts[worker] = counts
         self._conns.extend((first, w_serial, worker, info) for first, w_serial, info in conns)
 
-    def _settle_connections(self) -> None:
+    def settle_connections(self) -> None:
         self._conns.sort(key=lambda c: (c[0], c[2], c[1]))
         self.connections = {i: c[3] for i, c in enumerate(self._conns)}
 
@@ -733,7 +763,7 @@ class MergedDissector:
                     else:
                         conv = Conversation(client, broker, shared=self.shared, tcp_stream=tcp_stream)
                         req_first, req_last, resp_first, resp_last, status, api_label, packets = args
-                        conv._emit(ex.request, ex.response, req_first, req_last, resp_first, resp_last,
+                        conv.emit(ex.request, ex.response, req_first, req_last, resp_first, resp_last,
                                    status, api_label, packets)
                         group = conv.pop_events()
                         self.rebuilt += 1
@@ -808,7 +838,7 @@ def _receive(pump: _Pump, worker: int, merged: MergedDissector, progress: list) 
                 progress[0] = msg[2]
             yield from msg[1]
         elif kind == "done":
-            merged._final(worker, msg[1], msg[2])
+            merged.final(worker, msg[1], msg[2])
             if worker == 0:
                 progress[1] = msg[3]
             return
@@ -820,7 +850,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
                            progress: ProgressFn | None = None, *, jobs: int = 2,
                            bodies: bool | str = True, mode: str = "balance",
                            render: Any = None) -> Iterator[Event | str]:
-    """``capture.files.dissect_files`` over ``jobs`` worker processes: the same events in
+    """``run.files.dissect_files`` over ``jobs`` worker processes: the same events in
     the same order. ``bodies=False``: exchanges come without request/response messages
     (for consumers that only read the columns; Metadata-like ones keep theirs);
     ``bodies="summary"``: only what ``kwinspect summary`` reads (see ``_lighten``).
@@ -887,7 +917,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
         for k, item in merged.settle(batch):
             rows.push(k, item)
         yield from _released(rows.pop_all(), released)
-        merged._settle_connections()
+        merged.settle_connections()
         run.issues.extend(prog[1])
     except _Fallback:
         _stop(procs)

@@ -1,4 +1,4 @@
-"""Dissect capture files: readers + the driver, for the CLI, TUI and tests.
+"""Dissect capture files: readers + the driver (run.loop.PacketLoop), for the CLI and tests.
 
 Several files are read as one capture, merged by packet timestamp (rotated
 tcpdump files, or one file per broker).
@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from kwinspect.capture.readers import PacketSource, open_capture
 from kwinspect.dissect import DissectConfig, Dissector, Event
 from kwinspect.model import ErrorRow, Issue
-from kwinspect.stream.row_order import END, WATERMARK_EVERY, RowOrder
+from kwinspect.run.loop import PacketLoop
 
 ProgressFn = Callable[[int, int], None]  # (bytes read so far, total bytes)
-# consecutive unparseable records (checked per 1024) after which a file is given up
-MAX_UNPARSEABLE_RUN = 64 * 1024
 STDIN = "-"  # as a path: read the capture from standard input, as it arrives
 
 
@@ -66,44 +64,18 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     run.total_bytes = sum(os.path.getsize(p) for p in run.paths if p != STDIN and os.path.isfile(p))
     dissector = Dissector(config)
     run.dissector = dissector
+
+    def tick(_count: int) -> None:
+        if progress is not None:
+            progress(sum(s.position() for s in sources), run.total_bytes)
+
+    # A pipe (`tcpdump -U -w - | kwinspect exchanges -`) is read as it arrives: rows go
+    # out as soon as they are in order, not every WATERMARK_EVERY packets (a watermark
+    # per packet that completes something costs little at a live rate).
+    eager = any(p == STDIN or not os.path.isfile(p) for p in run.paths)
+    loop = PacketLoop(dissector, tick=tick, eager=eager, name=", ".join(run.paths))
     try:
-        count = 0
-        feed = dissector.feed_packet
-        pstats = dissector.parser.stats
-        bad_before = bad_run = 0
-        rows = RowOrder()  # rows in capture order (stream/row_order.py)
-        push = rows.push
-        # A pipe (`tcpdump -U -w - | kwinspect exchanges -`) is read as it arrives: rows go
-        # out as soon as they are in order, not every WATERMARK_EVERY packets (a watermark
-        # per packet that completes something costs little at a live rate).
-        eager = any(p == STDIN or not os.path.isfile(p) for p in run.paths)
-        for raw in _merged(sources):
-            feed(raw)
-            count += 1
-            if dissector._events:  # most packets complete no exchange
-                for ev in dissector.pop_events():
-                    push(ev.order or count, ev)
-                if eager:
-                    yield from rows.pop_ready(dissector.watermark(raw.ts))
-            if count % WATERMARK_EVERY == 0:
-                yield from rows.pop_ready(dissector.watermark(raw.ts))
-            if count & 0x3FF == 0:
-                if progress is not None:
-                    progress(sum(s.position() for s in sources), run.total_bytes)
-                # a long run of records that are no packet at all (a gzip of zeros
-                # inflates to billions of empty records): stop instead of running for minutes
-                bad = pstats.unparseable
-                bad_run = bad_run + 1024 if bad - bad_before == 1024 else 0
-                bad_before = bad
-                if bad_run >= MAX_UNPARSEABLE_RUN:
-                    push(count, ErrorRow(kind="corrupt_capture", message=(
-                        f"{', '.join(run.paths)}: {bad_run:,} records in a row are not packets "
-                        f"that can be parsed; reading stopped after {count:,} records")))
-                    break
-        dissector.finish()
-        for ev in dissector.pop_events():
-            push(ev.order or END, ev)
-        yield from rows.pop_all()
+        yield from loop.run(_merged(sources))
         for path, src in zip(run.paths, sources, strict=True):
             for issue in src.issues:  # truncated files and the like: reported, not fatal
                 run.issues.append((path, issue))

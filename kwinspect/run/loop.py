@@ -1,0 +1,137 @@
+"""The one loop that drives a Dissector: read packets, feed them, hand on the rows.
+
+Every front end runs it: capture files (run/files.py), each --jobs worker
+(run/parallel.py), the TUI indexer and live capture (run/live.py)::
+
+    loop = PacketLoop(Dissector(config))
+    for row in loop.run(packets):   # Exchange / ErrorRow values in capture order
+        ...
+
+What differs between them is a hook, not a copy of the loop:
+
+- ``feed(raw)``: a --jobs worker routes each packet to its own dissector or only
+  counts it;
+- ``label(event)``: what is held for an event (the TUI attaches its raw frames the
+  moment the event completes);
+- ``collect``/``mark``: where completed rows and watermarks go (workers ship both to
+  the main process, which orders the rows; everyone else orders them here with
+  stream/row_order.RowOrder);
+- ``tick(count)``: every 1024 packets (progress, cancel; True stops reading);
+- ``ordered=False``: rows in completion order (live capture), ``eager=True``: rows
+  released as soon as they are in order (a pipe read as it arrives).
+
+A ``None`` in ``packets`` is an idle tick from a live source: ready rows are
+released and ``None`` is passed on, so the consumer can flush its output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from kwinspect.dissect import Dissector
+from kwinspect.model import ErrorRow
+from kwinspect.stream.row_order import END, WATERMARK_EVERY, RowOrder
+
+# consecutive unparseable records (checked per 1024) after which a capture is given up
+MAX_UNPARSEABLE_RUN = 64 * 1024
+TICK_EVERY = 1024  # packets between two tick() calls (a power of two: the test is a mask)
+
+
+class PacketLoop:
+    """Drive ``dissector`` over packets; ``run()`` yields what ``label`` made of each row."""
+
+    def __init__(self, dissector: Dissector, *, label: Callable[[Any], Any] | None = None,
+                 tick: Callable[[int], bool | None] | None = None, ordered: bool = True,
+                 eager: bool = False, stop_unparseable: bool = True, name: str = "the capture") -> None:
+        self.dissector = dissector
+        self.label = label
+        self.on_tick = tick
+        self.ordered = ordered
+        self.eager = eager
+        self.stop_unparseable = stop_unparseable
+        self.name = name  # for the row that says why reading stopped
+        self.count = 0  # packets read
+        self.rows = RowOrder()
+        self.out: list[Any] = []  # rows released, handed on by run()
+
+    # -- hooks --------------------------------------------------------------------------
+
+    def feed(self, raw: Any) -> None:
+        self.dissector.feed_packet(raw)
+
+    def collect(self, pos: Any) -> None:
+        """The dissector has rows: hold them (or hand them on) under ``pos`` when they
+        carry no packet of their own."""
+        label, push = self.label, self.rows.push
+        events = self.dissector.drain()
+        if not self.ordered:
+            self.out.extend(events if label is None else map(label, events))
+            return
+        for ev in events:
+            push(ev.order or pos, ev if label is None else label(ev))
+
+    def mark(self, ts: float) -> None:
+        """WATERMARK_EVERY packets went by: release the rows no row still to come precedes."""
+        if self.ordered:
+            self.out.extend(self.rows.pop_ready(self.dissector.watermark(ts)))
+
+    def tick(self, count: int) -> bool:
+        """Every TICK_EVERY packets; True stops reading."""
+        return bool(self.on_tick(count)) if self.on_tick is not None else False
+
+    def end(self) -> None:
+        """Input ended: finish the dissector and release everything held."""
+        self.dissector.finish()
+        self.collect(END)
+        if self.ordered:
+            self.out.extend(self.rows.pop_all())
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self, packets: Iterable[Any]) -> Iterator[Any]:
+        d = self.dissector
+        feed = d.feed_packet if type(self).feed is PacketLoop.feed else self.feed
+        collect, mark, out = self.collect, self.mark, self.out
+        eager = self.eager and self.ordered
+        pstats = d.parser.stats
+        bad_before = bad_run = 0
+        count = self.count
+        for raw in packets:
+            if raw is None:  # a live source is idle: hand on what is ready, then the tick
+                self.mark(d.last_ts)
+                if out:
+                    yield from out
+                    out.clear()
+                yield None
+                continue
+            feed(raw)
+            count += 1
+            if d.has_events:  # most packets complete no row
+                collect(count)
+                if eager:
+                    mark(raw.ts)
+            if count % WATERMARK_EVERY == 0:
+                mark(raw.ts)
+            if out:
+                yield from out
+                out.clear()
+            if count & (TICK_EVERY - 1) == 0:
+                self.count = count
+                if self.tick(count):
+                    break
+                if self.stop_unparseable:
+                    # a long run of records that are no packet at all (a gzip of zeros
+                    # inflates to billions of empty records): stop instead of running for minutes
+                    bad = pstats.unparseable
+                    bad_run = bad_run + TICK_EVERY if bad - bad_before == TICK_EVERY else 0
+                    bad_before = bad
+                    if bad_run >= MAX_UNPARSEABLE_RUN:
+                        self.rows.push(count, ErrorRow(kind="corrupt_capture", message=(
+                            f"{self.name}: {bad_run:,} records in a row are not packets "
+                            f"that can be parsed; reading stopped after {count:,} records")))
+                        break
+        self.count = count
+        self.end()
+        yield from out
+        out.clear()
