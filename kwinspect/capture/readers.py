@@ -124,12 +124,12 @@ class _ChunkReader:
     issue instead of an exception.
     """
 
-    __slots__ = ("_f", "_buf", "_pos", "error", "consumed")
+    __slots__ = ("_f", "buf", "pos", "error", "consumed")  # buf/pos: the pcapng fast path reads them
 
     def __init__(self, f: IO[bytes], prefix: bytes = b"") -> None:
         self._f = f
-        self._buf = prefix
-        self._pos = 0
+        self.buf = prefix
+        self.pos = 0
         self.error: str | None = None
         self.consumed = 0
 
@@ -159,17 +159,17 @@ class _ChunkReader:
 
     def rest(self) -> bytes:
         """Hand over what is buffered (the caller continues with more())."""
-        out = self._buf[self._pos:]
-        self._buf, self._pos = b"", 0
+        out = self.buf[self.pos:]
+        self.buf, self.pos = b"", 0
         return out
 
     def take(self, n: int) -> bytes:
         """Exactly n bytes, or fewer at EOF."""
-        if len(self._buf) - self._pos < n:
-            self._buf = self._buf[self._pos:] + self.more(n - (len(self._buf) - self._pos))
-            self._pos = 0
-        out = self._buf[self._pos:self._pos + n]
-        self._pos += len(out)
+        if len(self.buf) - self.pos < n:
+            self.buf = self.buf[self.pos:] + self.more(n - (len(self.buf) - self.pos))
+            self.pos = 0
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += len(out)
         self.consumed += len(out)
         return out
 
@@ -402,15 +402,15 @@ class _PcapngSource(PacketSource):
         try:
             while True:
                 # Fast path: an Enhanced Packet Block wholly inside the read buffer.
-                buf = r._buf
-                pos = r._pos
+                buf = r.buf
+                pos = r.pos
                 if len(buf) - pos >= 32:
                     btype, blen = hdr2(buf, pos)
                     if btype == epb and 32 <= blen <= len(buf) - pos and not blen & 3:
                         iface_id, hi, lo, caplen, wire_len = epb5(buf, pos + 8)
                         if iface_id < len(ifaces) and 32 + caplen <= blen:
                             itf = ifaces[iface_id]
-                            r._pos = pos + blen
+                            r.pos = pos + blen
                             offset += blen
                             index += 1
                             n_pk += 1

@@ -417,7 +417,7 @@ class _FastRows:
         return _compile_fast(self.columns, "jsonl") if self.columns else None
 
     @functools.cached_property
-    def _jsonl_nl(self):
+    def jsonl_nl(self):
         return _compile_fast(self.columns, "jsonl", newline=True) if self.columns else None
 
     @functools.cached_property
@@ -553,19 +553,19 @@ class JsonlWriter(RowWriter):
         line_buffered: bool | None = None,
     ) -> None:
         super().__init__(table, columns)
-        self._out = _TextOutput(out, newline="\n")
+        self.out = _TextOutput(out, newline="\n")
         if line_buffered is None:
-            line_buffered = not self._out.owned
-        self._flush = line_buffered
+            line_buffered = not self.out.owned
+        self.line_buffered = line_buffered
         self._dumps = json.JSONEncoder(
             ensure_ascii=False, allow_nan=False, default=_json_default, separators=(", ", ": ")
         ).encode
         self._fast = _FastRows(tuple(self.columns))
 
     def write(self, item: Any) -> None:
-        stream = self._out.stream
+        stream = self.out.stream
         stream.write(self.line(item))
-        if self._flush:
+        if self.line_buffered:
             stream.flush()
         self.count += 1
 
@@ -576,7 +576,7 @@ class JsonlWriter(RowWriter):
         line = None
         if vals is not None:
             try:
-                line = fast._jsonl_nl(vals)
+                line = fast.jsonl_nl(vals)
             except _Slow:
                 pass
         if line is None:
@@ -587,15 +587,15 @@ class JsonlWriter(RowWriter):
         return line
 
     def write_text(self, text: str) -> None:
-        stream = self._out.stream
+        stream = self.out.stream
         stream.write(text)
-        if self._flush:
+        if self.line_buffered:
             stream.flush()
         self.count += 1
 
     def close(self) -> None:
         if not self.closed:
-            self._out.close()
+            self.out.close()
         super().close()
 
 
@@ -1130,7 +1130,7 @@ def write_rows(
     KeyboardInterrupt is then re-raised for the caller to report.
     """
     writer = open_writer(fmt, table, out, **kwargs)
-    if type(writer) is JsonlWriter and not writer._flush:
+    if type(writer) is JsonlWriter and not writer.line_buffered:
         return _write_lines(writer, rows)
     write, write_text = writer.write, writer.write_text
     try:
@@ -1152,7 +1152,7 @@ def _write_lines(writer: JsonlWriter, rows: Iterable[Any]) -> int:
     _LINES_PER_WRITE lines (a TextIOWrapper.write a row was ~5% of `exchanges`).
     What was rendered is written also when the iteration is interrupted."""
     line = writer.line
-    stream_write = writer._out.stream.write
+    stream_write = writer.out.stream.write
     pending: list[str] = []
     add = pending.append
     try:

@@ -259,8 +259,8 @@ class RecordBatch:
         "crc_ok", "attributes", "codec", "compression", "timestamp_type", "is_transactional",
         "is_control", "has_delete_horizon", "last_offset_delta", "base_timestamp",
         "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count",
-        "issues", "_data", "_body_start", "_end", "_limits", "_origin", "_sink", "_reported",
-        "_legacy_key", "_index",
+        "issues", "buffer", "body_start", "end", "limits", "origin", "sink", "reported",
+        "legacy_key", "batch_index",
     )
 
     def __init__(self) -> None:
@@ -287,15 +287,15 @@ class RecordBatch:
         self.base_sequence: int | None = None
         self.record_count: int | None = None
         self.issues: list[Issue] = []
-        self._data = b""
-        self._body_start = 0
-        self._end = 0
-        self._limits = DEFAULT_LIMITS
-        self._origin = 0
-        self._sink: list[Issue] | None = None
-        self._reported = False
-        self._legacy_key: bytes | None = None
-        self._index = 0
+        self.buffer = b""
+        self.body_start = 0
+        self.end = 0
+        self.limits = DEFAULT_LIMITS
+        self.origin = 0
+        self.sink: list[Issue] | None = None
+        self.reported = False
+        self.legacy_key: bytes | None = None
+        self.batch_index = 0
 
     def __repr__(self) -> str:
         return (
@@ -323,26 +323,26 @@ class RecordBatch:
         return self._v2_records() if self.magic == 2 else self._legacy_records()
 
     def _report(self, issues: list[Issue]) -> None:
-        if self._reported or not issues:
+        if self.reported or not issues:
             return
-        self._reported = True
+        self.reported = True
         self.issues.extend(issues)
-        if self._sink is not None:
-            self._sink.extend(issues)
+        if self.sink is not None:
+            self.sink.extend(issues)
 
-    def _issue(self, issues: list[Issue], kind: str, msg: str, pos: int | None = None,
+    def report(self, issues: list[Issue], kind: str, msg: str, pos: int | None = None,
                severity: str = "error", path: str | None = None) -> None:
-        at = self._origin + (self.position if pos is None else pos)
-        issues.append(Issue(kind, msg, at, path or f"batch[{self._index}]", severity))
+        at = self.origin + (self.position if pos is None else pos)
+        issues.append(Issue(kind, msg, at, path or f"batch[{self.batch_index}]", severity))
 
     def _payload(self, issues: list[Issue]) -> bytes | None:
         """The (decompressed) records area; None on failure (issue added)."""
-        raw = self._data[self._body_start:self._end]
+        raw = self.buffer[self.body_start:self.end]
         if self.codec == 0:
             return raw
-        out, problem = decompress(self.codec, raw, self._limits)
+        out, problem = decompress(self.codec, raw, self.limits)
         if problem is not None:
-            self._issue(issues, problem.kind, problem.message, self._body_start,
+            self.report(issues, problem.kind, problem.message, self.body_start,
                         severity=problem.severity)
             return None
         return out
@@ -354,14 +354,14 @@ class RecordBatch:
         issues: list[Issue] = []
         try:
             compressed = self.codec != 0
-            data = self._payload(issues) if compressed else self._data
+            data = self._payload(issues) if compressed else self.buffer
             if data is None:
                 return
-            base = 0 if compressed else self._body_start
-            end = len(data) if compressed else self._end
+            base = 0 if compressed else self.body_start
+            end = len(data) if compressed else self.end
             count = self.record_count or 0
             if count < 0:
-                self._issue(issues, DECODE_ERROR, f"negative record count {count}", self.position + 57)
+                self.report(issues, DECODE_ERROR, f"negative record count {count}", self.position + 57)
                 return
             base_ts = self.base_timestamp
             log_append = self.timestamp_type == TIMESTAMP_LOG_APPEND
@@ -373,10 +373,10 @@ class RecordBatch:
             is_control = self.is_control
             pos = base
             found = 0
-            max_records = self._limits.max_records_per_batch
+            max_records = self.limits.max_records_per_batch
             while found < count and pos < end:
                 if found >= max_records:
-                    self._issue(issues, LIMIT_EXCEEDED,
+                    self.report(issues, LIMIT_EXCEEDED,
                                 f"more than {max_records} records in one batch; the rest skipped")
                     return
                 start = pos
@@ -455,15 +455,15 @@ class RecordBatch:
                         hv, pos = _v2_bytes(data, pos, rend, "header value")
                         headers.append((hk.decode("utf-8", "replace"), hv))
                     if pos != rend:
-                        self._issue(issues, DECODE_ERROR,
+                        self.report(issues, DECODE_ERROR,
                                     f"record {found}: {rend - pos} unread bytes inside the record",
                                     None if compressed else pos, SEVERITY_WARNING)
                     pos = rend
                 except _Bad as exc:
                     where = f" (decompressed byte {start})" if compressed else ""
-                    self._issue(issues, DECODE_ERROR, f"record {found}: {exc}{where}",
+                    self.report(issues, DECODE_ERROR, f"record {found}: {exc}{where}",
                                 None if compressed else start,
-                                path=f"batch[{self._index}].records[{found}]")
+                                path=f"batch[{self.batch_index}].records[{found}]")
                     return
                 rec = Record(
                     base_offset + off_delta,
@@ -482,11 +482,11 @@ class RecordBatch:
                 found += 1
                 yield rec
             if found < count:
-                self._issue(issues, DECODE_ERROR,
+                self.report(issues, DECODE_ERROR,
                             f"batch declares {count} records but only {found} are present",
                             None if compressed else pos)
             elif pos < end:
-                self._issue(issues, DECODE_ERROR,
+                self.report(issues, DECODE_ERROR,
                             f"{plural(end - pos, 'byte')} after the last of {plural(count, 'record')}",
                             None if compressed else pos, SEVERITY_WARNING)
         finally:
@@ -496,12 +496,12 @@ class RecordBatch:
         issues: list[Issue] = []
         try:
             if self.codec == 0:
-                key = self._legacy_key
-                value_raw = self._data[self._body_start:self._end]
+                key = self.legacy_key
+                value_raw = self.buffer[self.body_start:self.end]
                 yield Record(
                     offset=self.base_offset, offset_delta=0, timestamp=self.base_timestamp,
                     timestamp_type=self.timestamp_type, key=key,
-                    value=None if self._body_start < 0 else value_raw,
+                    value=None if self.body_start < 0 else value_raw,
                     magic=self.magic, attributes=self.attributes, crc=self.crc, crc_ok=self.crc_ok,
                 )
                 return
@@ -539,13 +539,13 @@ def _legacy_inner(wrapper: RecordBatch, inner: bytes, issues: list[Issue],
     stop = n
     while pos < n:
         if n - pos < LOG_OVERHEAD:
-            wrapper._issue(issues, DECODE_ERROR,
+            wrapper.report(issues, DECODE_ERROR,
                            f"{plural(n - pos, 'stray byte')} at decompressed byte {pos} {where}")
             stop = pos
             break
         off, size = _ENTRY_HEAD.unpack_from(inner, pos)
         if size < 6 or size > n - pos - LOG_OVERHEAD:
-            wrapper._issue(issues, DECODE_ERROR,
+            wrapper.report(issues, DECODE_ERROR,
                            f"inner message size {size} invalid at decompressed byte {pos} {where}")
             stop = pos
             break
@@ -559,31 +559,31 @@ def _legacy_inner(wrapper: RecordBatch, inner: bytes, issues: list[Issue],
     # wrapper offset at 0) means the inner offsets are used as written.
     abs_base = wrapper.base_offset - last_off
     log_append = wrapper.timestamp_type == TIMESTAMP_LOG_APPEND
-    max_records = wrapper._limits.max_records_per_batch
+    max_records = wrapper.limits.max_records_per_batch
     pos = 0
     i = 0
     while pos < stop:
         size = _ENTRY_HEAD.unpack_from(inner, pos)[1]
         msg = _parse_legacy_message(inner, pos, size)
         if isinstance(msg, str):
-            wrapper._issue(issues, DECODE_ERROR, f"{msg} at decompressed byte {pos} {where}")
+            wrapper.report(issues, DECODE_ERROR, f"{msg} at decompressed byte {pos} {where}")
             return
         pos += LOG_OVERHEAD + size
         off, _size, crc, magic, attrs, ts, key, value, crc_ok = msg
         codec = attrs & 0x07
         if codec:
-            if depth >= wrapper._limits.max_legacy_depth:
-                wrapper._issue(issues, DECODE_ERROR,
+            if depth >= wrapper.limits.max_legacy_depth:
+                wrapper.report(issues, DECODE_ERROR,
                                f"legacy message nested deeper than {depth} compressed levels {where}")
                 continue
-            sub, problem = decompress(codec, value or b"", wrapper._limits)
+            sub, problem = decompress(codec, value or b"", wrapper.limits)
             if problem is not None:
-                wrapper._issue(issues, problem.kind, f"nested: {problem.message}")
+                wrapper.report(issues, problem.kind, f"nested: {problem.message}")
                 continue
             yield from _legacy_inner(wrapper, sub, issues, depth + 1)
             continue
         if i >= max_records:
-            wrapper._issue(issues, LIMIT_EXCEEDED,
+            wrapper.report(issues, LIMIT_EXCEEDED,
                            f"more than {max_records} messages {where}; the rest skipped")
             return
         if magic >= 1 and wrapper.magic >= 1 and abs_base >= 0:
@@ -591,7 +591,7 @@ def _legacy_inner(wrapper: RecordBatch, inner: bytes, issues: list[Issue],
         else:
             abs_off = off
         if not crc_ok:
-            wrapper._issue(issues, CRC_MISMATCH,
+            wrapper.report(issues, CRC_MISMATCH,
                            f"inner message {i}: CRC-32 mismatch (stored {crc:#010x}) {where}")
         if log_append and magic >= 1:
             ts = wrapper.base_timestamp
@@ -796,8 +796,8 @@ _KRAFT_DECODERS = {2: _leader_change, 3: _snapshot_header, 4: _snapshot_footer,
 class RecordSet:
     """A decoded RECORDS field: batch headers plus lazy record decoding."""
 
-    __slots__ = ("batches", "issues", "partial_tail_bytes", "size", "raw", "_limits", "_origin",
-                 "_allow_partial")
+    __slots__ = ("batches", "issues", "partial_tail_bytes", "size", "raw", "limits", "origin",
+                 "allow_partial")
 
     def __init__(self) -> None:
         self.batches: list[RecordBatch] = []
@@ -805,18 +805,18 @@ class RecordSet:
         self.partial_tail_bytes = 0
         self.size = 0
         self.raw: bytes | None = None  # the RECORDS field as read (the batches keep it anyway)
-        self._limits = DEFAULT_LIMITS
-        self._origin = 0
-        self._allow_partial = True
+        self.limits = DEFAULT_LIMITS
+        self.origin = 0
+        self.allow_partial = True
 
     def __reduce_ex__(self, protocol):
         # Pickled (--jobs, Spark) as the field's bytes, read again on arrival
         # (~2 us a set) instead of every batch's slots (~25 us, 2.3x the bytes),
         # as long as nothing was decoded lazily: decoded records may have added
         # issues that a fresh read would not have.
-        if self.raw is not None and not any(b._reported for b in self.batches):
-            limits = None if self._limits is DEFAULT_LIMITS else self._limits
-            return (_reparse, (self.raw, limits, self._origin, self._allow_partial))
+        if self.raw is not None and not any(b.reported for b in self.batches):
+            limits = None if self.limits is DEFAULT_LIMITS else self.limits
+            return (_reparse, (self.raw, limits, self.origin, self.allow_partial))
         return super().__reduce_ex__(protocol)
 
     def __repr__(self) -> str:
@@ -918,11 +918,11 @@ def parse_record_set(
     error.
     """
     rs = RecordSet()
-    rs._limits = limits = limits or DEFAULT_LIMITS
+    rs.limits = limits = limits or DEFAULT_LIMITS
     if data is None:
         return rs
-    rs._origin = origin
-    rs._allow_partial = allow_partial
+    rs.origin = origin
+    rs.allow_partial = allow_partial
     data = rs.raw = bytes(data)
     n = rs.size = len(data)
     pos = 0
@@ -968,12 +968,12 @@ def parse_record_set(
             b.base_offset = base_offset
             b.length = size
             b.magic = magic
-            b._data = data
-            b._end = end
-            b._limits = limits
-            b._origin = origin
-            b._sink = sink
-            b._index = index
+            b.buffer = data
+            b.end = end
+            b.limits = limits
+            b.origin = origin
+            b.sink = sink
+            b.batch_index = index
             problem = _fill_legacy(b, data, pos, size)
         if problem is not None:
             rs.issues.append(Issue(DECODE_ERROR, problem + "; entry skipped", origin + pos,
@@ -1047,15 +1047,15 @@ def _v2_batch(data: bytes, view: memoryview, pos: int, size: int, index: int, li
     b.base_sequence = base_seq
     b.record_count = count
     b.issues = []
-    b._data = data
-    b._body_start = pos + V2_HEADER_SIZE
-    b._end = end
-    b._limits = limits
-    b._origin = origin
-    b._sink = sink
-    b._reported = False
-    b._legacy_key = None
-    b._index = index
+    b.buffer = data
+    b.body_start = pos + V2_HEADER_SIZE
+    b.end = end
+    b.limits = limits
+    b.origin = origin
+    b.sink = sink
+    b.reported = False
+    b.legacy_key = None
+    b.batch_index = index
     return b
 
 
@@ -1072,14 +1072,14 @@ def _fill_legacy(b: RecordBatch, data: bytes, pos: int, size: int) -> str | None
     if magic == 1:
         b.timestamp_type = TIMESTAMP_LOG_APPEND if attrs & 0x08 else TIMESTAMP_CREATE
         b.base_timestamp = b.max_timestamp = ts
-    b._legacy_key = key
+    b.legacy_key = key
     # the value occupies the last len(value) bytes of the entry
     end = pos + LOG_OVERHEAD + size
     if value is None:
-        b._body_start = -1 if b.codec == 0 else end
-        b._end = end
+        b.body_start = -1 if b.codec == 0 else end
+        b.end = end
     else:
-        b._body_start = end - len(value)
+        b.body_start = end - len(value)
     if b.codec == 0:
         b.record_count = 1
         b.last_offset_delta = 0

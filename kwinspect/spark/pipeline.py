@@ -200,9 +200,11 @@ def _is_uri(path: str) -> bool:
 
 class _HadoopFS:
     def __init__(self, spark, path: str) -> None:
-        jvm = spark.sparkContext._jvm
+        # PySpark has no public handle on the JVM or its Hadoop configuration; this is
+        # how PySpark programs reach the Hadoop FileSystem API
+        jvm = spark.sparkContext._jvm  # noqa: SLF001
         self.jvm = jvm
-        self.conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self.conf = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
         self.path = jvm.org.apache.hadoop.fs.Path(path)
         self.fs = self.path.getFileSystem(self.conf)
 

@@ -125,7 +125,7 @@ def _split_frames(data: bytes) -> list[bytes]:
 def _walk_record_sets(obj: Any, out: list[bytes]) -> None:
     if isinstance(obj, RecordSet):
         if obj.batches:
-            out.append(bytes(obj.batches[0]._data))
+            out.append(bytes(obj.batches[0].buffer))
     elif isinstance(obj, dict):
         for v in obj.values():
             _walk_record_sets(v, out)

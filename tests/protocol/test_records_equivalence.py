@@ -340,7 +340,7 @@ def test_pickled_record_set_is_the_same_set():
                 for lim in (None, limits):
                     rs = records.parse_record_set(data[:cut], lim, **kw)
                     back = _pickled(rs)
-                    assert back._limits == rs._limits
+                    assert back.limits == rs.limits
                     assert back.raw == rs.raw
                     assert _view(back) == _view(records.parse_record_set(data[:cut], lim, **kw))
 
@@ -357,7 +357,7 @@ def test_pickled_after_lazy_issues_keeps_them():
     back = _pickled(rs)
     assert _issues(back.issues) == _issues(rs.issues)
     assert [_issues(b.issues) for b in back.batches] == [_issues(b.issues) for b in rs.batches]
-    assert back.batches[0]._sink is back.issues  # still one list, as in the original
+    assert back.batches[0].sink is back.issues  # still one list, as in the original
     assert list(back.iter_records()) == [] and _issues(back.issues) == _issues(rs.issues)
 
 
