@@ -14,18 +14,15 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from kwinspect.capture.readers import CaptureFormatError
 from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
 from kwinspect.model import (
-    ERROR_COLUMNS,
     EXCHANGE_COLUMNS,
-    RECORD_COLUMNS,
     ErrorRow,
     Exchange,
-    RecordRow,
     plural,
 )
 from kwinspect.run.files import FileRun, dissect_files
@@ -309,44 +306,11 @@ def _consume(args, run: FileRun, handle: Callable[[Any], Any]) -> bool:
     return False
 
 
-def records_of(ex: Exchange, values: str, topic_names: dict[str, str] | None = None,
-               issues: list | None = None, new_issues_only: bool = False) -> Iterator[RecordRow]:
-    """The records a Produce request or Fetch response carries, as table rows; ``issues``
-    gets the problems of their record batches once the rows are exhausted."""
-    global _records_from_exchange
-    if _records_from_exchange is None:  # imported once, not on every exchange
-        from kwinspect.analyze.records import records_from_exchange
-
-        _records_from_exchange = records_from_exchange
-    return _records_from_exchange(ex, values=values, topic_names=topic_names, issues=issues,
-                                  new_issues_only=new_issues_only)
-
-
 class RecordProblems(NamedTuple):
     """The kinds of the record-batch problems of one exchange, beside its rendered records
     (--jobs workers); the main process counts them for the line at the end of `records`."""
 
     kinds: tuple[str, ...]
-
-
-def _problem_kinds(issues: list) -> tuple[str, ...]:
-    return tuple(i.kind for i in issues if i.severity != "info")
-
-
-def _record_error_rows(ex: Exchange, values: str, topic_names: Any) -> list[ErrorRow]:
-    """errors --records: decode the exchange's record batches and make rows of the problems
-    only decoding finds (the batch-level ones are already the exchange's own error rows)."""
-    issues: list = []
-    for _row in records_of(ex, values, topic_names, issues, new_issues_only=True):
-        pass
-    ts = ex.response_ts if ex.api_key == 1 else ex.request_ts
-    return [ErrorRow(kind=i.kind, api_name=ex.api_name, correlation_id=ex.correlation_id, path=i.path,
-                     message=i.message, ts=ts, stream=ex.stream, frame=ex.frame, response_frame=ex.response_frame,
-                     tcp_stream=ex.tcp_stream, order=ex.order)
-            for i in issues if i.severity != "info"]
-
-
-_records_from_exchange: Callable[..., Any] | None = None
 
 
 def _compile_filter(expr: str | None, columns) -> Callable[[dict], bool] | None:
@@ -366,6 +330,7 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     writes them (dissect_files_parallel's ``render``)."""
     if getattr(args, "jobs", 1) <= 1 or fmt not in ("jsonl", "csv") or getattr(args, "records", False):
         return None  # (errors --records needs the exchanges in the main process)
+    from kwinspect.export.tables import problem_kinds, records_of
     from kwinspect.export.writers import TextRenderer
     from kwinspect.run.parallel import DROP
 
@@ -382,7 +347,7 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
             issues: list = []
             rows: list[Any] = [text(r) for r in records_of(ev, values, topic_names, issues)
                                if keep is None or keep(r.row())]
-            if (kinds := _problem_kinds(issues)):
+            if (kinds := problem_kinds(issues)):
                 rows.append(RecordProblems(kinds))
             return rows if rows else DROP
         if keep is not None and not keep(ev.row()):
@@ -394,30 +359,21 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
 
 def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[Any]:
     """The rows of ``table``: model rows, or with --jobs rows already rendered in ``fmt`` (str)."""
-    columns = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}[table]
-    keep = _compile_filter(getattr(args, "filter", None), columns)
-    decode_records = table == "errors" and getattr(args, "records", False)
+    from kwinspect.export.tables import TABLES, problem_kinds, rows_of
+
+    keep = _compile_filter(getattr(args, "filter", None), TABLES[table])
+    record_errors = table == "errors" and getattr(args, "records", False)
     for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
         if type(ev) is str:
             yield ev
             continue
-        issues: list | None = None
-        if table == "exchanges" and isinstance(ev, Exchange):
-            items: Iterable[Any] = (ev,)
-        elif table == "errors" and isinstance(ev, ErrorRow):
-            items = (ev,)
-        elif table == "records" and isinstance(ev, Exchange):
-            names = run.dissector.shared.topic_names if run.dissector else None
-            issues = []
-            items = records_of(ev, args.values, names, issues)
-        elif decode_records and isinstance(ev, Exchange) and ev.api_key in (0, 1):
-            names = run.dissector.shared.topic_names if run.dissector else None
-            items = _record_error_rows(ev, args.values, names)
-        elif type(ev) is RecordProblems:  # a worker's count beside its rendered records
+        if type(ev) is RecordProblems:  # a worker's count beside its rendered records
             run.record_problems.update(ev.kinds)
             continue
-        else:
-            continue
+        issues: list | None = [] if table == "records" else None
+        names = run.dissector.shared.topic_names if run.dissector else None
+        items = rows_of(table, ev, values=args.values, topic_names=names, issues=issues,
+                        record_errors=record_errors)
         if keep is None:
             yield from items
         else:
@@ -425,7 +381,7 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
                 if keep(item.row()):
                     yield item
         if issues:
-            run.record_problems.update(_problem_kinds(issues))
+            run.record_problems.update(problem_kinds(issues))
 
 
 def _output_format(args, default_table: str = "table") -> str:
@@ -736,11 +692,10 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 def cmd_live(args) -> int:
     from kwinspect.capture.live import LiveCaptureError, LiveFilterError, capture_filter
+    from kwinspect.export.tables import TABLES
     from kwinspect.run.live_session import LiveOptions, run_live
 
-    columns = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS,
-               "none": EXCHANGE_COLUMNS}[args.table]
-    keep = _compile_filter(args.filter, columns)
+    keep = _compile_filter(args.filter, TABLES["exchanges" if args.table == "none" else args.table])
     for flag, value in (("--count", args.count), ("--duration", args.duration), ("-C", args.file_size),
                         ("-G", args.rotate_seconds), ("-W", args.file_count), ("--snaplen", args.snaplen),
                         ("--buffer-size", args.buffer_size)):
@@ -783,7 +738,7 @@ def cmd_live(args) -> int:
         count=args.count, snaplen=args.snaplen, buffer_bytes=args.buffer_size * 1024,
         promisc=not args.no_promiscuous_mode, quiet=args.quiet, status_interval=args.status_interval)
     try:
-        return run_live(opts, records_of)
+        return run_live(opts)
     except LiveFilterError as exc:
         raise UsageError(str(exc)) from None
     except LiveCaptureError as exc:

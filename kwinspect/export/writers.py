@@ -39,8 +39,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from kwinspect.analyze.latency import LATENCY_COLUMNS
 from kwinspect.analyze.termsafe import term_safe
+from kwinspect.export.tables import LIST_COLUMNS, TABLES, TIMESTAMP_COLUMNS
 from kwinspect.model import (
     ERROR_COLUMNS,
     EXCHANGE_COLUMNS,
@@ -50,17 +50,7 @@ from kwinspect.model import (
     RecordRow,
 )
 
-TABLES: dict[str, tuple[str, ...]] = {
-    "exchanges": EXCHANGE_COLUMNS,
-    "records": RECORD_COLUMNS,
-    "errors": ERROR_COLUMNS,
-    # Not a capture table: the rows of `kwinspect latency` (LatencyStats.rows()).
-    "latency": LATENCY_COLUMNS,
-}
 FORMATS = ("table", "jsonl", "csv", "parquet")
-
-TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
-LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -485,6 +475,9 @@ class RowWriter:
             self.write(item)
         return self.count
 
+    def flush(self) -> None:
+        """Push what was written to the output (live capture, on its idle ticks)."""
+
     def close(self) -> None:
         self.closed = True
 
@@ -663,6 +656,13 @@ class CsvWriter(RowWriter):
     def write_text(self, text: str) -> None:
         self._out.stream.write(text)
         self.count += 1
+
+    def flush(self) -> None:
+        """CSV is not flushed per row: flushed here, on the caller's schedule."""
+        try:
+            self._out.stream.flush()
+        except (OSError, ValueError):
+            pass
 
     def close(self) -> None:
         if not self.closed:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -28,6 +28,7 @@ from kwinspect.capture.live import (
     PcapRotator,
 )
 from kwinspect.dissect import DissectConfig, Dissector
+from kwinspect.export.tables import CAPTURE_TABLES, rows_of
 from kwinspect.model import ErrorRow, Exchange, plural
 from kwinspect.run.live import StopWhen, live_events
 
@@ -145,7 +146,6 @@ class _Sink:
         self.rows = 0
         self.to_stdout = output in (None, "-")
         self.writer = open_writer(fmt, table, output, **kw)
-        self._stream = getattr(getattr(self.writer, "_out", None), "stream", None)
 
     def put(self, item: Any) -> None:
         if self.keep is None or self.keep(item.row()):
@@ -154,14 +154,10 @@ class _Sink:
 
     def flush(self) -> None:
         """CSV is not flushed per row by its writer: flush on the loop's ticks."""
-        if self.fmt == "csv":
-            try:
-                (self._stream or sys.stdout).flush()
-            except (OSError, ValueError):
-                pass
+        self.writer.flush()
 
 
-def run_live(opts: LiveOptions, records_of: Callable[..., Iterable], *, stderr: IO[str] | None = None) -> int:
+def run_live(opts: LiveOptions, *, stderr: IO[str] | None = None) -> int:
     """Capture until stopped; returns the exit status (0 on a clean stop).
 
     Raises ``LiveCaptureError`` (exit 1) before anything is written when the
@@ -211,7 +207,7 @@ def run_live(opts: LiveOptions, records_of: Callable[..., Iterable], *, stderr: 
                 for raw in batch:
                     pwrite(raw)
 
-        by_table = {t: [k for k in sinks if k.table == t] for t in ("exchanges", "records", "errors")}
+        by_table = {t: [k for k in sinks if k.table == t] for t in CAPTURE_TABLES}
         ex_sinks, rec_sinks, err_sinks = by_table["exchanges"], by_table["records"], by_table["errors"]
         shares_terminal = (status.enabled and _isatty(sys.stdout) and any(k.to_stdout for k in sinks))
         for ev in live_events(cap, dissector, stop, on_packets=on_packets):
@@ -231,7 +227,7 @@ def run_live(opts: LiveOptions, records_of: Callable[..., Iterable], *, stderr: 
                 for k in ex_sinks:
                     k.put(ev)
                 if rec_sinks:
-                    for rec in records_of(ev, opts.values, dissector.shared.topic_names):
+                    for rec in rows_of("records", ev, values=opts.values, topic_names=dissector.shared.topic_names):
                         tally.records += 1
                         for k in rec_sinks:
                             k.put(rec)

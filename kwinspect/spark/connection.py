@@ -35,15 +35,8 @@ import pyarrow as pa
 from kwinspect.analyze.schemas import ARROW_TYPES
 from kwinspect.capture.packets import TcpSegment
 from kwinspect.dissect import DissectConfig, Dissector
-from kwinspect.model import (
-    ERROR_COLUMNS,
-    EXCHANGE_COLUMNS,
-    RECORD_COLUMNS,
-    Endpoint,
-    ErrorRow,
-    Exchange,
-    RecordRow,
-)
+from kwinspect.export.tables import CAPTURE_TABLES, LIST_COLUMNS, TABLES, TIMESTAMP_COLUMNS, rows_of
+from kwinspect.model import Endpoint, ErrorRow, Exchange
 from kwinspect.stream.conversation import SharedState
 from kwinspect.stream.findings import iter_record_sets
 
@@ -51,12 +44,8 @@ Pos = tuple[float, int, int, int]  # (merge timestamp, file rank, range, packet 
 END_POS: Pos = (math.inf, (1 << 31) - 1, (1 << 31) - 1, (1 << 62))
 IDLE_CHECK_EVERY = 60.0  # Dissector.feed_segment checks for idle connections this often (capture time)
 
-TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
-LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
-TABLE_COLUMNS = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}
-
 _ROW_COLUMNS: list[str] = []
-for _cols in TABLE_COLUMNS.values():
+for _cols in (TABLES[t] for t in CAPTURE_TABLES):
     for _c in _cols:
         if _c not in _ROW_COLUMNS:
             _ROW_COLUMNS.append(_c)
@@ -338,13 +327,6 @@ def idle_checks(ts: Any, positions: Callable[[int], Pos]) -> list[tuple[Pos, flo
 # ---------------------------------------------------------------------------
 
 
-def records_of(ex: Exchange, values: str, topic_names: Mapping[str, str] | None) -> Iterator[RecordRow]:
-    """The records table rows of one exchange, exactly as `kwinspect records` makes them."""
-    from kwinspect.analyze.records import records_from_exchange
-
-    return records_from_exchange(ex, values=values, topic_names=topic_names)
-
-
 class ConnRun:
     """A Dissector for the segments of one 4-tuple, fed in capture order."""
 
@@ -421,7 +403,7 @@ class ConnRun:
                 self._volume(ev)
                 if self.want_records:
                     cap = ts_micros(ev.request_ts if ev.api_key == 0 else ev.response_ts)
-                    for rec in records_of(ev, self.values, self.names):
+                    for rec in rows_of("records", ev, values=self.values, topic_names=self.names):
                         out.add("records", conn, rec.row(), cap_ts=cap)
             elif isinstance(ev, ErrorRow):
                 out.add("errors", conn, ev.row())

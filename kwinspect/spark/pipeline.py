@@ -35,17 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kwinspect.dissect import DissectConfig
+from kwinspect.export.tables import CAPTURE_TABLES, TABLES, TIMESTAMP_COLUMNS
 from kwinspect.model import (
-    ERROR_COLUMNS,
-    EXCHANGE_COLUMNS,
-    RECORD_COLUMNS,
     Endpoint,
     ErrorRow,
     plural,
 )
 from kwinspect.spark.connection import (
     EVENT_SCHEMA,
-    TIMESTAMP_COLUMNS,
     EventBuffer,
     GlobalBrokers,
     GlobalNames,
@@ -60,7 +57,7 @@ from kwinspect.spark.fragments import SEGMENT_SCHEMA, SNAPLEN_TRUNCATED_SUFFIX, 
 
 DEFAULT_SPLIT_BYTES = 128 << 20
 DEFAULT_EXACT_IDLE_LIMIT = 20_000_000  # segments; above it idle checks are per connection
-DATA_TABLES = {"exchanges": EXCHANGE_COLUMNS, "records": RECORD_COLUMNS, "errors": ERROR_COLUMNS}
+DATA_TABLES = {t: TABLES[t] for t in CAPTURE_TABLES}
 AGGREGATE_TABLES = ("latency_by_minute", "error_counts", "topic_volume")
 MARKER = "_KWINSPECT_PIPELINE"
 

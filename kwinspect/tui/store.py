@@ -186,7 +186,7 @@ class ExchangeStore:
         self.strings = Interner(None)  # streams, client ids, api names (0 = null)
         self.tuples = Interner(())  # topic lists, error-name lists, error-code lists
         self.stream_ends: dict[int, tuple[str, str]] = {}  # stream idx -> (client, broker)
-        c = self.cols = {
+        self.cols = {
             "ts": array("d"), "resp_ts": array("d"), "lat": array("d"),
             "stream": array("I"), "client_id": array("I"), "api_name": array("I"),
             "api_key": array("h"), "api_version": array("h"), "cid": array("q"),
@@ -196,7 +196,6 @@ class ExchangeStore:
             "frame": array("q"), "response_frame": array("q"), "tcp_stream": array("q"),
             "req_off": array("q"), "req_len": array("q"), "resp_off": array("q"), "resp_len": array("q"),
         }
-        self.columns = c
         self.errors: list[ErrorRow] = []
         self.error_count = 0
         self.errors_dropped = 0
@@ -244,7 +243,7 @@ class ExchangeStore:
         (stream_name, client, broker, ts, resp_ts, lat, client_id, api_name, api_key, api_version, cid,
          req_size, resp_size, status, err_codes, err_names, topics, throttle, index, long_poll,
          frame, response_frame, tcp_stream, req_off, req_len, resp_off, resp_len) = t
-        c = self.columns
+        c = self.cols
         stream = self.strings(stream_name)
         if stream not in self.stream_ends:
             self.stream_ends[stream] = (client, broker)
@@ -304,7 +303,7 @@ class ExchangeStore:
         if self.max_rows is None or len(self) <= self.max_rows:
             return
         drop = max(len(self) - self.max_rows, self.max_rows // 10)
-        for col in self.columns.values():
+        for col in self.cols.values():
             del col[:drop]
         self.first += drop
         for row in [r for r in self._messages if r < self.first]:
@@ -323,25 +322,25 @@ class ExchangeStore:
         return self.first <= row < self.total
 
     def cell(self, name: str, row: int) -> Any:
-        return self.columns[name][row - self.first]
+        return self.cols[name][row - self.first]
 
     def status(self, row: int) -> str:
-        return STATUSES[self.columns["status"][row - self.first]]
+        return STATUSES[self.cols["status"][row - self.first]]
 
     def stream(self, row: int) -> str:
-        return self.strings[self.columns["stream"][row - self.first]]
+        return self.strings[self.cols["stream"][row - self.first]]
 
     def api_label(self, row: int) -> str:
         p = row - self.first
-        name = self.strings[self.columns["api_name"][p]]
+        name = self.strings[self.cols["api_name"][p]]
         if name:
             return name
-        key = self.columns["api_key"][p]
+        key = self.cols["api_key"][p]
         return f"api_key {key}" if key >= 0 else "(unknown)"
 
     def has_error(self, row: int) -> bool:
         p = row - self.first
-        return bool(self.columns["err_codes"][p]) or self.columns["status"][p] >= 2
+        return bool(self.cols["err_codes"][p]) or self.cols["status"][p] >= 2
 
     def row_dict(self, row: int) -> dict[str, Any]:
         """The public `exchanges` row (EXCHANGE_COLUMNS), as Exchange.row() gives it."""
@@ -354,8 +353,8 @@ class ExchangeStore:
         p = row - self.first
         out: list[bytes | None] = []
         for key in ("req", "resp"):
-            length = self.columns[key + "_len"][p]
-            out.append(self.spill.read(self.columns[key + "_off"][p], length) if length >= 0 else None)
+            length = self.cols[key + "_len"][p]
+            out.append(self.spill.read(self.cols[key + "_off"][p], length) if length >= 0 else None)
         return out[0], out[1]
 
     def messages(self, row: int) -> tuple[Message | None, Message | None]:
@@ -371,7 +370,7 @@ class ExchangeStore:
         from kwinspect.stream.redact import redact_message
 
         p = row - self.first
-        key, ver = self.columns["api_key"][p], self.columns["api_version"][p]
+        key, ver = self.cols["api_key"][p], self.cols["api_version"][p]
         req = decode_request(req_f) if req_f is not None else None
         resp = decode_response(resp_f, key, ver) if resp_f is not None and key >= 0 else None
         if resp is not None and req is None and self.status(row) == STATUS_REQUEST_MISSING:
@@ -412,7 +411,7 @@ class RowView:
 
     def get(self, col: str, default: Any = None) -> Any:
         s, p = self.s, self.p
-        c = s.columns
+        c = s.cols
         if col == "api_name":
             return s.strings[c["api_name"][p]]
         if col == "latency_ms":

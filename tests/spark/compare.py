@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from kwinspect.cli import records_of
 from kwinspect.dissect import DissectConfig
+from kwinspect.export.tables import records_of
 from kwinspect.export.writers import ParquetWriter, arrow_schema, columns_of
 from kwinspect.model import ErrorRow, Exchange
 from kwinspect.run.files import FileRun, dissect_files

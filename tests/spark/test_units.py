@@ -164,7 +164,7 @@ def _mini_pipeline(path, use_schedule: bool):
 
 
 def _as_rows(dicts):
-    from kwinspect.spark.connection import TABLE_COLUMNS
+    from kwinspect.export.tables import TABLES as TABLE_COLUMNS
 
     rows = []
     for d in dicts:
