@@ -67,14 +67,17 @@ def _parquet_text(path: Path) -> bytes:
 
 
 def run(command: list[str], capture: Path) -> tuple[int, bytes, bytes]:
-    """Run one command in-process; return (exit status, stdout, stderr)."""
+    """Run one command in-process; return (exit status, stdout, stderr).
+
+    The capture is named relative to the repository (outputs quote the path), so the
+    pins hold wherever the repository is checked out."""
     from kwinspect import cli
 
     with tempfile.TemporaryDirectory() as tmp:
         out_file = Path(tmp) / "out.parquet"
-        argv = [a.replace("{out}", str(out_file)) for a in command] + [str(capture)]
+        argv = [a.replace("{out}", str(out_file)) for a in command] + [os.path.relpath(capture, ROOT)]
         stdout, stderr = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with contextlib.chdir(ROOT), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             status = cli.main(argv)
         written = stdout.getvalue().encode()
         if out_file.exists():
