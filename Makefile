@@ -64,7 +64,7 @@ schema: $(STAMP)
 	$(PY) -m kwinspect.protocol.schema.build
 
 captures: $(STAMP) sysdeps
-	$(PY) -m kwinspect.testing.make_captures
+	$(PY) -m rig.make_captures
 
 bench: $(STAMP)
 	$(PY) bench/run.py

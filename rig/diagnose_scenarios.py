@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kwinspect.testing.manifest import ClientInfo, Manifest
-from kwinspect.testing.rig import Rig
-from kwinspect.testing.scenarios import (
+from rig.manifest import ClientInfo, Manifest
+from rig.rig import Rig
+from rig.scenarios import (
     _ck_close_producer,
     _ck_version,
     _expect_mock_apiversions,
@@ -389,7 +389,7 @@ def _kip848_timeouts(mc: Any, session_ms: int, heartbeat_ms: int) -> None:
     """
     import ctypes
 
-    from kwinspect.testing.mock_cluster import librdkafka_path
+    from rig.mock_cluster import librdkafka_path
 
     lib = ctypes.CDLL(librdkafka_path())
     for name, value in (("rd_kafka_mock_set_group_consumer_session_timeout_ms", session_ms),
