@@ -29,6 +29,10 @@ from kwinspect.model import (
     RecordRow,
     plural,
 )
+from kwinspect.protocol.schema.api_keys import ApiKey
+
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
 
 PROG = "kwinspect"
 VALUE_MODES = ("auto", "utf8", "hex", "base64")
@@ -339,7 +343,7 @@ def _record_error_rows(ex: Exchange, values: str, topic_names: Any) -> list[Erro
     issues: list = []
     for _row in records_of(ex, values, topic_names, issues, new_issues_only=True):
         pass
-    ts = ex.response_ts if ex.api_key == 1 else ex.request_ts
+    ts = ex.response_ts if ex.api_key == FETCH else ex.request_ts
     return [ErrorRow(kind=i.kind, api_name=ex.api_name, correlation_id=ex.correlation_id, path=i.path,
                      message=i.message, ts=ts, stream=ex.stream, frame=ex.frame, response_frame=ex.response_frame,
                      tcp_stream=ex.tcp_stream, order=ex.order)
@@ -410,7 +414,7 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
             names = run.dissector.shared.topic_names if run.dissector else None
             issues = []
             items = records_of(ev, args.values, names, issues)
-        elif decode_records and isinstance(ev, Exchange) and ev.api_key in (0, 1):
+        elif decode_records and isinstance(ev, Exchange) and ev.api_key in (PRODUCE, FETCH):
             names = run.dissector.shared.topic_names if run.dissector else None
             items = _record_error_rows(ev, args.values, names)
         elif type(ev) is RecordProblems:  # a worker's count beside its rendered records
@@ -481,9 +485,9 @@ def cmd_summary(args) -> int:
 
     def add(ev) -> None:
         builder.add(ev)
-        if isinstance(ev, Exchange) and ev.api_key in (0, 1):
-            msg = ev.request if ev.api_key == 0 else ev.response
-            direction = "produce" if ev.api_key == 0 else "fetch"
+        if isinstance(ev, Exchange) and ev.api_key in (PRODUCE, FETCH):
+            msg = ev.request if ev.api_key == PRODUCE else ev.response
+            direction = "produce" if ev.api_key == PRODUCE else "fetch"
             names = run.dissector.shared.topic_names if run.dissector else None
             for topic, _part, rs in iter_record_sets(ev.api_key, msg.body if msg else None, names):
                 builder.add_topic_volume(topic, direction, rs.record_count, rs.size)
@@ -538,7 +542,7 @@ def cmd_decode(args) -> int:
             if not isinstance(ev, Exchange) or (keep is not None and not keep(ev.row())):
                 continue
             # a Produce/Fetch of many records is written as it is decoded (bounded memory)
-            lazy = ev.api_key in (0, 1) and _record_count(ev) > STREAM_RECORDS_OVER
+            lazy = ev.api_key in (PRODUCE, FETCH) and _record_count(ev) > STREAM_RECORDS_OVER
             obj = exchange_json(ev, args.values, lazy)
             for col in ("request_ts", "response_ts"):
                 obj[col] = iso_utc(obj[col])

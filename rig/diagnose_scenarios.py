@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kwinspect.protocol.schema.api_keys import ApiKey
 from rig.manifest import ClientInfo, Manifest
 from rig.rig import Rig
 from rig.scenarios import (
@@ -35,7 +36,11 @@ from rig.scenarios import (
     standard_items,
 )
 
-PRODUCE, FETCH, METADATA, OFFSET_COMMIT, END_TXN = 0, 1, 3, 8, 26
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+METADATA = int(ApiKey.METADATA)
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
+END_TXN = int(ApiKey.END_TXN)
 NOT_LEADER_OR_FOLLOWER = 6
 OFFSET_METADATA_TOO_LARGE = 12
 DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER = 46, 45

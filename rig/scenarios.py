@@ -28,13 +28,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from kwinspect.protocol.schema.api_keys import ApiKey
 from rig.manifest import ClientInfo, Manifest, RecordTruth
 from rig.rig import Rig
 
 ScenarioFn = Callable[[Rig, str], Manifest]
 
 # Kafka API keys used when poking the mock cluster.
-PRODUCE, FETCH, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 3, 18, 22
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+METADATA = int(ApiKey.METADATA)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+INIT_PRODUCER_ID = int(ApiKey.INIT_PRODUCER_ID)
 
 CODECS_CK = ("none", "gzip", "snappy", "lz4", "zstd")
 CODECS_KP = (None, "gzip", "lz4", "zstd")  # kafka-python has no snappy without python-snappy
