@@ -54,17 +54,17 @@ demo: $(DEMO_STAMP)
 	$(VENV)/bin/kwinspect summary $(DEMO_CAPTURE)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check kwinspect tests bench
+	$(VENV)/bin/ruff check kwinspect tests bench rig codegen
 	$(VENV)/bin/lint-imports
 
 test: $(STAMP) sysdeps lint
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 schema: $(STAMP)
-	$(PY) -m kwinspect.protocol.schema.build
+	$(PY) -m codegen.schema
 
 captures: $(STAMP) sysdeps
-	$(PY) -m kwinspect.testing.make_captures
+	$(PY) -m rig.make_captures
 
 bench: $(STAMP)
 	$(PY) bench/run.py

@@ -5,7 +5,7 @@
 
 (a) ``a-produce-fetch-mtu1500.pcap``: about 150 MB of Produce/Fetch traffic on a
     1500-MTU loopback (network namespace, TSO/GSO/GRO off, see
-    kwinspect/testing/netns.py): five confluent-kafka producers, one per codec
+    rig/netns.py): five confluent-kafka producers, one per codec
     (none, gzip, snappy, lz4, zstd), write ~75 MB of part-compressible values
     to the 3-broker librdkafka mock cluster while a consumer group fetches
     them back. Requests and fetch responses span many 1448-byte segments.
@@ -94,8 +94,8 @@ def _pace(t0: float, done: float, rate: float) -> None:
 def _inner_a(out: str, produce_mb: float, rate_mb_s: float = 6.0) -> int:
     from confluent_kafka import Consumer, Producer
 
-    from kwinspect.testing.mock_cluster import MockCluster
-    from kwinspect.testing.tcpdump import Tcpdump
+    from rig.mock_cluster import MockCluster
+    from rig.tcpdump import Tcpdump
 
     rng = random.Random(1)
     with MockCluster(3) as mc:
@@ -175,7 +175,7 @@ def _inner_a(out: str, produce_mb: float, rate_mb_s: float = 6.0) -> int:
 
 
 def make_a(produce_mb: float) -> None:
-    from kwinspect.testing.netns import NetNamespace, unavailable_reason
+    from rig.netns import NetNamespace, unavailable_reason
 
     why = unavailable_reason()
     if why:
@@ -204,8 +204,8 @@ def make_a(produce_mb: float) -> None:
 def make_b(requests: int, rate: float = 4000.0) -> None:
     from confluent_kafka import Producer
 
-    from kwinspect.testing.mock_cluster import MockCluster
-    from kwinspect.testing.tcpdump import Tcpdump
+    from rig.mock_cluster import MockCluster
+    from rig.tcpdump import Tcpdump
 
     out = path_of("b")
     rng = random.Random(2)

@@ -25,7 +25,11 @@ from kwinspect.model import (
     Exchange,
     plural,
 )
+from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.run.files import FileRun, dissect_files
+
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
 
 PROG = "kwinspect"
 VALUE_MODES = ("auto", "utf8", "hex", "base64")
@@ -437,9 +441,9 @@ def cmd_summary(args) -> int:
 
     def add(ev) -> None:
         builder.add(ev)
-        if isinstance(ev, Exchange) and ev.api_key in (0, 1):
-            msg = ev.request if ev.api_key == 0 else ev.response
-            direction = "produce" if ev.api_key == 0 else "fetch"
+        if isinstance(ev, Exchange) and ev.api_key in (PRODUCE, FETCH):
+            msg = ev.request if ev.api_key == PRODUCE else ev.response
+            direction = "produce" if ev.api_key == PRODUCE else "fetch"
             names = run.dissector.shared.topic_names if run.dissector else None
             for topic, _part, rs in iter_record_sets(ev.api_key, msg.body if msg else None, names):
                 builder.add_topic_volume(topic, direction, rs.record_count, rs.size)
@@ -494,7 +498,7 @@ def cmd_decode(args) -> int:
             if not isinstance(ev, Exchange) or (keep is not None and not keep(ev.row())):
                 continue
             # a Produce/Fetch of many records is written as it is decoded (bounded memory)
-            lazy = ev.api_key in (0, 1) and _record_count(ev) > STREAM_RECORDS_OVER
+            lazy = ev.api_key in (PRODUCE, FETCH) and _record_count(ev) > STREAM_RECORDS_OVER
             obj = exchange_json(ev, args.values, lazy)
             for col in ("request_ts", "response_ts"):
                 obj[col] = iso_utc(obj[col])

@@ -29,7 +29,7 @@ def _no_inherited_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def rig_unavailable_reason() -> str | None:
-    from kwinspect.testing.tcpdump import tcpdump_path
+    from rig.tcpdump import tcpdump_path
 
     if os.name != "posix" or os.geteuid() != 0:
         return "needs root: tcpdump captures on lo (CI runs as root)"
@@ -43,7 +43,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     reason = rig_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    from kwinspect.testing.rig import Rig
+    from rig.rig import Rig
 
     r = Rig(log_dir=str(tmp_path_factory.mktemp("rig-logs")))
     try:
@@ -55,8 +55,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def scenario_run(rig: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Any]:
     """`scenario_run(name)` -> (Manifest, pcap path, Decoded); each scenario runs once."""
-    from kwinspect.testing import verify
-    from kwinspect.testing.scenarios import run_scenario, unavailable_reason
+    from rig import verify
+    from rig.scenarios import run_scenario, unavailable_reason
 
     workdir = str(tmp_path_factory.mktemp("scenarios"))
     cache: dict[str, Any] = {}

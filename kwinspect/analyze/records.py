@@ -50,12 +50,15 @@ from typing import Any
 
 from kwinspect.model import Issue, RecordRow
 from kwinspect.protocol.records import RecordSet, parse_record_set, render_bytes
+from kwinspect.protocol.schema.api_keys import ApiKey
 
 __all__ = [
     "INTERNAL_TOPICS", "records_from_produce", "records_from_fetch", "records_from_exchange",
     "iter_records_from_produce", "iter_records_from_fetch", "decode_internal",
 ]
 
+PRODUCE_KEY = int(ApiKey.PRODUCE)
+FETCH_KEY = int(ApiKey.FETCH)
 PRODUCE, FETCH = "produce", "fetch"
 INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 
@@ -284,10 +287,10 @@ def records_from_exchange(
     stream = getattr(exchange, "stream", None)
     xref = (getattr(exchange, "frame", None), getattr(exchange, "response_frame", None),
             getattr(exchange, "tcp_stream", None))
-    if exchange.api_key == 0 and req is not None:
+    if exchange.api_key == PRODUCE_KEY and req is not None:
         return _produce_rows(req.body, resp.body if resp is not None else None, correlation_id,
                              stream, values, topic_names, internal, issues, xref, new_issues_only)
-    if exchange.api_key == 1 and resp is not None:
+    if exchange.api_key == FETCH_KEY and resp is not None:
         return iter_records_from_fetch(resp.body, request_body=req.body if req is not None else None,
                                        correlation_id=correlation_id, stream=stream, values=values,
                                        topic_names=topic_names, internal=internal, issues=issues,

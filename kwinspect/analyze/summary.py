@@ -35,6 +35,11 @@ from kwinspect.model import (
     RecordRow,
     plural,
 )
+from kwinspect.protocol.schema.api_keys import ApiKey
+
+METADATA = int(ApiKey.METADATA)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+DESCRIBE_CLUSTER = int(ApiKey.DESCRIBE_CLUSTER)
 
 # Anomaly kinds that describe normal behaviour; listed, but not as problems.
 INFO_KINDS = frozenset({PARTIAL_BATCH})
@@ -312,18 +317,18 @@ class SummaryBuilder:
                 if t is not None:
                     accs[t].requests += 1
         api_key = ex.api_key
-        if api_key == 18 or api_key == 3 or api_key == 60:
+        if api_key == API_VERSIONS or api_key == METADATA or api_key == DESCRIBE_CLUSTER:
             self._learn_from_bodies(ex)
 
     def _learn_from_bodies(self, ex: Exchange) -> None:
         req = ex.request
-        if ex.api_key == 18 and req is not None and isinstance(req.body, dict):
+        if ex.api_key == API_VERSIONS and req is not None and isinstance(req.body, dict):
             name = req.body.get("client_software_name")
             version = req.body.get("client_software_version")
             if name:
                 self._stream_software[ex.stream] = (str(name), str(version) if version else None)
         resp = ex.response
-        if ex.api_key in (3, 60) and resp is not None and isinstance(resp.body, dict):
+        if ex.api_key in (METADATA, DESCRIBE_CLUSTER) and resp is not None and isinstance(resp.body, dict):
             for b in resp.body.get("brokers") or ():
                 if not isinstance(b, dict):
                     continue

@@ -25,6 +25,7 @@ from kwinspect.model import (
     Exchange,
     RecordRow,
 )
+from kwinspect.protocol.schema.api_keys import ApiKey
 
 # The capture tables, plus `latency` (not a capture table: the rows of `kwinspect latency`)
 TABLES: dict[str, tuple[str, ...]] = {
@@ -41,7 +42,8 @@ TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
 # ... and these lists (a JSON array; in a CSV cell, the array as compact JSON text)
 LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
 
-PRODUCE, FETCH = 0, 1  # the exchanges whose records the records table expands
+# the exchanges whose records the records table expands
+PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 
 
 def records_of(ex: Exchange, values: str, topic_names: Mapping[str, str] | None = None,

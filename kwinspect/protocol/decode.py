@@ -32,14 +32,15 @@ from kwinspect.model import (
 )
 from kwinspect.protocol import primitives as p
 from kwinspect.protocol.primitives import DecodeStop
+from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.protocol.schema.index import APIS, MODULES
 from kwinspect.protocol.schema.structs import STRUCTS
 
 Reader = Callable[[Any, int], tuple[Any, int]]
 
-API_VERSIONS_KEY = 18
+API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
 _MAX_API_KEY = max(APIS)
-CONTROLLED_SHUTDOWN_KEY = 7
+CONTROLLED_SHUTDOWN_KEY = int(ApiKey.CONTROLLED_SHUTDOWN)
 UNSUPPORTED_VERSION_CODE = 35
 INTERNAL_ERROR = "internal_error"  # a bug in kwinspect, never bad input
 

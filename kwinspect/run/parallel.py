@@ -65,6 +65,7 @@ from kwinspect.capture.readers import open_capture
 from kwinspect.capture.tcp import StreamOpened, TcpStreamNumbers, endpoint_key
 from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
+from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.run.files import FileRun, ProgressFn, _merged, dissect_files
 from kwinspect.run.loop import PacketLoop
 from kwinspect.stream.conversation import (
@@ -76,6 +77,9 @@ from kwinspect.stream.conversation import (
 )
 from kwinspect.stream.row_order import END, RowOrder
 
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
 LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
 BATCH_PACKETS = 2048  # packets between two messages from a worker (a multiple of WATERMARK_EVERY)
 PUMP_BYTES = 64 << 20  # how far (pickled bytes) a worker may run ahead of the merge
@@ -292,7 +296,7 @@ def _for_rebuild(ev: Any, bodies: bool | str) -> Any:
         return ev
     for attr in ("request", "response"):
         msg = getattr(ev, attr)
-        if msg is not None and isinstance(msg.body, dict) and msg.api_key in (0, 1):
+        if msg is not None and isinstance(msg.body, dict) and msg.api_key in (PRODUCE, FETCH):
             msg = copy.copy(msg)
             msg.body = _without_record_bytes(msg.body)
             msg.raw_body = None
@@ -302,7 +306,7 @@ def _for_rebuild(ev: Any, bodies: bool | str) -> Any:
 
 def _record_set_summaries(api_key: int, body: Any) -> dict:
     """A Produce request / Fetch response body cut down to what iter_record_sets reads."""
-    key_t, key_p = ("topic_data", "partition_data") if api_key == 0 else ("responses", "partitions")
+    key_t, key_p = ("topic_data", "partition_data") if api_key == PRODUCE else ("responses", "partitions")
     topics = []
     for t in body.get(key_t) or ():
         if not isinstance(t, dict):
@@ -327,18 +331,18 @@ def _lighten(ev: Any, bodies: bool | str) -> Any:
     if bodies is True or type(ev) is not Exchange or ev.api_key in LEARN_APIS:
         return ev
     if bodies == "summary":
-        if ev.api_key == 18:
+        if ev.api_key == API_VERSIONS:
             ev.response = None
             return ev
-        if ev.api_key in (0, 1):
-            msg = ev.request if ev.api_key == 0 else ev.response
+        if ev.api_key in (PRODUCE, FETCH):
+            msg = ev.request if ev.api_key == PRODUCE else ev.response
             if msg is not None and isinstance(msg.body, dict):
                 msg = copy.copy(msg)
                 msg.body = _record_set_summaries(ev.api_key, msg.body)
                 msg.raw_body = None
                 msg.header = {}  # the summary reads neither, and they cost unpickling time
                 msg.issues = []
-            ev.request, ev.response = (msg, None) if ev.api_key == 0 else (None, msg)
+            ev.request, ev.response = (msg, None) if ev.api_key == PRODUCE else (None, msg)
             return ev
     ev.request = ev.response = None
     return ev

@@ -37,8 +37,12 @@ from kwinspect.capture.packets import TcpSegment
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.export.tables import CAPTURE_TABLES, LIST_COLUMNS, TABLES, TIMESTAMP_COLUMNS, rows_of
 from kwinspect.model import Endpoint, ErrorRow, Exchange
+from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.stream.conversation import SharedState
 from kwinspect.stream.findings import iter_record_sets
+
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
 
 Pos = tuple[float, int, int, int]  # (merge timestamp, file rank, range, packet number)
 END_POS: Pos = (math.inf, (1 << 31) - 1, (1 << 31) - 1, (1 << 62))
@@ -402,16 +406,16 @@ class ConnRun:
                 out.add("exchanges", conn, ev.row())
                 self._volume(ev)
                 if self.want_records:
-                    cap = ts_micros(ev.request_ts if ev.api_key == 0 else ev.response_ts)
+                    cap = ts_micros(ev.request_ts if ev.api_key == PRODUCE else ev.response_ts)
                     for rec in rows_of("records", ev, values=self.values, topic_names=self.names):
                         out.add("records", conn, rec.row(), cap_ts=cap)
             elif isinstance(ev, ErrorRow):
                 out.add("errors", conn, ev.row())
 
     def _volume(self, ex: Exchange) -> None:
-        if ex.api_key == 0:
+        if ex.api_key == PRODUCE:
             msg, direction, ts = ex.request, "produce", ex.request_ts
-        elif ex.api_key == 1:
+        elif ex.api_key == FETCH:
             msg, direction, ts = ex.response, "fetch", ex.response_ts
         else:
             return

@@ -48,6 +48,7 @@ from kwinspect.protocol import decode_request, decode_response
 from kwinspect.protocol.apis import api_name
 from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
+from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.stream.findings import (
     iter_record_sets,
     message_topics,
@@ -61,11 +62,12 @@ from kwinspect.stream.redact import (
     redact_message,
 )
 
-PRODUCE = 0
-METADATA = 3
-FIND_COORDINATOR = 10
-API_VERSIONS = 18
-DESCRIBE_CLUSTER = 60
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+METADATA = int(ApiKey.METADATA)
+FIND_COORDINATOR = int(ApiKey.FIND_COORDINATOR)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+DESCRIBE_CLUSTER = int(ApiKey.DESCRIBE_CLUSTER)
 SASL_API_NAME = "SaslToken"  # raw SASL tokens after SaslHandshake v0 carry no Kafka header
 
 DEFAULT_MAX_IN_FLIGHT = 10_000
@@ -517,7 +519,7 @@ class Conversation:
         latency = (round((resp_first - req_last) * 1000.0, 3)
                    if req_last is not None and resp_first is not None else None)
         long_poll = None
-        if api_key == 1 and latency is not None and req is not None and body and req.body:
+        if api_key == FETCH and latency is not None and req is not None and body and req.body:
             wait = req.body.get("max_wait_ms")
             long_poll = (isinstance(wait, int) and wait > 0 and latency >= LONG_POLL_FRACTION * wait
                          and not any(rs.size for _t, _p, rs in iter_record_sets(1, body, names)))
@@ -552,7 +554,7 @@ class Conversation:
             if msg is None:
                 continue
             # batch-level problems (CRC, cut batches); no decompression; only Produce and Fetch carry records
-            if (api_key == 0 or api_key == 1) and msg.body:
+            if (api_key == PRODUCE or api_key == FETCH) and msg.body:
                 for topic, partition, rs in iter_record_sets(api_key, msg.body, names):
                     if rs.issues:
                         for issue in rs.issues:

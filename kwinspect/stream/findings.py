@@ -12,6 +12,10 @@ from typing import Any
 
 from kwinspect.protocol.errors import error_name, is_retriable
 from kwinspect.protocol.records import RecordSet
+from kwinspect.protocol.schema.api_keys import ApiKey
+
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
 
 _TOPIC_KEYS = ("name", "topic", "topic_name")
 _PARTITION_KEYS = ("partition_index", "partition", "index", "partition_id")
@@ -186,11 +190,11 @@ def _walk_list(node: list, path: tuple | None, ctx: tuple, in_topics: bool, in_p
 
 def iter_record_sets(api_key: int | None, body: dict | None, topic_names: dict[str, str] | None = None):
     """(topic, partition, RecordSet) for every RECORDS field of a Produce request or Fetch response."""
-    if not body or api_key not in (0, 1):
+    if not body or api_key not in (PRODUCE, FETCH):
         return iter(())
     # A list, not a generator: called for every Produce/Fetch message, usually for one set.
     out = []
-    if api_key == 0:
+    if api_key == PRODUCE:
         topics, parts_key = body.get("topic_data"), "partition_data"
     else:
         topics, parts_key = body.get("responses"), "partitions"
@@ -287,7 +291,7 @@ def _guide(api_key: int, request: bool = False) -> _Struct | None:
         pass
     guide = None
     try:
-        if api_key == 0:
+        if api_key == PRODUCE:
             from kwinspect.protocol.schema import api_000_produce as module
         else:
             from kwinspect.protocol.schema import api_001_fetch as module
@@ -306,7 +310,7 @@ def response_errors(api_key: int | None, body: dict | None, clean: bool,
         return []
     names = topic_names or {}
     out: list[dict[str, Any]] = []
-    guide = _guide(api_key) if clean and (api_key == 0 or api_key == 1) and type(body) is dict else None
+    guide = _guide(api_key) if clean and (api_key == PRODUCE or api_key == FETCH) and type(body) is dict else None
     if guide is None:
         _walk_errors(body, None, (None, body, False, False), names, out)
     else:
@@ -378,7 +382,7 @@ def message_topics(api_key: int | None, body: dict | None, request: bool, clean:
     (decoded without issues) and the api is Produce or Fetch (same guide as the errors)."""
     if not body:
         return []
-    guide = _guide(api_key, request) if clean and (api_key == 0 or api_key == 1) and type(body) is dict else None
+    guide = _guide(api_key, request) if clean and (api_key == PRODUCE or api_key == FETCH) and type(body) is dict else None
     if guide is None:
         return topics_of(body, topic_names)
     seen: dict[str, None] = {}

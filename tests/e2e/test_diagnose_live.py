@@ -1,6 +1,6 @@
 """`kwinspect diagnose` on real faults: the rig's mock cluster injects them, real clients hit them.
 
-Each scenario of kwinspect.testing.diagnose_scenarios runs once (private mock cluster,
+Each scenario of rig.diagnose_scenarios runs once (private mock cluster,
 real confluent-kafka/kafka-python clients, tcpdump on lo) and its capture must yield
 the finding kinds the scenario is built to cause, with evidence that points at real
 exchanges of the capture.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from kwinspect.testing.diagnose_scenarios import CLEAN_DIAG_SCENARIOS, DIAG_SCENARIOS
+from rig.diagnose_scenarios import CLEAN_DIAG_SCENARIOS, DIAG_SCENARIOS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("rig")]
 
@@ -39,7 +39,7 @@ def _diagnose(pcap: str, ports: list[int]):
 def test_diagnose_scenario(rig, tmp_path_factory, name):
     import os
 
-    from kwinspect.testing.diagnose_scenarios import run_diag_scenario
+    from rig.diagnose_scenarios import run_diag_scenario
 
     fn, expected = DIAG_SCENARIOS[name]
     workdir = str(tmp_path_factory.mktemp("diag"))
@@ -90,7 +90,7 @@ def test_clean_rig_scenario_raises_no_warning(scenario_run, name):
 def test_clean_diag_scenario_raises_no_warning(rig, tmp_path_factory, name):
     import os
 
-    from kwinspect.testing.diagnose_scenarios import run_diag_scenario
+    from rig.diagnose_scenarios import run_diag_scenario
 
     workdir = str(tmp_path_factory.mktemp("diag-clean"))
     m = run_diag_scenario(name, rig, workdir)

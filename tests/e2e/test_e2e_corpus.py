@@ -11,8 +11,8 @@ from functools import cache
 
 import pytest
 
-from kwinspect.testing import verify
-from kwinspect.testing.manifest import Manifest
+from rig import verify
+from rig.manifest import Manifest
 
 CAPTURES = os.path.join(os.path.dirname(__file__), "..", "..", "captures")
 MANIFESTS = sorted(glob.glob(os.path.join(CAPTURES, "*.manifest.json")))

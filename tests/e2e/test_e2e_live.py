@@ -1,7 +1,7 @@
 """End-to-end: real brokers, real clients, tcpdump, then kwinspect vs. the ground truth.
 
-Every scenario of kwinspect.testing.scenarios runs once per session (brokers are
-session fixtures in tests/conftest.py) and is checked by kwinspect.testing.verify
+Every scenario of rig.scenarios runs once per session (brokers are
+session fixtures in tests/conftest.py) and is checked by rig.verify
 (pairing, records, offsets, timestamps, codecs, producer state, errors, latency,
 anomalies), by tshark as an independent oracle, and for the demo scenario through
 the CLI's jsonl output.
@@ -17,8 +17,8 @@ from datetime import datetime
 
 import pytest
 
-from kwinspect.testing import verify
-from kwinspect.testing.scenarios import SCENARIOS
+from rig import verify
+from rig.scenarios import SCENARIOS
 
 # xdist_group keeps these on one worker where pytest-xdist can group (its loadgroup
 # does not with pytest >= 9, which changed how node ids are stored), so every

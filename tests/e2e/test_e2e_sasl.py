@@ -1,6 +1,6 @@
-"""End-to-end: a real, successful SASL/PLAIN session (tansu behind kwinspect.testing.saslproxy).
+"""End-to-end: a real, successful SASL/PLAIN session (tansu behind rig.saslproxy).
 
-Runs kwinspect.testing.sasl_scenarios live (skipped without tansu/tcpdump/root) and
+Runs rig.sasl_scenarios live (skipped without tansu/tcpdump/root) and
 checks the committed captures/tansu-sasl-plain-proxy.pcap: every request paired
 (SaslHandshake v1 + SaslAuthenticate from librdkafka, SaslHandshake v0 + raw
 SaslToken from kafka-python, then the real traffic), records equal to the
@@ -17,9 +17,9 @@ from collections import defaultdict
 import pytest
 
 from kwinspect import cli
-from kwinspect.testing import verify
-from kwinspect.testing.manifest import Manifest
-from kwinspect.testing.sasl_scenarios import (
+from rig import verify
+from rig.manifest import Manifest
+from rig.sasl_scenarios import (
     NAME,
     PASSWORD,
     WRONG_PASSWORD,
@@ -138,7 +138,7 @@ def test_sasl_plain_live(tmp_path):
     reason = unavailable_reason()
     if reason:
         pytest.skip(reason)
-    from kwinspect.testing.rig import Rig
+    from rig.rig import Rig
 
     workdir = tmp_path / "cap"
     with Rig(log_dir=str(tmp_path)) as rig:

@@ -121,9 +121,9 @@ def test_live_matches_offline_and_client_truth(tmp_path):
     from kwinspect.capture.live import capture_filter
     from kwinspect.dissect import DissectConfig
     from kwinspect.run.live import LiveEventSource
-    from kwinspect.testing.manifest import Manifest
-    from kwinspect.testing.mock_cluster import MockCluster
-    from kwinspect.testing.scenarios import ck_consume, ck_produce, standard_items
+    from rig.manifest import Manifest
+    from rig.mock_cluster import MockCluster
+    from rig.scenarios import ck_consume, ck_produce, standard_items
 
     work = str(tmp_path)
     with MockCluster(3) as mc:

@@ -34,11 +34,11 @@ def test_tui_live_mode_lists_what_was_captured(tmp_path):
     from kwinspect.model import Exchange
     from kwinspect.run.files import dissect_file
     from kwinspect.run.live import LiveEventSource
-    from kwinspect.testing.manifest import Manifest
-    from kwinspect.testing.mock_cluster import MockCluster
-    from kwinspect.testing.scenarios import ck_produce, standard_items
     from kwinspect.tui.app import KwinspectApp
     from kwinspect.tui.indexer import END
+    from rig.manifest import Manifest
+    from rig.mock_cluster import MockCluster
+    from rig.scenarios import ck_produce, standard_items
 
     pcap = str(tmp_path / "tui.pcap")
 

@@ -37,13 +37,14 @@ from kwinspect.analyze.diagnose.groups import Generation, GroupAnalyzer, GroupEv
 from kwinspect.analyze.diagnose.negotiation import NegotiationAnalyzer
 from kwinspect.analyze.diagnose.producers import ProducerAnalyzer
 from kwinspect.model import ErrorRow, Exchange
+from kwinspect.protocol.schema.api_keys import ApiKey
 
 __all__ = [
     "ERROR", "INFO", "MAX_EVIDENCE", "SEVERITIES", "WARNING", "Diagnoser", "Evidence", "Finding",
     "GroupEvent", "GroupTimeline", "Generation", "diagnose",
 ]
 
-METADATA = 3
+METADATA = int(ApiKey.METADATA)
 NIL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 

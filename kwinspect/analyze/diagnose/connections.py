@@ -54,8 +54,13 @@ from kwinspect.analyze.diagnose.core import (
     ts_of,
 )
 from kwinspect.model import STATUS_PAIRED, STATUS_RESPONSE_MISSING, Exchange, plural
+from kwinspect.protocol.schema.api_keys import ApiKey
 
-FETCH, JOIN_GROUP, SYNC_GROUP, SASL_HANDSHAKE, SASL_AUTHENTICATE = 1, 11, 14, 17, 36
+FETCH = int(ApiKey.FETCH)
+JOIN_GROUP = int(ApiKey.JOIN_GROUP)
+SYNC_GROUP = int(ApiKey.SYNC_GROUP)
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 NOT_JUDGED_FOR_LATENCY = {JOIN_GROUP, SYNC_GROUP}
 
 CAPTURE_LOSS_KINDS = {"tcp_gap", "truncated_frame", "truncated_packet", "snaplen_truncated"}

@@ -39,8 +39,11 @@ from kwinspect.analyze.diagnose.core import (
 )
 from kwinspect.model import ErrorRow, Exchange, plural
 from kwinspect.protocol.errors import error_description, error_name
+from kwinspect.protocol.schema.api_keys import ApiKey
 
-FETCH, LIST_OFFSETS, METADATA = 1, 2, 3
+FETCH = int(ApiKey.FETCH)
+LIST_OFFSETS = int(ApiKey.LIST_OFFSETS)
+METADATA = int(ApiKey.METADATA)
 FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH, OFFSET_OUT_OF_RANGE = 70, 71, 1
 LEADERSHIP_ERRORS = {6, 3, 5, 16, 15, 74, 76, 19, 20}  # see the module docstring; 76 = UNKNOWN_LEADER_EPOCH
 ISR_ERRORS = {19, 20}  # NOT_ENOUGH_REPLICAS(_AFTER_APPEND): about the in-sync replicas, not leadership

@@ -46,9 +46,16 @@ from kwinspect.analyze.diagnose.core import (
 from kwinspect.model import STATUS_PAIRED, Exchange, plural
 from kwinspect.protocol.decode import decode_struct
 from kwinspect.protocol.errors import error_description, error_name
+from kwinspect.protocol.schema.api_keys import ApiKey
 
-FETCH, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 1, 8, 9, 11, 12, 13, 14
-CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848
+FETCH = int(ApiKey.FETCH)
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
+OFFSET_FETCH = int(ApiKey.OFFSET_FETCH)
+JOIN_GROUP = int(ApiKey.JOIN_GROUP)
+HEARTBEAT = int(ApiKey.HEARTBEAT)
+LEAVE_GROUP = int(ApiKey.LEAVE_GROUP)
+SYNC_GROUP = int(ApiKey.SYNC_GROUP)
+CONSUMER_GROUP_HEARTBEAT = int(ApiKey.CONSUMER_GROUP_HEARTBEAT)  # KIP-848
 REBALANCE_IN_PROGRESS, MEMBER_ID_REQUIRED = 27, 79
 
 # Rebalance storm: this many new generations of one group within this many seconds.

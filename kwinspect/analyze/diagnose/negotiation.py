@@ -35,8 +35,9 @@ from kwinspect.analyze.diagnose.core import (
 )
 from kwinspect.model import Exchange
 from kwinspect.protocol.apis import api_name
+from kwinspect.protocol.schema.api_keys import ApiKey
 
-API_VERSIONS = 18
+API_VERSIONS = int(ApiKey.API_VERSIONS)
 UNSUPPORTED_VERSION = 35
 # A client this many versions below the broker's highest is "stuck on an old version".
 OLD_VERSION_GAP = 3

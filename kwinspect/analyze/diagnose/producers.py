@@ -43,8 +43,14 @@ from kwinspect.analyze.diagnose.core import (
 )
 from kwinspect.model import STATUS_PAIRED, Exchange, plural
 from kwinspect.protocol.errors import error_name
+from kwinspect.protocol.schema.api_keys import ApiKey
 
-PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 0, 22, 24, 25, 26, 28
+PRODUCE = int(ApiKey.PRODUCE)
+INIT_PRODUCER_ID = int(ApiKey.INIT_PRODUCER_ID)
+ADD_PARTITIONS_TO_TXN = int(ApiKey.ADD_PARTITIONS_TO_TXN)
+ADD_OFFSETS_TO_TXN = int(ApiKey.ADD_OFFSETS_TO_TXN)
+END_TXN = int(ApiKey.END_TXN)
+TXN_OFFSET_COMMIT = int(ApiKey.TXN_OFFSET_COMMIT)
 OUT_OF_ORDER_SEQUENCE_NUMBER, DUPLICATE_SEQUENCE_NUMBER = 45, 46
 FENCING_ERRORS = {47: "INVALID_PRODUCER_EPOCH", 90: "PRODUCER_FENCED", 59: "UNKNOWN_PRODUCER_ID",
                   49: "INVALID_PRODUCER_ID_MAPPING", 48: "INVALID_TXN_STATE",

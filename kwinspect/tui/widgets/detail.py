@@ -21,7 +21,11 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import Message as KafkaMessage
+from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.tui.store import ExchangeStore
+
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
 
 HEX_LIMIT = 16 * 1024  # bytes of a frame shown in the hex view
 RECORD_LIMIT = 5_000  # rows of the records table
@@ -298,10 +302,10 @@ class DetailPane(Vertical):
 
         key = self.store.cell("api_key", row)
         try:
-            if key == 0 and req is not None and req.body:
+            if key == PRODUCE and req is not None and req.body:
                 return records_from_produce(req.body, resp.body if resp else None, correlation_id=None,
                                             stream=None, values=self.store.values)
-            if key == 1 and resp is not None and resp.body:
+            if key == FETCH and resp is not None and resp.body:
                 return records_from_fetch(resp.body, correlation_id=None, stream=None, values=self.store.values,
                                           topic_names=self.store.topic_names,
                                           request_body=req.body if req is not None else None)

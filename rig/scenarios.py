@@ -28,13 +28,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from kwinspect.testing.manifest import ClientInfo, Manifest, RecordTruth
-from kwinspect.testing.rig import Rig
+from kwinspect.protocol.schema.api_keys import ApiKey
+from rig.manifest import ClientInfo, Manifest, RecordTruth
+from rig.rig import Rig
 
 ScenarioFn = Callable[[Rig, str], Manifest]
 
 # Kafka API keys used when poking the mock cluster.
-PRODUCE, FETCH, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 1, 3, 18, 22
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+METADATA = int(ApiKey.METADATA)
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+INIT_PRODUCER_ID = int(ApiKey.INIT_PRODUCER_ID)
 
 CODECS_CK = ("none", "gzip", "snappy", "lz4", "zstd")
 CODECS_KP = (None, "gzip", "lz4", "zstd")  # kafka-python has no snappy without python-snappy
@@ -597,7 +602,7 @@ def confluent_mock_errors(rig: Rig, workdir: str) -> Manifest:
     """Real error paths: unknown topic, retriable produce errors, a slow broker."""
     from confluent_kafka.admin import AdminClient
 
-    from kwinspect.testing.mock_cluster import (
+    from rig.mock_cluster import (
         NOT_ENOUGH_REPLICAS,
         NOT_LEADER_OR_FOLLOWER,
         UNKNOWN_TOPIC_OR_PARTITION,
@@ -1013,7 +1018,7 @@ def tansu_sasl_rejected(rig: Rig, workdir: str) -> Manifest:
     """SASL against tansu --authentication: an unsupported mechanism, then an unknown user."""
     from confluent_kafka.admin import AdminClient
 
-    from kwinspect.testing.tansu import TansuBroker
+    from rig.tansu import TansuBroker
 
     tb = TansuBroker(log_path=os.path.join(rig.log_dir, "tansu-sasl.log"),
                      extra_args=["--authentication"])
@@ -1077,8 +1082,8 @@ def tansu_tls_proxy(rig: Rig, workdir: str) -> Manifest:
     """confluent-kafka over real TLS to a proxy in front of tansu."""
     import tempfile
 
-    from kwinspect.testing.tansu import TansuBroker, free_port
-    from kwinspect.testing.tlsproxy import TlsProxy, make_self_signed
+    from rig.tansu import TansuBroker, free_port
+    from rig.tlsproxy import TlsProxy, make_self_signed
 
     certdir = tempfile.mkdtemp(prefix="kwinspect-tls-")
     cert, key = make_self_signed(certdir)
@@ -1103,7 +1108,7 @@ def tansu_tls_proxy(rig: Rig, workdir: str) -> Manifest:
             gc.collect()
             with recording(rig, workdir, "tansu-tls-proxy",
                            "TLS: tansu advertises the port of a TLS-terminating proxy "
-                           "(kwinspect.testing.tlsproxy, Python ssl, self-signed certificate); "
+                           "(rig.tlsproxy, Python ssl, self-signed certificate); "
                            "a confluent-kafka producer (security.protocol=SSL) writes 8 records "
                            "and an SSL consumer (assign()) reads them back through the proxy. "
                            "The capture holds both legs: TLS between client and proxy port, "
@@ -1160,16 +1165,18 @@ def _mtu_body(rig: Rig, workdir: str) -> Manifest:
 
 def netns_mtu1500(rig: Rig, workdir: str) -> Manifest:
     """Large records on a 1500-MTU loopback in a fresh network namespace (child process)."""
-    from kwinspect.testing.netns import NetNamespace
+    from rig.netns import NetNamespace
 
     name = "netns-mtu1500-produce-consume"
     os.makedirs(workdir, exist_ok=True)
     with NetNamespace() as ns:
         info = ns.describe()
-        cmd = [*ns.prefix, sys.executable, "-m", "kwinspect.testing.scenarios", "--inner",
+        cmd = [*ns.prefix, sys.executable, "-m", "rig.scenarios", "--inner",
                "_mtu_body", "--workdir", os.path.abspath(workdir), "--netns-info",
                json.dumps(info)]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        # rig/ is not installed (it is not in the wheel): run from the repository root.
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         if res.returncode != 0:
             raise RuntimeError(f"namespace scenario failed ({res.returncode}):\n{res.stderr[-3000:]}")
     return Manifest.read(os.path.join(workdir, f"{name}.manifest.json"))
@@ -1209,11 +1216,11 @@ _INNER: dict[str, ScenarioFn] = {"_mtu_body": _mtu_body}
 def unavailable_reason(name: str) -> str | None:
     """Why scenario `name` cannot run on this machine (beyond root + tcpdump), or None."""
     if name in NEEDS_NETNS:
-        from kwinspect.testing.netns import unavailable_reason as netns_reason
+        from rig.netns import unavailable_reason as netns_reason
 
         return netns_reason()
     if name == "tansu-tls-proxy":
-        from kwinspect.testing.tlsproxy import openssl_path
+        from rig.tlsproxy import openssl_path
 
         if openssl_path() is None:
             return "openssl is not installed (needed for the proxy's certificate)"

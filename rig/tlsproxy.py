@@ -19,7 +19,7 @@ import ssl
 import subprocess
 import threading
 
-from kwinspect.testing.proxy import LoopbackProxy, close_sockets
+from rig.proxy import LoopbackProxy, close_sockets
 
 
 def openssl_path() -> str | None:

@@ -19,9 +19,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from kwinspect.testing.mock_cluster import MockCluster, librdkafka_version
-from kwinspect.testing.tansu import TansuBroker, tansu_version
-from kwinspect.testing.tcpdump import Tcpdump, tcpdump_version
+from rig.mock_cluster import MockCluster, librdkafka_version
+from rig.tansu import TansuBroker, tansu_version
+from rig.tcpdump import Tcpdump, tcpdump_version
 
 
 class Rig:

@@ -2,11 +2,11 @@
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-from kwinspect.protocol.schema import build
+from codegen import schema as build
+from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.protocol.schema.index import APIS
 
 JSON_ROOT = build.DEFAULT_JSON_ROOT
@@ -18,9 +18,10 @@ needs_json = pytest.mark.skipif(
 @needs_json
 def test_regenerating_gives_the_committed_files(tmp_path):
     assert build.main(["--out", str(tmp_path)]) == 0
-    committed = Path(build.__file__).parent
+    committed = build.SCHEMA_DIR
     generated = sorted(p.name for p in tmp_path.glob("*.py"))
     assert generated, "generator wrote nothing"
+    assert "api_keys.py" in generated
     for name in generated:
         assert (tmp_path / name).read_text() == (committed / name).read_text(), f"{name} is stale: run make schema"
     # and no stale module is left behind in the package
@@ -63,3 +64,24 @@ def test_snake_case_follows_the_contract():
     assert build.snake_case("ThrottleTimeMs") == "throttle_time_ms"
     assert build.snake_case("ClusterId") == "cluster_id"
     assert build.snake_case("leaderEpoch") == "leader_epoch"
+
+
+def test_the_check_mode_covers_api_keys(tmp_path):
+    """--check reports a stale or missing api_keys.py like any other generated module."""
+    if not JSON_ROOT.is_dir():
+        pytest.skip(f"upstream message definitions not found at {JSON_ROOT}")
+    assert build.main(["--out", str(tmp_path)]) == 0
+    assert build.main(["--out", str(tmp_path), "--check"]) == 0
+    (tmp_path / "api_keys.py").write_text((tmp_path / "api_keys.py").read_text().replace("= 18", "= 81"))
+    assert build.main(["--out", str(tmp_path), "--check"]) == 1
+    (tmp_path / "api_keys.py").unlink()
+    assert build.main(["--out", str(tmp_path), "--check"]) == 1
+
+
+def test_api_keys_enum_names_every_api_in_upper_snake_case():
+    assert [int(k) for k in ApiKey] == sorted(APIS)
+    for key in ApiKey:
+        assert key.name == build.snake_case(APIS[key][0]).upper()
+    assert (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.API_VERSIONS) == (0, 1, 17, 18)
+    assert ApiKey.DESCRIBE_CLUSTER == 60 and ApiKey.CONSUMER_GROUP_HEARTBEAT == 68
+    assert ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS == 90

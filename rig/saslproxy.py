@@ -34,7 +34,7 @@ import struct
 import threading
 from collections.abc import Iterable
 
-from kwinspect.testing.proxy import LoopbackProxy, close_sockets
+from rig.proxy import LoopbackProxy, close_sockets
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
-from kwinspect.testing._proc import die_with_parent
+from rig._proc import die_with_parent
 
 _STATS = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kwinspect.testing.manifest import Manifest, RecordTruth
+from rig.manifest import Manifest, RecordTruth
 
 # Anomalies that must never appear when decoding clean real traffic.
 DECODER_ANOMALIES = {
