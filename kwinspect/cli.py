@@ -434,7 +434,7 @@ def _writer_options(args, fmt: str) -> dict[str, Any]:
 
 def cmd_summary(args) -> int:
     from kwinspect.analyze.summary import SummaryBuilder, render_summary
-    from kwinspect.stream.findings import iter_record_sets
+    from kwinspect.stream.labels import iter_record_sets
 
     builder = SummaryBuilder()
     run = FileRun()
@@ -517,7 +517,7 @@ STREAM_RECORDS_OVER = 10_000  # records in an exchange past which decode writes 
 
 
 def _record_count(ex: Exchange) -> int:
-    from kwinspect.stream.findings import iter_record_sets
+    from kwinspect.stream.labels import iter_record_sets
 
     n = 0
     for msg in (ex.request, ex.response):

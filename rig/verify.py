@@ -50,7 +50,7 @@ def _topic_names_from_metadata(exchanges: Iterable[Any]) -> dict[str, str]:
 
 def decode(pcap: str, ports: Iterable[int]) -> Decoded:
     """Run kwinspect's pipeline on `pcap` (the public Python entry points)."""
-    from kwinspect.analyze.records import records_from_fetch, records_from_produce
+    from kwinspect.analyze.record_rows import records_from_fetch, records_from_produce
     from kwinspect.dissect import DissectConfig
     from kwinspect.model import ErrorRow, Exchange
     from kwinspect.run.files import FileRun, dissect_files

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from kwinspect import cli
-from kwinspect.analyze.records import records_from_exchange
+from kwinspect.analyze.record_rows import records_from_exchange
 from kwinspect.dissect import DissectConfig
 from kwinspect.model import Exchange
 from kwinspect.run import parallel

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kwinspect.analyze.latency import LATENCY_COLUMNS
-from kwinspect.analyze.records import records_from_exchange
+from kwinspect.analyze.record_rows import records_from_exchange
 from kwinspect.model import (
     ERROR_COLUMNS,
     EXCHANGE_COLUMNS,

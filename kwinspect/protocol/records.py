@@ -163,7 +163,7 @@ class Record:
     """One decoded record.
 
     ``offset`` is the offset as written in the batch (for produce requests the
-    broker assigns the real one; see ``analyze.records``).  ``offset_delta`` is
+    broker assigns the real one; see ``analyze.record_rows``).  ``offset_delta`` is
     the v2 offset delta, or for legacy messages the position of the message
     within its top-level entry.  ``timestamp`` is in milliseconds.
     """

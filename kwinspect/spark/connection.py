@@ -39,7 +39,7 @@ from kwinspect.export.tables import CAPTURE_TABLES, LIST_COLUMNS, TABLES, TIMEST
 from kwinspect.model import Endpoint, ErrorRow, Exchange
 from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.stream.conversation import SharedState
-from kwinspect.stream.findings import iter_record_sets
+from kwinspect.stream.labels import iter_record_sets
 
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)

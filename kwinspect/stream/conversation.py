@@ -49,7 +49,7 @@ from kwinspect.protocol.apis import api_name
 from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
 from kwinspect.protocol.schema.api_keys import ApiKey
-from kwinspect.stream.findings import (
+from kwinspect.stream.labels import (
     iter_record_sets,
     message_topics,
     response_errors,

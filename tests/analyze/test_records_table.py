@@ -20,7 +20,7 @@ from kafka.record import MemoryRecords, MemoryRecordsBuilder
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
-from kwinspect.analyze.records import (
+from kwinspect.analyze.record_rows import (
     decode_internal,
     records_from_exchange,
     records_from_fetch,

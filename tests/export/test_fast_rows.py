@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kwinspect.analyze.records import records_from_exchange
+from kwinspect.analyze.record_rows import records_from_exchange
 from kwinspect.export import writers
 from kwinspect.model import (
     ERROR_COLUMNS,

@@ -650,7 +650,7 @@ def _config(cfg: dict) -> DissectConfig:
 
 def run_dissector(data: bytes, config: DissectConfig, *, outputs: bool = True) -> Dissector | None:
     """Dissect capture bytes the way the CLI does and touch every output row."""
-    from kwinspect.analyze.records import records_from_exchange
+    from kwinspect.analyze.record_rows import records_from_exchange
     from kwinspect.analyze.render import exchange_json
 
     try:

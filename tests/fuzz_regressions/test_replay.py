@@ -13,7 +13,7 @@ from fuzz.harness import FuzzFailure, check, load_regressions
 from kwinspect.model import Endpoint
 from kwinspect.protocol import decode_response
 from kwinspect.stream.conversation import Conversation
-from kwinspect.stream.findings import iter_errors
+from kwinspect.stream.labels import iter_errors
 
 CASES = load_regressions()
 

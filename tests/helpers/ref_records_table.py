@@ -1,4 +1,4 @@
-"""REFERENCE for tests: kwinspect/analyze/records.py before the performance work of
+"""REFERENCE for tests: kwinspect/analyze/record_rows.py before the performance work of
 issue 11 (commit 9f62659), reading record sets with ``helpers.ref_records``.
 
 The records table: one ``model.RecordRow`` per Kafka record seen on the wire.

@@ -36,7 +36,7 @@ from protocol.test_records import (
     mutated,
 )
 
-from kwinspect.analyze import records as table
+from kwinspect.analyze import record_rows as table
 from kwinspect.model import Exchange
 from kwinspect.protocol import records
 from kwinspect.protocol.codecs import Limits

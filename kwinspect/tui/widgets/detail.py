@@ -298,7 +298,7 @@ class DetailPane(Vertical):
         self._fill_records(table, data["records"])
 
     def _records(self, row: int, req, resp) -> list | str:  # noqa: ANN001
-        from kwinspect.analyze.records import records_from_fetch, records_from_produce
+        from kwinspect.analyze.record_rows import records_from_fetch, records_from_produce
 
         key = self.store.cell("api_key", row)
         try:

@@ -1,4 +1,4 @@
-"""stream/findings.py against the generic walk it replaced (tests/stream/findings_reference.py).
+"""stream/labels.py against the generic walk it replaced (tests/stream/labels_reference.py).
 
 The production walk works out topic/partition/group only where an error code sits;
 its results must equal the reference's for every body (real ones from the shipped
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import kwinspect.stream.conversation as conversation
 from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
 from kwinspect.run.files import dissect_files
-from kwinspect.stream import findings
-from tests.stream import findings_reference as reference
+from kwinspect.stream import labels as findings
+from tests.stream import labels_reference as reference
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = sorted(glob.glob(str(ROOT / "captures" / "*.pcap")))

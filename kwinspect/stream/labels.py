@@ -1,4 +1,5 @@
-"""What an exchange says at a glance: its topics, its error codes and where they sit.
+"""Exchange labels: what an exchange says at a glance (its topics, its error codes and
+where they sit, its record sets), read from its decoded bodies.
 
 Both walk the decoded bodies generically, so every api and version is covered
 without a table per api: error codes live in fields whose name ends in

@@ -1,5 +1,5 @@
 """findings.response_errors (the error walk guided by the schema, for clean Produce/Fetch
-responses) against the generic reference walk (tests/stream/findings_reference.py).
+responses) against the generic reference walk (tests/stream/labels_reference.py).
 
 It trusts what a clean decode guarantees: a schema field holds a value of the schema's
 type.  Everything else (unknown keys, struct fields holding anything, missing keys, odd
@@ -18,9 +18,9 @@ import kwinspect.stream.conversation as conversation
 from kwinspect.dissect import DissectConfig
 from kwinspect.protocol.records import RecordSet
 from kwinspect.run.files import dissect_files
-from kwinspect.stream import findings
-from tests.stream import findings_reference as reference
-from tests.stream.test_findings import BODIES, CAPTURES, PUBLIC, TID, LoggingNames, _ports
+from kwinspect.stream import labels as findings
+from tests.stream import labels_reference as reference
+from tests.stream.test_labels import BODIES, CAPTURES, PUBLIC, TID, LoggingNames, _ports
 
 
 def assert_guided_same(api_key, body, clean, names: dict, request: bool | None = None) -> None:

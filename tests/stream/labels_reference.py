@@ -1,4 +1,4 @@
-"""The generic walks of stream/findings.py as they were before the walk learned to work out
+"""The generic walks of stream/labels.py as they were before the walk learned to work out
 topic/partition/group only where an error code sits: the reference the tests compare
 the production walk with (results, and the topic-id lookups it makes).  Test-only."""
 
