@@ -28,7 +28,9 @@ import bisect
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from itertools import groupby
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -38,6 +40,7 @@ from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.export.tables import CAPTURE_TABLES, LIST_COLUMNS, TABLES, TIMESTAMP_COLUMNS, rows_of
 from kwinspect.model import Endpoint, ErrorRow, Exchange
 from kwinspect.protocol.schema.api_keys import ApiKey
+from kwinspect.run.loop import PacketLoop
 from kwinspect.stream.conversation import SharedState
 from kwinspect.stream.labels import iter_record_sets
 
@@ -331,14 +334,27 @@ def idle_checks(ts: Any, positions: Callable[[int], Pos]) -> list[tuple[Pos, flo
 # ---------------------------------------------------------------------------
 
 
-class ConnRun:
-    """A Dissector for the segments of one 4-tuple, fed in capture order."""
+class PosSegment(NamedTuple):
+    """One TCP segment of a task's input, with its place in the whole capture."""
 
-    def __init__(self, conn: str, config: DissectConfig, out: EventBuffer, *, values: str,
+    ts: float
+    pos: Pos
+    seg: TcpSegment
+
+
+class ConnRun(PacketLoop):
+    """The packet loop (run/loop.py) over the segments of one 4-tuple, fed in capture
+    order: each segment goes to the connection's Dissector between the capture-wide
+    idle checks that fall before and at it, and the rows go to ``events`` (an
+    EventBuffer, ordered later by their positions); ``run()`` yields True whenever
+    rows were added, so the caller can cut a batch."""
+
+    def __init__(self, conn: str, config: DissectConfig, events: EventBuffer, *, values: str,
                  want_records: bool, checks: list[tuple[Pos, float]] | None,
-                 names: GlobalNames, brokers: GlobalBrokers) -> None:
+                 names: GlobalNames, brokers: GlobalBrokers, meta: bool) -> None:
         self.conn = conn
-        self.out = out
+        self.events = events
+        self.meta = meta
         self.values = values
         self.want_records = want_records
         self.pos: Pos = (-math.inf, 0, 0, 0)
@@ -352,6 +368,7 @@ class ConnRun:
         # with `checks`, the capture-wide idle-check schedule replaces the dissector's own
         self.d = Dissector(config, shared=SharedState(topic_names=self.names),
                            known_brokers=AsOfBrokers(self, brokers), idle_checks=checks is None)
+        super().__init__(self.d, ordered=False, stop_unparseable=False)
         self.checks = checks
         self.ci = 0
         self.started = False
@@ -374,9 +391,10 @@ class ConnRun:
             self.ci += 1
             self.pos = pos
             d.flush_idle(ts)  # what Dissector.feed_segment does at a check
-            self._collect()
+            self.collect(pos)
 
-    def feed(self, pos: Pos, seg: TcpSegment) -> None:
+    def feed(self, item: PosSegment) -> None:
+        pos, seg = item.pos, item.seg
         self._run_checks(pos, inclusive=False)
         self.pos = pos
         d = self.d
@@ -387,20 +405,24 @@ class ConnRun:
                 if info.kind == "kafka" and id(info) not in self._decided:
                     self._decided.add(id(info))
                     self.decisions.append((pos, info.client, info.broker))
-        self._collect()
+        self.collect(pos)  # before the checks at this position, which flush under their own
         self._run_checks(pos, inclusive=True)
 
-    def finish(self, meta: bool) -> None:
+    def end(self) -> None:
         if self.checks is not None and self.d.tcp.open_connections():
             self._run_checks(END_POS, inclusive=False)
         self.pos = END_POS
         self.d.finish()
-        self._collect()
-        if meta:
+        self.collect(END_POS)
+        if self.meta:
             self._emit_meta()
 
-    def _collect(self) -> None:
-        out, conn = self.out, self.conn
+    def collect(self, _pos: object) -> None:
+        """The dissector's rows into the EventBuffer, at ``self.pos``."""
+        out, conn = self.events, self.conn
+        if not self.d.has_events:
+            return
+        self.out.append(True)
         for ev in self.d.drain():
             if isinstance(ev, Exchange):
                 out.add("exchanges", conn, ev.row())
@@ -422,11 +444,11 @@ class ConnRun:
         if msg is None or not msg.body:
             return
         for topic, _partition, rs in iter_record_sets(ex.api_key, msg.body, self.names):
-            self.out.add("volume", self.conn, {"topic": topic, "direction": direction, "ts": ts},
+            self.events.add("volume", self.conn, {"topic": topic, "direction": direction, "ts": ts},
                          m_records=rs.record_count, m_bytes=rs.size)
 
     def _emit_meta(self) -> None:
-        out, conn = self.out, self.conn
+        out, conn = self.events, self.conn
         for tid, runs in self.learned.items():
             for name, first, last in runs:
                 out.add("learn", conn, m_key=tid, m_value=name, **_pos_meta(first))
@@ -451,25 +473,24 @@ def dissect_partition(batches: Iterable[pa.RecordBatch], *, config: DissectConfi
                       ) -> Iterator[pa.RecordBatch]:
     """Segments sorted by (conn, kts, file, rng, idx) in; EVENT_SCHEMA batches out."""
     out = EventBuffer()
-    run: ConnRun | None = None
+    for conn, items in groupby(_segments(batches), key=itemgetter(0)):
+        run = ConnRun(conn, config, out, values=values, want_records=want_records, checks=checks,
+                      names=names, brokers=brokers, meta=meta)
+        for _added in run.run(item for _conn, item in items):
+            if out.n >= batch_rows:
+                yield out.batch()
+    if out.n:
+        yield out.batch()
+
+
+def _segments(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, PosSegment]]:
+    """(connection, segment) for each row of the task's sorted input."""
     for b in batches:
         c = b.to_pydict()
         conns, kts, files, rngs, idxs = c["conn"], c["kts"], c["file"], c["rng"], c["idx"]
         tss, sips, sports, dips, dports = c["ts"], c["src_ip"], c["src_port"], c["dst_ip"], c["dst_port"]
         seqs, acks, flags, payloads, missing = c["seq"], c["ack"], c["flags"], c["payload"], c["missing"]
         for i in range(b.num_rows):
-            conn = conns[i]
-            if run is None or conn != run.conn:
-                if run is not None:
-                    run.finish(meta)
-                run = ConnRun(conn, config, out, values=values, want_records=want_records,
-                              checks=checks, names=names, brokers=brokers)
             seg = TcpSegment(tss[i], Endpoint(sips[i], sports[i]), Endpoint(dips[i], dports[i]),
                              seqs[i], acks[i], flags[i], payloads[i], idxs[i], missing[i] or 0)
-            run.feed(pos_of(kts[i], files[i], rngs[i], idxs[i]), seg)
-            if out.n >= batch_rows:
-                yield out.batch()
-    if run is not None:
-        run.finish(meta)
-    if out.n:
-        yield out.batch()
+            yield conns[i], PosSegment(tss[i], pos_of(kts[i], files[i], rngs[i], idxs[i]), seg)
