@@ -41,8 +41,7 @@ from kwinspect.model import (
     plural,
     stream_name,
 )
-from kwinspect.protocol.peek import peek_request_header, plausible_header
-from kwinspect.stream import row_order
+from kwinspect.stream import detect, row_order
 from kwinspect.stream.conversation import Conversation, SharedState
 from kwinspect.stream.framing import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -56,8 +55,6 @@ from kwinspect.stream.framing import (
 
 _new = tuple.__new__  # a TcpSegment without the namedtuple's Python-level __new__
 DEFAULT_KAFKA_PORTS = frozenset({9092})
-# How much of an undecided connection we hold while deciding whether it is Kafka.
-DETECT_BUFFER = 64 * 1024
 
 Event = Exchange | ErrorRow
 # on_frame(stream, direction, frame): every complete Kafka frame, before it is decoded
@@ -517,66 +514,41 @@ class Dissector:
 
     def _decide(self, conn: _Conn, src: Endpoint, data: bytes, ts: float) -> None:
         info = conn.info
-        first = self._first_bytes(conn, src)
-        if len(first) >= 3 and first[0] == 0x16 and first[1] == 0x03 and first[2] <= 0x04:
-            self._set_kind(conn, "tls", ts, "TLS handshake: the stream is encrypted and cannot be decoded")
+        cfg = self.config
+        verdict = detect.decide((info.a, info.b), self._first_bytes(conn), client=info.client, broker=info.broker,
+                                syn_seen=info.syn_seen, kafka_ports=cfg.kafka_ports, detect=cfg.detect,
+                                known_brokers=self.known_brokers, held_bytes=conn.held_bytes,
+                                max_frame_size=cfg.max_frame_size)
+        kind = verdict.kind
+        if kind == detect.UNDECIDED:
             return
-        if info.broker is not None and info.broker.port in self.config.kafka_ports:
-            self._start_kafka(conn, ts)
+        if kind != detect.KAFKA:
+            self._set_kind(conn, kind, ts, verdict.message)
             return
-        if not self.config.detect:
-            self._set_kind(conn, "not_kafka", ts, None)
-            return
-        # A broker endpoint already seen on another connection settles it.
-        for side, other in ((info.a, info.b), (info.b, info.a)):
-            if side in self.known_brokers and other not in self.known_brokers:
-                info.client, info.broker = other, side
-                info.stream = stream_name(other, side)
-                self._start_kafka(conn, ts)
-                return
-        # Detection: the side whose first bytes form a plausible request is the client.
-        # With the handshake seen, the SYN sender is the client and one request proves it;
-        # without it, the other side must answer with the same correlation id.
-        for client in ((info.client,) if info.syn_seen else (info.a, info.b)):
-            server = info.b if client == info.a else info.a
-            cid = self._plausible_request_at_start(self._first_bytes(conn, client))
-            if cid is None:
-                continue
-            if not info.syn_seen:
-                reply = self._first_bytes(conn, server)
-                if len(reply) < 8:
-                    break  # wait for the other side
-                if int.from_bytes(reply[4:8], "big", signed=True) != cid:
-                    continue
-            info.client, info.broker = client, server
-            info.stream = stream_name(client, server)
-            self._start_kafka(conn, ts)
-            return
-        client_bytes = len(self._first_bytes(conn, info.client)) if info.syn_seen and info.client else 0
-        if conn.held_bytes > DETECT_BUFFER or client_bytes >= 14:
-            self._set_kind(conn, "not_kafka", ts, "no Kafka request header where a request should start")
+        client, broker = verdict.client, verdict.broker
+        if client != info.client or broker != info.broker:
+            info.client, info.broker = client, broker
+            info.stream = stream_name(client, broker)
+        self._start_kafka(conn, ts)
 
-    def _plausible_request_at_start(self, first: bytes) -> int | None:
-        """The correlation id of a plausible request at the start of `first`, else None."""
-        if len(first) < 14:
-            return None
-        size = int.from_bytes(first[:4], "big", signed=True)
-        peek = peek_request_header(first, 4)
-        if 0 < size <= self.config.max_frame_size and peek is not None and plausible_header(peek):
-            return peek.correlation_id
-        return None
-
-    def _first_bytes(self, conn: _Conn, src: Endpoint) -> bytes:
-        out = bytearray()
+    def _first_bytes(self, conn: _Conn) -> tuple[bytes, bytes]:
+        """What side a and side b of the connection sent first: each up to its first gap,
+        at least 64 bytes when it sent that many (detection needs no more)."""
+        a = conn.info.a
+        out = (bytearray(), bytearray())
+        done = [False, False]
         for s, kind, payload, _ts, _pkt in conn.held:
-            if s != src:
+            i = 0 if s == a else 1
+            if done[i]:
                 continue
             if kind == "gap":
+                done[i] = True
+            else:
+                out[i].extend(payload)
+                done[i] = len(out[i]) >= 64
+            if done[0] and done[1]:
                 break
-            out += payload
-            if len(out) >= 64:
-                break
-        return bytes(out)
+        return bytes(out[0]), bytes(out[1])
 
     def _set_kind(self, conn: _Conn, kind: str, ts: float, message: str | None) -> None:
         conn.info.kind = kind
@@ -659,13 +631,8 @@ class Dissector:
         info = conn.info
         info.closed = reason
         if not conn.decided and conn.held:
-            if any(self._plausible_request_at_start(self._first_bytes(conn, side)) is not None
-                   for side in (info.a, info.b)):
-                why = ("looks like Kafka, but with no handshake and no reply in the capture it is not clear "
-                       "which side is the broker; name the broker port with --kafka-ports to decode it")
-            else:
-                why = "connection ended before any Kafka request was seen"
-            self._set_kind(conn, "not_kafka", ts, why)
+            verdict = detect.decide_at_end(self._first_bytes(conn), self.config.max_frame_size)
+            self._set_kind(conn, verdict.kind, ts, verdict.message)
         for src, splitter in conn.splitters.items():
             splitter.finish()
             self._frames_to_conversation(conn, src)

@@ -1,9 +1,10 @@
-"""Schema-driven decoding of Kafka requests and responses.
+"""Decoding Kafka requests and responses: the public decode API and the reference decoder.
 
-The generated tables in ``schema/`` describe every field of every version.  For
-each (api key, version, direction) they are compiled once into a tree of small
-reader closures ``(buf, pos) -> (value, pos)`` and cached, so the hot path does
-no schema lookups.  Decoding never raises on bad bytes: a reader raises
+For each (api key, version, direction) the schema tables are compiled once into
+a tree of small reader closures (protocol/layout.py) and cached, so the hot path
+does no schema lookups.  Clean frames take the generated straight-line decoders
+of protocol/fastdecode.py first; anything unusual is decoded by those closures,
+the reference.  Decoding never raises on bad bytes: a reader raises
 ``DecodeStop``; each enclosing struct or array attaches what it had decoded so
 far and its own path element while the signal unwinds, and the entry point
 turns it into an Issue with the byte offset and field path.
@@ -11,15 +12,12 @@ turns it into an Issue with the byte offset and field path.
 
 from __future__ import annotations
 
-import importlib
 import struct
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from kwinspect.model import (
     DECODE_ERROR,
-    LIMIT_EXCEEDED,
     SEVERITY_ERROR,
     SEVERITY_INFO,
     SEVERITY_WARNING,
@@ -30,357 +28,35 @@ from kwinspect.model import (
     Message,
     plural,
 )
+from kwinspect.protocol import fastdecode
 from kwinspect.protocol import primitives as p
+from kwinspect.protocol.layout import (
+    API_VERSIONS_KEY,
+    MAX_ELEMENTS_PER_MESSAGE,
+    STRUCTS,
+    UNSUPPORTED_VERSION_CODE,
+    Reader,
+    body_schema,
+    compile_struct,
+    find_definition,
+    in_range,
+    is_flexible,
+    request_header_version,
+    response_header_version,
+)
+from kwinspect.protocol.layout import thread_state as _local
 from kwinspect.protocol.primitives import DecodeStop
-from kwinspect.protocol.schema.api_keys import ApiKey
-from kwinspect.protocol.schema.index import APIS, MODULES
-from kwinspect.protocol.schema.structs import STRUCTS
+from kwinspect.protocol.schema.index import APIS
 
-Reader = Callable[[Any, int], tuple[Any, int]]
-
-API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
 _MAX_API_KEY = max(APIS)
-CONTROLLED_SHUTDOWN_KEY = int(ApiKey.CONTROLLED_SHUTDOWN)
-UNSUPPORTED_VERSION_CODE = 35
 INTERNAL_ERROR = "internal_error"  # a bug in kwinspect, never bad input
 
-# Non-fatal findings made deep inside readers (e.g. a tagged field whose size
-# disagrees with its content) are collected here for the current decode call.
-_local = threading.local()
-
-# Decoded objects cost ~45x the bytes of a crafted message of tiny array elements (an
-# OffsetFetch of 8M topics: 48 MB on the wire, 2.2 GB decoded), so what a message may
-# build is bounded, not only what its lengths claim: past this many array elements in
-# one message decoding stops with a limit_exceeded issue (the rest stays undecoded,
-# the message keeps its size). The fast decoder counts the same and leaves such a
-# message to this one.
-MAX_ELEMENTS_PER_MESSAGE = 1_000_000
-
-
-class ElementLimit(DecodeStop):
-    """The message holds more array elements than MAX_ELEMENTS_PER_MESSAGE."""
-
-    kind = LIMIT_EXCEEDED
-
-
-def _spend(n: int, pos: int) -> None:
-    left = getattr(_local, "elements_left", MAX_ELEMENTS_PER_MESSAGE) - n
-    if left < 0:
-        raise ElementLimit(pos, f"more than {MAX_ELEMENTS_PER_MESSAGE:,} array elements in one message: "
-                                "decoding stopped here (a limit against crafted input; the rest is not decoded)")
-    _local.elements_left = left
-
-
-def _note(issue: Issue) -> None:
-    notes = getattr(_local, "notes", None)
-    if notes is not None:
-        notes.append(issue)
-
-
-def _in(rng, version: int) -> bool:
-    return rng is not None and rng[0] <= version <= rng[1]
-
-
 # ---------------------------------------------------------------------------
-# Record sets are decoded by protocol/records.py (lazily); fall back to bytes
-# when that module is not available.
+# Compiled readers, cached per real version
 # ---------------------------------------------------------------------------
 
-
-def _records_parser():
-    try:
-        from kwinspect.protocol.records import parse_record_set
-    except ImportError:  # pragma: no cover - only while records.py is absent
-        return lambda data: data
-    return parse_record_set
-
-
-# ---------------------------------------------------------------------------
-# Compiling field lists into readers
-# ---------------------------------------------------------------------------
-
-
-def _string_reader(compact: bool, nullable: bool) -> Reader:
-    read = p.read_compact_string if compact else p.read_string
-    if nullable:
-        return lambda buf, pos: read(buf, pos, True)
-    return read
-
-
-def _bytes_reader(compact: bool, nullable: bool) -> Reader:
-    read = p.read_compact_bytes if compact else p.read_bytes
-    if nullable:
-        return lambda buf, pos: read(buf, pos, True)
-    return read
-
-
-def _records_reader(compact: bool, nullable: bool) -> Reader:
-    read_raw = _bytes_reader(compact, nullable)
-    parse = _records_parser()
-
-    def read(buf, pos):
-        raw, pos = read_raw(buf, pos)
-        return (None if raw is None else parse(raw)), pos
-
-    return read
-
-
-def _array_reader(elem: Reader, compact: bool, nullable: bool, min_size: int) -> Reader:
-    read_len = p.read_array_length
-
-    def read(buf, pos):
-        n, pos = read_len(buf, pos, compact, nullable, min_size)
-        if n is None:
-            return None, pos
-        _spend(n, pos)
-        items = []
-        append = items.append
-        i = 0
-        try:
-            for i in range(n):  # noqa: B007 - i is read in the handler
-                value, pos = elem(buf, pos)
-                append(value)
-        except DecodeStop as stop:
-            if stop.has_partial:
-                append(stop.partial)
-            stop.path.append(f"[{i}]")
-            stop.partial = items
-            stop.has_partial = True
-            raise
-        return items, pos
-
-    return read
-
-
-# Arrays of fixed-size numbers (replica lists, partition ids...) are read with one
-# struct.unpack_from: read_array_length has already checked that n elements fit.
-_FIXED_ARRAY_CODES = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I",
-                      "int64": "q", "float64": "d"}
-
-
-def _fixed_array_reader(code: str, size: int, compact: bool, nullable: bool) -> Reader:
-    read_len = p.read_array_length
-    unpack_from = struct.unpack_from
-
-    def read(buf, pos):
-        n, pos = read_len(buf, pos, compact, nullable, size)
-        if n is None:
-            return None, pos
-        _spend(n, pos)
-        return list(unpack_from(f">{n}{code}", buf, pos)), pos + n * size
-
-    return read
-
-
-def _min_size(fields, version: int, flexible: bool) -> int:
-    """Fewest bytes one struct can take in this version (bounds array counts)."""
-    size = 1 if flexible else 0
-    for _name, ftype, versions, nullable_v, _tag, tagged, flex_override, _d, children in fields:
-        if not _in(versions or (0, 32767), version) or (flexible and _in(tagged, version)):
-            continue
-        compact = flexible and (flex_override is None or _in(flex_override, version))
-        if ftype in p.FIXED_SIZES:
-            size += p.FIXED_SIZES[ftype]
-        elif ftype == "string":
-            size += 1 if compact else 2
-        elif ftype == "struct":  # a null nullable struct is just its int8 marker
-            size += 1 if _in(nullable_v, version) else _min_size(children, version, flexible)
-        else:  # bytes, records, arrays
-            size += 1 if compact else 4
-    return size
-
-
-def _field_reader(ftype, nullable, compact, children, version, flexible) -> Reader:
-    if ftype in p.PRIMITIVE_READERS:
-        return p.PRIMITIVE_READERS[ftype]
-    if ftype == "string":
-        return _string_reader(compact, nullable)
-    if ftype == "bytes":
-        return _bytes_reader(compact, nullable)
-    if ftype == "records":
-        return _records_reader(compact, nullable)
-    if ftype == "struct":
-        return compile_struct(children, version, flexible, nullable=nullable)
-    if ftype == "[]struct":
-        elem = compile_struct(children, version, flexible)
-        return _array_reader(elem, compact, nullable, _min_size(children, version, flexible))
-    if ftype.startswith("[]"):
-        inner = ftype[2:]
-        if inner in _FIXED_ARRAY_CODES:
-            return _fixed_array_reader(_FIXED_ARRAY_CODES[inner], p.FIXED_SIZES[inner], compact, nullable)
-        elem = _field_reader(inner, False, compact, None, version, flexible)
-        min_size = p.FIXED_SIZES.get(inner, 1 if compact else 2)
-        return _array_reader(elem, compact, nullable, min_size)
-    raise ValueError(f"unknown field type {ftype!r} in the schema tables")
-
-
-def default_value(ftype: str, default, children, version: int, flexible: bool, nullable: bool = False):
-    """The value Kafka assumes for a tagged field that is absent."""
-    if default is not None:
-        return default
-    if nullable:
-        # The tables write both "default": "null" and "no default" as None.  Every
-        # nullable tagged field upstream either declares "null" (FetchRequest
-        # ClusterId) or is a nullable struct, whose default is null too.
-        return None
-    if ftype in ("int8", "int16", "uint16", "int32", "uint32", "int64"):
-        return 0
-    if ftype == "float64":
-        return 0.0
-    if ftype == "bool":
-        return False
-    if ftype == "string":
-        return ""
-    if ftype == "uuid":
-        return p.uuid_to_str(bytes(16))
-    if ftype == "struct":
-        return struct_defaults(children, version, flexible)
-    if ftype.startswith("[]"):
-        return []
-    return None  # bytes, records
-
-
-def struct_defaults(fields, version: int, flexible: bool) -> dict:
-    out = {}
-    for name, ftype, versions, nullable_v, _tag, _tv, _fo, default, children in fields:
-        if _in(versions or (0, 32767), version):
-            out[name] = default_value(ftype, default, children, version, flexible, _in(nullable_v, version))
-    return out
-
-
-def compile_struct(fields, version: int, flexible: bool, nullable: bool = False) -> Reader:
-    """A reader for one struct (or a whole message body) at one version."""
-    regular: list[tuple[str, Reader]] = []
-    tagged: dict[int, tuple[str, Reader]] = {}
-    tag_defaults: list[tuple[str, Any]] = []
-    for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, default, children in fields:
-        if not _in(versions or (0, 32767), version):
-            continue
-        compact = flexible and (flex_override is None or _in(flex_override, version))
-        reader = _field_reader(ftype, _in(nullable_v, version), compact, children, version, flexible)
-        if flexible and tag is not None and _in(tagged_v, version):
-            tagged[tag] = (name, reader)
-            tag_defaults.append((name, default_value(ftype, default, children, version, flexible,
-                                                     _in(nullable_v, version))))
-        else:
-            regular.append((name, reader))
-    regular_t = tuple(regular)
-    read_i8 = p.read_int8
-
-    def read(buf, pos):
-        if nullable:  # a nullable struct starts with an int8 presence marker
-            marker, pos = read_i8(buf, pos)
-            if marker < 0:
-                return None, pos
-        d: dict[str, Any] = {}
-        name = None
-        try:
-            for name, rd in regular_t:
-                d[name], pos = rd(buf, pos)
-            if flexible:
-                name = "_tagged_fields"
-                pos = _read_tagged_fields(buf, pos, d, tagged)
-                for tname, tdefault in tag_defaults:
-                    if tname not in d:
-                        d[tname] = _copy_default(tdefault)
-        except DecodeStop as stop:
-            if stop.has_partial:
-                d[name] = stop.partial
-            stop.path.append(name)
-            stop.partial = d
-            stop.has_partial = True
-            raise
-        return d, pos
-
-    return read
-
-
-def _copy_default(value):
-    if isinstance(value, dict):
-        return {k: _copy_default(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return []
-    return value
-
-
-def _read_tagged_fields(buf, pos, d, tagged) -> int:
-    start = pos
-    count, pos = p.read_uvarint(buf, pos)
-    if count > len(buf) - pos:
-        raise DecodeStop(start, f"{plural(count, 'tagged field')} cannot fit in the {plural(len(buf) - pos, 'byte')} left")
-    unknown = None
-    for _ in range(count):
-        tag_pos = pos
-        tag, pos = p.read_uvarint(buf, pos)
-        size, pos = p.read_uvarint(buf, pos)
-        end = pos + size
-        if end > len(buf):
-            raise DecodeStop(tag_pos, f"tagged field {tag} of {size} bytes exceeds the {len(buf) - pos} bytes left")
-        entry = tagged.get(tag)
-        if entry is not None:
-            name, rd = entry
-            try:
-                value, used = rd(memoryview(buf)[:end], pos)
-            except DecodeStop as stop:
-                used, value = -1, None
-                _note(Issue(DECODE_ERROR, f"tagged field {name} (tag {tag}): {stop.reason}",
-                            offset=stop.offset, path=name, severity=SEVERITY_WARNING))
-            if used == end:
-                d[name] = value
-                pos = end
-                continue
-            if used != -1:
-                _note(Issue(DECODE_ERROR, f"tagged field {name} (tag {tag}) declared {size} bytes "
-                            f"but its value took {used - pos}", offset=tag_pos, path=name,
-                            severity=SEVERITY_WARNING))
-        if unknown is None:
-            unknown = d.setdefault("_unknown_tags", {})
-        unknown[tag] = bytes(buf[pos:end])
-        pos = end
-    return pos
-
-
-# ---------------------------------------------------------------------------
-# Schema lookup
-# ---------------------------------------------------------------------------
-
-_modules: dict[int, Any] = {}
-_compiled: dict[tuple, Reader] = {}
+_compiled: dict[tuple, Any] = {}
 _lock = threading.Lock()
-
-
-def _api_module(api_key: int):
-    mod = _modules.get(api_key)
-    if mod is None and api_key in MODULES:
-        mod = importlib.import_module(f"kwinspect.protocol.schema.{MODULES[api_key]}")
-        _modules[api_key] = mod
-    return mod
-
-
-def _find_definition(defs, version: int):
-    """The definition that supplies `version`, else the nearest one (and its nearest version)."""
-    best = None
-    for d in defs:
-        for lo, hi in d[1]:
-            if lo <= version <= hi:
-                return d, version
-            near = lo if version < lo else hi
-            if best is None or abs(near - version) < abs(best[1] - version):
-                best = (d, near)
-    return best if best else (None, None)
-
-
-def body_schema(api_key: int, version: int, is_request: bool):
-    """(definition, version to decode with) or (None, None) for an unknown api key."""
-    mod = _api_module(api_key)
-    if mod is None:
-        return None, None
-    return _find_definition(mod.REQUEST if is_request else mod.RESPONSE, version)
-
-
-def is_flexible(api_key: int, version: int, is_request: bool = True) -> bool:
-    definition, _ = body_schema(api_key, version, is_request)
-    return definition is not None and _in(definition[2], version)
 
 
 def _body_reader(api_key: int, version: int, is_request: bool):
@@ -398,7 +74,7 @@ def _body_reader(api_key: int, version: int, is_request: bool):
         cached = _compiled.get(real)
         if cached is None:
             with _lock:
-                reader = compile_struct(definition[3], use_version, _in(definition[2], use_version))
+                reader = compile_struct(definition[3], use_version, in_range(definition[2], use_version))
                 cached = _compiled[real] = (reader, use_version)
     return cached
 
@@ -410,25 +86,13 @@ def _struct_reader(name: str, version: int):
         defs = STRUCTS.get(name)
         if defs is None:
             return None, None
-        definition, use_version = _find_definition(defs, version)
+        definition, use_version = find_definition(defs, version)
         real = ("struct", name, use_version)  # see _body_reader: real versions only
         cached = _compiled.get(real)
         if cached is None:
-            reader = compile_struct(definition[3], use_version, _in(definition[2], use_version))
+            reader = compile_struct(definition[3], use_version, in_range(definition[2], use_version))
             cached = _compiled[real] = (reader, use_version)
     return cached
-
-
-def request_header_version(api_key: int, api_version: int) -> int:
-    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
-        return 0  # the one request that predates client ids
-    return 2 if is_flexible(api_key, api_version, True) else 1
-
-
-def response_header_version(api_key: int, api_version: int) -> int:
-    if api_key == API_VERSIONS_KEY:
-        return 0  # so a client can read it whatever version it asked for
-    return 1 if is_flexible(api_key, api_version, False) else 0
 
 
 # ---------------------------------------------------------------------------
@@ -444,11 +108,8 @@ _REQUEST_KEY = struct.Struct(">hh")
 
 
 def _generate(build, *args):
-    from kwinspect.protocol import decode as ref  # this module: the table helpers
-    from kwinspect.protocol import fastdecode
-
     try:
-        return getattr(fastdecode, build)(ref, *args)
+        return build(*args)
     except Exception:  # noqa: BLE001 - a table the generator cannot express: reference only
         return False
 
@@ -470,7 +131,7 @@ def _new_fast_request_decoder(frame: bytes):
     definition, use_version = body_schema(api_key, api_version, True)
     if definition is None or use_version != api_version:
         return False  # not cached: garbage versions must not grow the cache
-    fast = _generate("build", True, api_key, api_version, request_header_version(api_key, api_version),
+    fast = _generate(fastdecode.build, True, api_key, api_version, request_header_version(api_key, api_version),
                      definition)
     _fast_requests[bytes(frame[:4])] = fast
     return fast
@@ -482,7 +143,7 @@ def _new_fast_response_decoder(api_key: int, api_version: int):
     definition, use_version = body_schema(api_key, api_version, False)
     if definition is None or use_version != api_version:
         return False
-    fast = _generate("build", False, api_key, api_version, response_header_version(api_key, api_version),
+    fast = _generate(fastdecode.build, False, api_key, api_version, response_header_version(api_key, api_version),
                      definition)
     _fast_responses[(api_key, api_version)] = fast
     return fast
@@ -492,10 +153,10 @@ def _new_fast_struct_decoder(name: str, version: int):
     defs = STRUCTS.get(name)
     if defs is None:
         return False
-    definition, use_version = _find_definition(defs, version)
+    definition, use_version = find_definition(defs, version)
     if use_version != version:
         return False
-    fast = _generate("build_struct", definition[3], version, _in(definition[2], version))
+    fast = _generate(fastdecode.build_struct, definition[3], version, in_range(definition[2], version))
     _fast_structs[(name, version)] = fast
     return fast
 

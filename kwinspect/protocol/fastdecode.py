@@ -15,7 +15,9 @@ throws that attempt away and runs the reference closure decoder in decode.py,
 which produces the exact issues, paths and partial values.  So this module never
 has to reproduce an error, only the values of a frame that decodes cleanly, and
 it builds them from the same tables with the same rules (field selection,
-nullability, compact encodings, tagged-field defaults) as ``compile_struct``.
+nullability, compact encodings, tagged-field defaults, element limit) as the
+reference: those rules live in layout.py, which both decoders import; this
+module imports nothing from decode.py.
 """
 
 from __future__ import annotations
@@ -24,11 +26,21 @@ import struct
 from typing import Any
 
 from kwinspect.model import Message
-
-# The reference decoder's own rules: arrays of these fixed-size numbers are read with one
-# unpack, and a field is in a version when its range holds it.
-from kwinspect.protocol.decode import _FIXED_ARRAY_CODES as _ARRAY_CODES
-from kwinspect.protocol.decode import _in
+from kwinspect.protocol.layout import (
+    API_VERSIONS_KEY,
+    FIXED_ARRAY_CODES,
+    MAX_ELEMENTS_PER_MESSAGE,
+    STRUCTS,
+    UNSUPPORTED_VERSION_CODE,
+    copy_default,
+    default_value,
+    field_reader,
+    find_definition,
+    in_range,
+    min_size,
+    records_parser,
+    thread_state,
+)
 from kwinspect.protocol.primitives import FIXED_SIZES, read_uvarint, uuid_to_str
 
 
@@ -47,8 +59,7 @@ _I32 = struct.Struct(">i").unpack_from
 class _Gen:
     """Source lines plus the constants (Struct readers, defaults) they refer to."""
 
-    def __init__(self, ref):
-        self.ref = ref  # the decode module: default_value, _min_size, _field_reader, records parser
+    def __init__(self):
         self.lines: list[str] = []
         self.consts: dict[str, Any] = {}
         self._structs: dict[str, str] = {}
@@ -70,7 +81,7 @@ class _Gen:
         return name
 
     def fresh_copy(self, value) -> str:
-        """An expression building what decode._copy_default(value) returns."""
+        """An expression building what layout.copy_default(value) returns."""
         if isinstance(value, dict):
             return "{" + ", ".join(f"{k!r}: {self.fresh_copy(v)}" for k, v in value.items()) + "}"
         if isinstance(value, list):
@@ -157,16 +168,16 @@ class _Gen:
             self.emit(ind, f"if {n} < 0:")
             self.emit(ind + 1, "raise Bail")
         if inner == "struct":
-            min_size = self.ref._min_size(children, version, flexible)
+            least = min_size(children, version, flexible)
         else:
-            min_size = FIXED_SIZES.get(inner, 1 if compact else 2)
-        self.emit(ind, f"if {n} * {max(min_size, 1)} > L - pos:")
+            least = FIXED_SIZES.get(inner, 1 if compact else 2)
+        self.emit(ind, f"if {n} * {max(least, 1)} > L - pos:")
         self.emit(ind + 1, "raise Bail")
-        self.emit(ind, f"E -= {n}")  # the reference's element budget (decode.ElementLimit)
+        self.emit(ind, f"E -= {n}")  # the reference's element budget (layout.ElementLimit)
         self.emit(ind, "if E < 0:")
         self.emit(ind + 1, "raise Bail")
-        if inner in _ARRAY_CODES:
-            code, size = _ARRAY_CODES[inner], FIXED_SIZES[inner]
+        if inner in FIXED_ARRAY_CODES:
+            code, size = FIXED_ARRAY_CODES[inner], FIXED_SIZES[inner]
             small = self.const(tuple(struct.Struct(f">{i}{code}").unpack_from for i in range(_SMALL)))
             self.emit(ind, f"if {n} < {_SMALL}:")  # short arrays: a precompiled Struct per length
             self.emit(ind + 1, f"{target} = list({small}[{n}](buf, pos))")
@@ -186,15 +197,14 @@ class _Gen:
 
     def struct(self, ind, fields, version, flexible, nullable, target) -> None:
         """Inline code reading one struct into `target` (same field rules as compile_struct)."""
-        ref = self.ref
         regular, tagged = [], []
         for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, default, children in fields:
-            if not _in(versions or (0, 32767), version):
+            if not in_range(versions or (0, 32767), version):
                 continue
-            compact = flexible and (flex_override is None or _in(flex_override, version))
-            fnull = _in(nullable_v, version)
-            if flexible and tag is not None and _in(tagged_v, version):
-                tagged.append((name, ref.default_value(ftype, default, children, version, flexible, fnull)))
+            compact = flexible and (flex_override is None or in_range(flex_override, version))
+            fnull = in_range(nullable_v, version)
+            if flexible and tag is not None and in_range(tagged_v, version):
+                tagged.append((name, default_value(ftype, default, children, version, flexible, fnull)))
             else:
                 regular.append((name, ftype, fnull, compact, children))
         if nullable:  # int8 presence marker, negative = null
@@ -252,28 +262,25 @@ class _Gen:
 
     def _tag_readers(self, fields, version, flexible) -> dict:
         """tag -> (name, reference reader), exactly as compile_struct builds them."""
-        ref = self.ref
         out = {}
         for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, _d, children in fields:
-            if not _in(versions or (0, 32767), version):
+            if not in_range(versions or (0, 32767), version):
                 continue
-            if tag is not None and _in(tagged_v, version):
-                compact = flexible and (flex_override is None or _in(flex_override, version))
-                out[tag] = (name, ref._field_reader(ftype, _in(nullable_v, version), compact, children,
-                                                    version, flexible))
+            if tag is not None and in_range(tagged_v, version):
+                compact = flexible and (flex_override is None or in_range(flex_override, version))
+                out[tag] = (name, field_reader(ftype, in_range(nullable_v, version), compact, children,
+                                               version, flexible))
         return out
 
 
 def read_tagged(buf, pos: int, end_of_data: int, table) -> tuple[dict, int]:
-    """The tagged fields of one struct, as decode._read_tagged_fields reads them.
+    """The tagged fields of one struct, as layout._read_tagged_fields reads them.
 
     Returns the entries to append to the struct (known tags in the order they
     come, ``_unknown_tags``, then the defaults of absent tags) and the new
     position.  Anything the reference would report (a size mismatch, a value
     that does not decode, a note from a nested tagged field) raises Bail.
     """
-    from kwinspect.protocol import decode as ref
-
     readers, defaults, regular_names = table
     count, pos = read_uvarint(buf, pos)
     if count > end_of_data - pos:
@@ -291,12 +298,12 @@ def read_tagged(buf, pos: int, end_of_data: int, table) -> tuple[dict, int]:
             if view is None:
                 view = memoryview(buf)
             notes: list = []
-            saved = getattr(ref._local, "notes", None)
-            ref._local.notes = notes
+            saved = getattr(thread_state, "notes", None)
+            thread_state.notes = notes
             try:
                 value, used = entry[1](view[:end], pos)
             finally:
-                ref._local.notes = saved
+                thread_state.notes = saved
             if used != end or notes:
                 raise Bail
             out[entry[0]] = value
@@ -305,36 +312,35 @@ def read_tagged(buf, pos: int, end_of_data: int, table) -> tuple[dict, int]:
         pos = end
     for name, default in defaults:
         if name not in out and name not in regular_names:
-            out[name] = ref._copy_default(default)
+            out[name] = copy_default(default)
     return out, pos
 
 
-def _definition(ref, defs, version):
-    definition, use_version = ref._find_definition(defs, version)
-    return definition[3], use_version, _in(definition[2], use_version)
+def _definition(defs, version):
+    definition, use_version = find_definition(defs, version)
+    return definition[3], use_version, in_range(definition[2], use_version)
 
 
-def build(ref, is_request: bool, api_key: int, api_version: int, header_version: int,
+def build(is_request: bool, api_key: int, api_version: int, header_version: int,
           body_definition) -> Any:
     """The generated decoder of one (api key, version, direction), or raises on a bad table.
 
-    `ref` is the decode module (its table helpers), `body_definition` the
-    definition that supplies `api_version`.  The function takes the frame (bytes)
+    `body_definition` is the definition that supplies `api_version`.  The function takes the frame (bytes)
     (and for a response the caller's api key and version) and returns the Message
     of a clean decode, or None / raises for anything else.
     """
-    g = _Gen(ref)
+    g = _Gen()
     header_name = "RequestHeader" if is_request else "ResponseHeader"
-    h_fields, h_version, h_flexible = _definition(ref, ref.STRUCTS[header_name], header_version)
+    h_fields, h_version, h_flexible = _definition(STRUCTS[header_name], header_version)
     g.emit(1, "L = len(buf)")
     g.emit(1, "pos = 0")
-    g.emit(1, f"E = {ref.MAX_ELEMENTS_PER_MESSAGE}")
+    g.emit(1, f"E = {MAX_ELEMENTS_PER_MESSAGE}")
     g.struct(1, h_fields, h_version, h_flexible, False, "h")
-    if not is_request and api_key == ref.API_VERSIONS_KEY and api_version > 0:
+    if not is_request and api_key == API_VERSIONS_KEY and api_version > 0:
         # An UNSUPPORTED_VERSION rejection has its own layout rules (see decode.py).
-        g.emit(1, f"if buf[pos:pos + 2] == {struct.pack('>h', ref.UNSUPPORTED_VERSION_CODE)!r}:")
+        g.emit(1, f"if buf[pos:pos + 2] == {struct.pack('>h', UNSUPPORTED_VERSION_CODE)!r}:")
         g.emit(2, "return None")
-    g.struct(1, body_definition[3], api_version, ref._in(body_definition[2], api_version), False, "b")
+    g.struct(1, body_definition[3], api_version, in_range(body_definition[2], api_version), False, "b")
     g.emit(1, "if pos != L:")
     g.emit(2, "return None")
     if is_request:
@@ -345,12 +351,12 @@ def build(ref, is_request: bool, api_key: int, api_version: int, header_version:
     return _compile(g, f"<kwinspect fast decoder Response {api_key} v{api_version}>", "buf, api_key, api_version")
 
 
-def build_struct(ref, fields, version: int, flexible: bool) -> Any:
+def build_struct(fields, version: int, flexible: bool) -> Any:
     """The generated decoder of a named struct: data -> value of a clean, complete decode, else None."""
-    g = _Gen(ref)
+    g = _Gen()
     g.emit(1, "L = len(buf)")
     g.emit(1, "pos = 0")
-    g.emit(1, f"E = {ref.MAX_ELEMENTS_PER_MESSAGE}")
+    g.emit(1, f"E = {MAX_ELEMENTS_PER_MESSAGE}")
     g.struct(1, fields, version, flexible, False, "d")
     g.emit(1, "if pos != L:")
     g.emit(2, "return None")
@@ -363,7 +369,7 @@ def _compile(g: _Gen, filename: str, args: str = "buf") -> Any:
     namespace: dict[str, Any] = {
         "Bail": Bail, "Message": Message, "read_uvarint": read_uvarint, "read_tagged": read_tagged,
         "uuid_to_str": uuid_to_str, "unpack_from": struct.unpack_from, "I16": _I16, "I32": _I32,
-        "parse": g.ref._records_parser(), **g.consts,
+        "parse": records_parser(), **g.consts,
     }
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - source generated from our own tables
     fn = namespace["decode"]

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from kwinspect.dissect import DissectConfig
 from kwinspect.protocol import decode as D
+from kwinspect.protocol import layout
 from kwinspect.protocol.records import RecordSet
 from kwinspect.protocol.schema.index import APIS
 from kwinspect.protocol.schema.structs import STRUCTS
@@ -126,7 +127,7 @@ _INT_FORMATS = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32"
 
 
 class Encoder:
-    """Encodes random values for a schema (the same field rules as decode.compile_struct).
+    """Encodes random values for a schema (the same field rules as layout.compile_struct).
 
     `tagged` is the chance that a tagged field is sent (then the fast path must
     hand over to the reference); `unusual` the chance of a legal but rarely seen
@@ -194,12 +195,12 @@ class Encoder:
             out = b""
         tags = []
         for _name, ftype, versions, nullable_v, tag, tagged_v, flex_override, _default, children in fields:
-            if not D._in(versions or (0, 32767), version):
+            if not layout.in_range(versions or (0, 32767), version):
                 continue
-            compact = flexible and (flex_override is None or D._in(flex_override, version))
-            fnull = D._in(nullable_v, version)
+            compact = flexible and (flex_override is None or layout.in_range(flex_override, version))
+            fnull = layout.in_range(nullable_v, version)
             value = self.value(ftype, fnull, compact, children, version, flexible)
-            if flexible and tag is not None and D._in(tagged_v, version):
+            if flexible and tag is not None and layout.in_range(tagged_v, version):
                 if self.rnd.random() < self.tagged:
                     tags.append((tag, value))
             else:
@@ -241,14 +242,14 @@ def header_bytes(is_request: bool, key: int, version: int, enc: Encoder) -> byte
 def body_bytes(is_request: bool, key: int, version: int, enc: Encoder) -> bytes:
     definition, use_version = D.body_schema(key, version, is_request)
     assert use_version == version
-    return enc.struct(definition[3], version, D._in(definition[2], version))
+    return enc.struct(definition[3], version, layout.in_range(definition[2], version))
 
 
 def cases():
     """Every (api key, version, direction) the tables supply."""
     out = []
     for key in sorted(APIS):
-        mod = D._api_module(key)
+        mod = layout.api_module(key)
         for is_request, defs in ((True, mod.REQUEST), (False, mod.RESPONSE)):
             for definition in defs:
                 for lo, hi in definition[1]:
@@ -366,7 +367,7 @@ def test_named_structs_match_the_reference():
         for definition in defs:
             for lo, hi in definition[1]:
                 for version in range(lo, min(hi, lo + 20) + 1):
-                    flexible = D._in(definition[2], version)
+                    flexible = layout.in_range(definition[2], version)
                     for i in range(4):
                         enc = Encoder(rnd, tagged=0.0 if i < 2 else 0.5, unusual=0.0 if i < 2 else 0.3)
                         data = enc.struct(definition[3], version, flexible)
