@@ -101,7 +101,9 @@ class ConnectionInfo:
     tcp_stream: int | None = None  # tshark's tcp.stream number
 
 
-class _Conn:
+class _ConnectionState:
+    """The driver's state for one TCP connection (ConnectionInfo is what it shows)."""
+
     __slots__ = ("info", "held", "held_bytes", "splitters", "req_validator", "decided", "start")
 
     def __init__(self, info: ConnectionInfo) -> None:
@@ -166,12 +168,12 @@ class Dissector:
         self.shared = shared if shared is not None else SharedState()
         self.stats = DissectStats()
         self.connections: dict[Any, ConnectionInfo] = {}
-        self._conns: dict[Any, _Conn] = {}
+        self._conns: dict[Any, _ConnectionState] = {}
         # Dissector.watermark: connections whose data moved since the last look, and a
         # heap of (start packet, serial, connection), an entry valid while it is the
         # connection's recorded start (older ones are dropped when they reach the top)
-        self._dirty: set[_Conn] = set()
-        self._starts: list[tuple[int, int, _Conn]] = []
+        self._dirty: set[_ConnectionState] = set()
+        self._starts: list[tuple[int, int, _ConnectionState]] = []
         self._start_serial = 0
         self._events: list[Event] = []
         self._last_ts = 0.0
@@ -194,7 +196,7 @@ class Dissector:
         self._hot_pair: tuple | None = None
         self._hot_info: ConnectionInfo | None = None
         self._hot_cid: Any = None
-        self._hot_conn: _Conn | None = None
+        self._hot_conn: _ConnectionState | None = None
 
     # -- input ------------------------------------------------------------------------
 
@@ -328,7 +330,7 @@ class Dissector:
         return self.stats.packets + 1
 
     @staticmethod
-    def _conn_start(conn: _Conn, since: float) -> int:
+    def _conn_start(conn: _ConnectionState, since: float) -> int:
         if not conn.decided:
             return conn.held[0][4] if conn.held else 0
         low = 0
@@ -343,7 +345,7 @@ class Dissector:
                 low = pkt
         return low
 
-    def _record_start(self, conn: _Conn, since: float, fresh: int | None = None) -> None:
+    def _record_start(self, conn: _ConnectionState, since: float, fresh: int | None = None) -> None:
         # (closed connections never get here: _close drops them from _dirty and zeroes start)
         if fresh is None:
             fresh = self._conn_start(conn, since)
@@ -443,11 +445,11 @@ class Dissector:
                                          frame=pkt or None, tcp_stream=info.tcp_stream if info else None,
                                          order=pkt))
 
-    def _open(self, ev: StreamOpened) -> _Conn:
+    def _open(self, ev: StreamOpened) -> _ConnectionState:
         a, b = ev.a, ev.b
         info = ConnectionInfo(stream=f"{a}<->{b}", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen,
                               tcp_stream=ev.tcp_stream)
-        conn = _Conn(info)
+        conn = _ConnectionState(info)
         self._conns[ev.conn_id] = conn
         self.connections[ev.conn_id] = info
         self._conn_by_tuple[(ev.conn_id.a, ev.conn_id.b)] = info
@@ -512,7 +514,7 @@ class Dissector:
 
     # -- deciding what a connection carries ------------------------------------------
 
-    def _decide(self, conn: _Conn, src: Endpoint, data: bytes, ts: float) -> None:
+    def _decide(self, conn: _ConnectionState, src: Endpoint, data: bytes, ts: float) -> None:
         info = conn.info
         cfg = self.config
         verdict = detect.decide((info.a, info.b), self._first_bytes(conn), client=info.client, broker=info.broker,
@@ -531,7 +533,7 @@ class Dissector:
             info.stream = stream_name(client, broker)
         self._start_kafka(conn, ts)
 
-    def _first_bytes(self, conn: _Conn) -> tuple[bytes, bytes]:
+    def _first_bytes(self, conn: _ConnectionState) -> tuple[bytes, bytes]:
         """What side a and side b of the connection sent first: each up to its first gap,
         at least 64 bytes when it sent that many (detection needs no more)."""
         a = conn.info.a
@@ -550,7 +552,7 @@ class Dissector:
                 break
         return bytes(out[0]), bytes(out[1])
 
-    def _set_kind(self, conn: _Conn, kind: str, ts: float, message: str | None) -> None:
+    def _set_kind(self, conn: _ConnectionState, kind: str, ts: float, message: str | None) -> None:
         conn.info.kind = kind
         conn.decided = True
         self.stats.non_kafka_bytes += conn.held_bytes
@@ -561,7 +563,7 @@ class Dissector:
                                          ts=ts, stream=conn.info.stream, frame=pkt or None,
                                          tcp_stream=conn.info.tcp_stream, order=pkt))
 
-    def _start_kafka(self, conn: _Conn, ts: float) -> None:
+    def _start_kafka(self, conn: _ConnectionState, ts: float) -> None:
         info = conn.info
         info.kind = "kafka"
         conn.decided = True
@@ -589,7 +591,7 @@ class Dissector:
 
     # -- frames -> conversation -----------------------------------------------------
 
-    def _frames_to_conversation(self, conn: _Conn, src: Endpoint) -> None:
+    def _frames_to_conversation(self, conn: _ConnectionState, src: Endpoint) -> None:
         info = conn.info
         conv = info.conversation
         splitter = conn.splitters[src]

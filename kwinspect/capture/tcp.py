@@ -319,7 +319,7 @@ class _Half:
         return self.nxt + d
 
 
-class _Conn:
+class _TcpConnection:
     __slots__ = ("cid", "h0", "h1", "client", "server", "syn_seen", "last_ts", "closed", "closed_by",
                  "close_reason", "after_close_bytes", "after_close_segments", "stream")
 
@@ -383,10 +383,10 @@ class TcpReassembler:
         self.max_issues_per_direction = max_issues_per_direction
         self.ack_gap_delay = ack_gap_delay
         self.stats = ReassemblerStats()
-        self._dirs: dict[tuple[model.Endpoint, model.Endpoint], tuple[_Conn, _Half, _Half]] = {}
-        # LRU order; keyed by the _Conn itself (identity hash: cheaper than hashing a ConnId)
-        self._conns: OrderedDict[_Conn, None] = OrderedDict()
-        self._closed: OrderedDict[tuple[model.Endpoint, model.Endpoint], tuple[_Conn, float]] = (
+        self._dirs: dict[tuple[model.Endpoint, model.Endpoint], tuple[_TcpConnection, _Half, _Half]] = {}
+        # LRU order; keyed by the _TcpConnection itself (identity hash: cheaper than hashing a ConnId)
+        self._conns: OrderedDict[_TcpConnection, None] = OrderedDict()
+        self._closed: OrderedDict[tuple[model.Endpoint, model.Endpoint], tuple[_TcpConnection, float]] = (
             OrderedDict())
         self._buffered_total = 0
         self._buffering: set[_Half] = set()
@@ -403,9 +403,9 @@ class TcpReassembler:
         # two endpoints per segment.  _close forgets it.
         self._hot_a: model.Endpoint | None = None
         self._hot_b: model.Endpoint | None = None
-        self._hot_ab: tuple[_Conn, _Half, _Half] | None = None
-        self._hot_ba: tuple[_Conn, _Half, _Half] | None = None
-        self._last_conn: _Conn | None = None  # already last in the LRU order
+        self._hot_ab: tuple[_TcpConnection, _Half, _Half] | None = None
+        self._hot_ba: tuple[_TcpConnection, _Half, _Half] | None = None
+        self._last_conn: _TcpConnection | None = None  # already last in the LRU order
         self._last_evicted: tuple[ConnId, float] | None = None  # for the row counting the rest
 
     # ------------------------------------------------------------------ public
@@ -601,11 +601,11 @@ class TcpReassembler:
         return self._buffered_total
 
     # ------------------------------------------------------------------ connections
-    def _see(self, conn: _Conn, h: _Half, flags: int, seq: int) -> int | None:
+    def _see(self, conn: _TcpConnection, h: _Half, flags: int, seq: int) -> int | None:
         cid = conn.cid
         return self.streams.see(pair_key(cid.a, cid.b), 0 if h.src == cid.a else 1, flags, seq)
 
-    def _reused(self, conn: _Conn, h: _Half, flags: int, seq: int) -> bool:
+    def _reused(self, conn: _TcpConnection, h: _Half, flags: int, seq: int) -> bool:
         """A SYN without ACK on a direction already under way: a new connection on this
         4-tuple when tshark would start a new tcp.stream (its sequence number differs from
         the direction's base)."""
@@ -615,7 +615,7 @@ class TcpReassembler:
         return h.syn_seen and seq != h.isn  # beyond the numbered streams
 
     def _lookup_new(self, seg: TcpSegment, out: list[StreamEvent]
-                    ) -> tuple[_Conn, _Half, _Half] | None:
+                    ) -> tuple[_TcpConnection, _Half, _Half] | None:
         src, dst = seg.src, seg.dst
         canon = (src, dst) if src <= dst else (dst, src)
         side = 0 if src == canon[0] else 1
@@ -658,7 +658,7 @@ class TcpReassembler:
         self.stats.connections += 1
         h0 = _Half(src, dst)
         h1 = _Half(dst, src)
-        conn = _Conn(cid, h0, h1, seg.ts)
+        conn = _TcpConnection(cid, h0, h1, seg.ts)
         conn.stream = self.streams.see(pair_key(*canon), side, seg.flags, seg.seq)
         self._conns[conn] = None
         self._last_conn = conn
@@ -673,7 +673,7 @@ class TcpReassembler:
         out.append(StreamOpened(cid, client, server, src, dst, seg.ts, bool(seg.flags & SYN), conn.stream))
         return entry
 
-    def _close(self, conn: _Conn, ts: float, reason: str, out: list[StreamEvent]) -> None:
+    def _close(self, conn: _TcpConnection, ts: float, reason: str, out: list[StreamEvent]) -> None:
         if conn.closed:
             return
         for h in (conn.h0, conn.h1):
@@ -721,7 +721,7 @@ class TcpReassembler:
             del closed[k]
             self._report_after_close(c, now, out)
 
-    def _report_after_close(self, conn: _Conn, ts: float, out: list[StreamEvent]) -> None:
+    def _report_after_close(self, conn: _TcpConnection, ts: float, out: list[StreamEvent]) -> None:
         """One row for the bytes a closed connection absorbed (counted as late_bytes)."""
         if conn.after_close_bytes:
             out.append(StreamIssue(conn.cid, model.Issue(
@@ -732,7 +732,7 @@ class TcpReassembler:
                 severity=model.SEVERITY_WARNING), ts))
             conn.after_close_bytes = conn.after_close_segments = 0
 
-    def _close_acceptable(self, conn: _Conn, h: _Half, p: _Half, seg: TcpSegment,
+    def _close_acceptable(self, conn: _TcpConnection, h: _Half, p: _Half, seg: TcpSegment,
                           out: list[StreamEvent]) -> bool:
         """Would the receiver accept this RST / FIN (RFC 5961 / RFC 9293 3.10.7)?
 
@@ -789,7 +789,7 @@ class TcpReassembler:
         return False
 
     # ------------------------------------------------------------------ data
-    def _issue(self, conn: _Conn, h: _Half, ts: float, out: list[StreamEvent], kind: str,
+    def _issue(self, conn: _TcpConnection, h: _Half, ts: float, out: list[StreamEvent], kind: str,
                message: str, severity: str = model.SEVERITY_WARNING, offset: int | None = None
                ) -> None:
         h.issue_count += 1
@@ -797,7 +797,7 @@ class TcpReassembler:
             out.append(StreamIssue(conn.cid, model.Issue(
                 kind, f"{h.src} -> {h.dst}: {message}", offset=offset, severity=severity), ts))
 
-    def _deliver(self, conn: _Conn, h: _Half, data: bytes, ts: float,
+    def _deliver(self, conn: _TcpConnection, h: _Half, data: bytes, ts: float,
                  out: list[StreamEvent]) -> None:
         n = len(data)
         out.append(StreamData(conn.cid, h.src, h.dst, data, ts, h.nxt - h.st.start))
@@ -814,7 +814,7 @@ class TcpReassembler:
         if h.nxt > st.end:
             st.end = h.nxt
 
-    def _gap(self, conn: _Conn, h: _Half, n: int, ts: float, out: list[StreamEvent],
+    def _gap(self, conn: _TcpConnection, h: _Half, n: int, ts: float, out: list[StreamEvent],
              reason: str) -> None:
         st = h.st
         out.append(StreamGap(conn.cid, h.src, h.dst, n, ts, h.nxt - st.start, reason))
@@ -827,7 +827,7 @@ class TcpReassembler:
         if h.nxt > st.end:
             st.end = h.nxt
 
-    def _old_bytes(self, conn: _Conn, h: _Half, s: int, data: bytes, ts: float,
+    def _old_bytes(self, conn: _TcpConnection, h: _Half, s: int, data: bytes, ts: float,
                    out: list[StreamEvent]) -> None:
         """Classify payload that lies entirely below nxt: duplicate, late, or conflicting."""
         e = s + len(data)
@@ -862,7 +862,7 @@ class TcpReassembler:
                             offset=lo - st.start)
                 break
 
-    def _place(self, conn: _Conn, h: _Half, s: int, data: bytes, missing: int, ts: float,
+    def _place(self, conn: _TcpConnection, h: _Half, s: int, data: bytes, missing: int, ts: float,
                out: list[StreamEvent]) -> None:
         st = h.st
         n = len(data)
@@ -906,7 +906,7 @@ class TcpReassembler:
             elif h.peer_ack is not None and h.ooo_s and h.peer_ack >= h.ooo_s[0]:
                 self._acked_hole(conn, h, h.peer_ack, ts, out)
 
-    def _insert(self, conn: _Conn, h: _Half, s: int, data: bytes, ts: float,
+    def _insert(self, conn: _TcpConnection, h: _Half, s: int, data: bytes, ts: float,
                 out: list[StreamEvent]) -> None:
         """Add [s, s+len) to the out-of-order buffer, keeping only bytes not yet buffered."""
         starts, chunks = h.ooo_s, h.ooo_d
@@ -955,7 +955,7 @@ class TcpReassembler:
             st.buffered += len(pd)
             self._buffered_total += len(pd)
 
-    def _drain(self, conn: _Conn, h: _Half, ts: float, out: list[StreamEvent]) -> None:
+    def _drain(self, conn: _TcpConnection, h: _Half, ts: float, out: list[StreamEvent]) -> None:
         """Deliver buffered chunks that are now contiguous with nxt (as one StreamData)."""
         starts, chunks = h.ooo_s, h.ooo_d
         if not starts or starts[0] > h.nxt:
@@ -983,7 +983,7 @@ class TcpReassembler:
         if parts:
             self._deliver(conn, h, parts[0] if len(parts) == 1 else b"".join(parts), ts, out)
 
-    def _skip_to(self, conn: _Conn, h: _Half, limit: int, ts: float, out: list[StreamEvent],
+    def _skip_to(self, conn: _TcpConnection, h: _Half, limit: int, ts: float, out: list[StreamEvent],
                  reason: str) -> None:
         """Give up on holes below `limit`: gaps for them, buffered data delivered in order."""
         while h.nxt < limit or (h.ooo_s and h.ooo_s[0] <= h.nxt):
@@ -994,7 +994,7 @@ class TcpReassembler:
             self._gap(conn, h, min(nxt_chunk, limit) - h.nxt, ts, out, reason)
         self._check_fin(h)
 
-    def _acked_hole(self, conn: _Conn, h: _Half, limit: int, ts: float,
+    def _acked_hole(self, conn: _TcpConnection, h: _Half, limit: int, ts: float,
                     out: list[StreamEvent]) -> None:
         """The peer acknowledged bytes below `limit` that the capture does not hold.
         Declare them lost now, or - with ack_gap_delay - once that much packet time has
@@ -1011,7 +1011,7 @@ class TcpReassembler:
         if limit > h.hole_limit:
             h.hole_limit = limit
 
-    def _hole_timer(self, conn: _Conn, h: _Half, now: float, out: list[StreamEvent]) -> None:
+    def _hole_timer(self, conn: _TcpConnection, h: _Half, now: float, out: list[StreamEvent]) -> None:
         limit = h.hole_limit if h.fin_at is None else min(h.hole_limit, h.fin_at)
         if h.nxt >= limit:  # the hole was filled after all
             h.hole_since = None
