@@ -696,7 +696,7 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 def cmd_live(args) -> int:
     from kwinspect.capture.live import LiveCaptureError, LiveFilterError, capture_filter
-    from kwinspect.export.tables import TABLES
+    from kwinspect.export.tables import CAPTURE_TABLES, TABLES
     from kwinspect.run.live_session import LiveOptions, run_live
 
     keep = _compile_filter(args.filter, TABLES["exchanges" if args.table == "none" else args.table])
@@ -722,7 +722,7 @@ def cmd_live(args) -> int:
     also: list[tuple[str, str, str]] = []
     for spec in args.also:
         table, sep, path = spec.partition("=")
-        if not sep or table not in ("exchanges", "records", "errors") or not path:
+        if not sep or table not in CAPTURE_TABLES or not path:
             raise UsageError(f"--also {spec!r}: expected exchanges=FILE, records=FILE or errors=FILE")
         from kwinspect.export.writers import format_from_path
 
