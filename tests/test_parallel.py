@@ -344,3 +344,35 @@ def test_cli_latency_jobs_2_equals_jobs_1(by, tmp_path):
         assert cli.main(["latency", "-q", "--by", by, "-F", "jsonl", "-o", str(one), path]) == 0
         assert cli.main(["latency", "-q", "--by", by, "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
         assert one.read_bytes() == two.read_bytes(), path
+
+
+def test_a_connection_flood_goes_on_in_one_process_with_the_same_rows(tmp_path, monkeypatch):
+    """Each worker holds its own connections and a shadow of the others', so a flood of
+    connections would cost every worker what one process holds; past
+    MAX_OPEN_CONNECTIONS open at once the run is handed to one process, and the rows
+    are still exactly one process's (here: 5,000 SYNs, then a real Kafka capture)."""
+    from kwinspect.capture.packets import SYN, TcpSegment
+    from kwinspect.dissect import Dissector
+    from kwinspect.model import Endpoint
+    from tests.helpers.pcapgen import write_pcap
+
+    server = Endpoint("10.99.0.2", 9092)
+    flood = tmp_path / "flood.pcap"
+    write_pcap(flood, [TcpSegment(1.0 + i * 1e-6, Endpoint(f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
+                                                           1000 + i), server, i, 0, SYN, b"", i + 1, 0)
+                       for i in range(5000)])
+    kafka = os.path.join(ROOT, "captures", "confluent-mock-errors.pcap")
+    monkeypatch.setattr(parallel, "MAX_OPEN_CONNECTIONS", 1000)  # the workers are forked: they see it
+    paths = [str(flood), kafka]
+    one = FileRun()
+    want = _rows(dissect_files(paths, run=one), one)
+    run = FileRun()
+    got = _rows(dissect_files_parallel(paths, run=run, jobs=2), run)
+    assert got == want
+    assert sum(1 for r in want if "api_name" in r and r.get("status") == "paired") > 10
+    assert type(run.dissector) is Dissector  # read by one process, not merged from workers
+    # below the threshold the same files stay parallel
+    monkeypatch.setattr(parallel, "MAX_OPEN_CONNECTIONS", 100_000)
+    run = FileRun()
+    assert _rows(dissect_files_parallel(paths, run=run, jobs=2), run) == want
+    assert type(run.dissector) is MergedDissector

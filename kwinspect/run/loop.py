@@ -16,7 +16,8 @@ What differs between them is a hook, not a copy of the loop:
 - ``collect``/``mark``: where completed rows and watermarks go (workers ship both to
   the main process, which orders the rows; everyone else orders them here with
   stream/row_order.RowOrder);
-- ``tick(count)``: every 1024 packets (progress, cancel; True stops reading);
+- ``tick(count)``: every 1024 packets (progress, cancel; True abandons the run:
+  no more packets are read and the dissector is not finished);
 - ``ordered=False``: rows in completion order (live capture), ``eager=True``: rows
   released as soon as they are in order (a pipe read as it arrives).
 
@@ -77,7 +78,7 @@ class PacketLoop:
             self.out.extend(self.rows.pop_ready(self.dissector.watermark(ts)))
 
     def tick(self, count: int) -> bool:
-        """Every TICK_EVERY packets; True stops reading."""
+        """Every TICK_EVERY packets; True abandons the run (nothing more is yielded)."""
         return bool(self.on_tick(count)) if self.on_tick is not None else False
 
     def end(self) -> None:
@@ -119,7 +120,7 @@ class PacketLoop:
             if count & (TICK_EVERY - 1) == 0:
                 self.count = count
                 if self.tick(count):
-                    break
+                    return  # abandoned (cancelled, or handed to another reader)
                 if self.stop_unparseable:
                     # a long run of records that are no packet at all (a gzip of zeros
                     # inflates to billions of empty records): stop instead of running for minutes

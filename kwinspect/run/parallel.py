@@ -84,6 +84,11 @@ LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
 BATCH_PACKETS = 2048  # packets between two messages from a worker (a multiple of WATERMARK_EVERY)
 PUMP_BYTES = 64 << 20  # how far (pickled bytes) a worker may run ahead of the merge
 MAX_ROUTES = 1_000_000
+# A worker keeps the connections it owns and a shadow of the others until they are
+# decided, so with N workers a flood of connections costs about N times what one
+# process holds (1M SYNs: 1.7 GiB per worker, 858 MiB in one process). Past this many
+# connections open at once (own + shadow) the run goes on in one process instead.
+MAX_OPEN_CONNECTIONS = 50_000
 VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
 PHASE_PACKET, PHASE_IDLE, PHASE_FINISH, PHASE_CLOSE, PHASE_ISSUES, PHASE_MARK = 0, 1, 2, 3, 8, 9
 
@@ -463,6 +468,7 @@ class _WorkerLoop(PacketLoop):
         self.pos = 0
         self.last_ts: float | None = None
         self.keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
+        self.abandoned = False  # too many connections: the main process reads with one process
 
     def to_shadow(self, raw, key: bytes, rkey: bytes) -> None:
         shadow, known = self.shadow, self.known
@@ -598,6 +604,12 @@ class _WorkerLoop(PacketLoop):
 
     def tick(self, count: int) -> bool:
         if count % BATCH_PACKETS == 0:
+            open_now = self.d.tcp.open_connections() + self.shadow.tcp.open_connections()
+            if open_now > MAX_OPEN_CONNECTIONS:
+                self.out_pipe.send(("fallback", f"more than {MAX_OPEN_CONNECTIONS:,} TCP connections "
+                                                f"open at once (worker {self.me})"))
+                self.abandoned = True
+                return True
             self.ship()
         return False
 
@@ -622,6 +634,8 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
     try:
         for _ in loop.run(_merged(sources)):
             pass  # a worker's rows go to the main process, in loop.items
+        if loop.abandoned:
+            return
         issues = []
         if me == 0:
             for path, src in zip(paths, sources, strict=True):
@@ -841,6 +855,8 @@ def _receive(pump: _Pump, worker: int, merged: MergedDissector, progress: list) 
             if worker == 0:
                 progress[0] = msg[2]
             yield from msg[1]
+        elif kind == "fallback":
+            raise _Fallback(msg[1])
         elif kind == "done":
             merged.final(worker, msg[1], msg[2])
             if worker == 0:
