@@ -55,6 +55,11 @@ from kwinspect.stream.framing import (
 
 _new = tuple.__new__  # a TcpSegment without the namedtuple's Python-level __new__
 DEFAULT_KAFKA_PORTS = frozenset({9092})
+# Segments held, all connections together, by connections not yet known to carry Kafka
+# (each holds up to stream.detect.DETECT_BUFFER bytes while it waits for an answer).
+# A flood of connections that never decide would otherwise hold ~170 bytes per tiny
+# segment on top of each connection; past this the oldest is given up as not Kafka.
+MAX_HELD_SEGMENTS = 250_000
 
 Event = Exchange | ErrorRow
 # on_frame(stream, direction, frame): every complete Kafka frame, before it is decoded
@@ -183,6 +188,10 @@ class Dissector:
         # broker endpoints proven on other connections
         self.known_brokers: MutableSet[Endpoint] = known_brokers if known_brokers is not None else set()
         self._closed_order: deque = deque()  # closed connection ids, oldest first
+        # undecided connections holding segments, oldest first (MAX_HELD_SEGMENTS)
+        self._undecided: dict[_ConnectionState, None] = {}
+        self._held_segments = 0
+        self._given_up = 0  # connections given up because of MAX_HELD_SEGMENTS
         self._pruned_packets = {"kafka": 0, "non_kafka": 0}  # of closed connections dropped from memory
         # No silent loss: every packet is counted once, see packet_counts().
         self._conn_by_tuple: dict[tuple[Endpoint, Endpoint], ConnectionInfo] = {}
@@ -303,6 +312,12 @@ class Dissector:
             self._on_tcp(ev)
         for conn_id in list(self._conns):
             self._close(conn_id, self._last_ts, "end")
+        if self._given_up > 1:
+            self._events.append(ErrorRow(
+                kind="limit_exceeded", ts=self._last_ts, order=self.stats.packets,
+                message=f"{self._given_up - 1:,} more connections were given up as not Kafka while "
+                        f"undecided (more than {MAX_HELD_SEGMENTS:,} segments held; the first one is listed)"))
+            self._given_up = 1
 
     def watermark(self, now: float, max_wait: float | None = None) -> int:
         """The smallest ``order`` a row still to come can have (stream/row_order.py): the
@@ -484,9 +499,11 @@ class Dissector:
             self.stats.non_kafka_bytes += len(data)
             return
         if not conn.decided:
-            conn.held.append((src, "data", data, ts, self.stats.packets))
+            self._hold(conn, (src, "data", data, ts, self.stats.packets))
             conn.held_bytes += len(data)
             self._decide(conn, src, data, ts)
+            if self._held_segments > MAX_HELD_SEGMENTS:
+                self._give_up_oldest(ts)
             return
         self.stats.kafka_bytes += len(data)
         splitter = conn.splitters[src]
@@ -507,7 +524,9 @@ class Dissector:
                                      ts=ts, stream=conn.info.stream, frame=pkt or None,
                                      tcp_stream=conn.info.tcp_stream, order=pkt))
         if not conn.decided:
-            conn.held.append((src, "gap", nbytes, ts, pkt))
+            self._hold(conn, (src, "gap", nbytes, ts, pkt))
+            if self._held_segments > MAX_HELD_SEGMENTS:
+                self._give_up_oldest(ts)
             return
         conn.splitters[src].gap(nbytes, ts, pkt)
         self._frames_to_conversation(conn, src)
@@ -552,10 +571,31 @@ class Dissector:
                 break
         return bytes(out[0]), bytes(out[1])
 
+    def _hold(self, conn: _ConnectionState, entry: tuple) -> None:
+        if not conn.held:
+            self._undecided[conn] = None
+        conn.held.append(entry)
+        self._held_segments += 1
+
+    def _release_held(self, conn: _ConnectionState) -> None:
+        if conn.held:
+            self._held_segments -= len(conn.held)
+            self._undecided.pop(conn, None)
+
+    def _give_up_oldest(self, ts: float) -> None:
+        while self._held_segments > MAX_HELD_SEGMENTS and self._undecided:
+            victim = next(iter(self._undecided))
+            self._given_up += 1
+            self._set_kind(victim, "not_kafka", ts, None if self._given_up > 1 else (
+                f"more than {MAX_HELD_SEGMENTS:,} segments are held by connections not yet known to carry "
+                "Kafka (a flood of connections?): the oldest are given up as not Kafka, this one first; "
+                "name the broker ports with --kafka-ports to decode them"))
+
     def _set_kind(self, conn: _ConnectionState, kind: str, ts: float, message: str | None) -> None:
         conn.info.kind = kind
         conn.decided = True
         self.stats.non_kafka_bytes += conn.held_bytes
+        self._release_held(conn)
         conn.held.clear()
         if message:
             pkt = self.stats.packets
@@ -580,6 +620,7 @@ class Dissector:
         conn.splitters[info.broker] = FrameSplitter(
             ResponseValidator(conv.pending_correlation_ids), max_frame_size=self.config.max_frame_size,
             synced=info.syn_seen)
+        self._release_held(conn)
         held, conn.held = conn.held, []
         for src, kind, payload, hts, hpkt in held:
             if kind == "data":

@@ -55,3 +55,31 @@ def test_eviction_rows_are_capped_and_counted():
     assert limit[-1].message.startswith(f"{1000 - cap} more connections were closed early")
     assert d.tcp.stats.evicted == 1000
     assert d.packet_accounting_error() is None
+
+
+def test_undecided_connections_hold_a_bounded_number_of_segments(monkeypatch):
+    """Connections that never show whether they carry Kafka (no handshake captured, no
+    answer) hold their segments while they wait; all together at most MAX_HELD_SEGMENTS,
+    past which the oldest are given up as not Kafka: one row says why, one counts the rest."""
+    import kwinspect.dissect as dissect_module
+    from kwinspect.capture.packets import ACK, PSH
+
+    monkeypatch.setattr(dissect_module, "MAX_HELD_SEGMENTS", 1000)
+    server = Endpoint("10.99.0.2", 7000)
+    clients = [Endpoint(f"10.1.{i >> 8}.{i & 255}", 2000 + i) for i in range(500)]
+    d = Dissector()
+    rows = []
+    for r in range(8):
+        for i, c in enumerate(clients):
+            d.feed_segment(TcpSegment(1.0 + r + i * 1e-4, c, server, 1000 + 7 * r, 0, ACK | PSH,
+                                      b"\x00\x00\x00\x05abc", 0, 0))
+            rows += d.drain()
+    given_up = [r for r in rows if r.kind == "not_kafka"]
+    assert len(given_up) == 1 and "more than 1,000 segments" in given_up[0].message
+    d.finish()
+    rows = d.drain()
+    (summary,) = [r for r in rows if r.kind == "limit_exceeded"]
+    more = int(summary.message.split()[0].replace(",", ""))
+    assert 375 - 1 <= more < 500  # 4,000 segments held at most 1,000: 3,000 given up, 8 per connection
+    assert d.stats.kafka_connections == 0 and d.packet_accounting_error() is None
+    assert d.byte_counts()["delivered"] == d.stats.non_kafka_bytes == 500 * 8 * 7
