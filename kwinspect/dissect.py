@@ -383,9 +383,17 @@ class Dissector:
         """Rows are waiting for drain() (most packets complete none)."""
         return bool(self._events)
 
+    @property
+    def pending(self) -> list[Event]:
+        """The list drain() empties, always the same object: a driving loop holds it and
+        tests its truthiness per packet, which costs less than has_events' call.
+        Read-only: take the rows with drain()."""
+        return self._events
+
     def drain(self) -> list[Event]:
         """The rows completed since the last call, in the order they completed."""
-        events, self._events = self._events, []
+        events = self._events[:]
+        self._events.clear()
         return events
 
     def connection(self, a: Endpoint, b: Endpoint) -> ConnectionInfo | None:

@@ -98,6 +98,7 @@ class PacketLoop:
         pstats = d.parser.stats
         bad_before = bad_run = 0
         count = self.count
+        pending = d.pending  # the same list for the whole run (Dissector.pending)
         for raw in packets:
             if raw is None:  # a live source is idle: hand on what is ready, then the tick
                 self.mark(d.last_ts)
@@ -108,15 +109,18 @@ class PacketLoop:
                 continue
             feed(raw)
             count += 1
-            if d.has_events:  # most packets complete no row
+            if pending:  # most packets complete no row
                 collect(count)
                 if eager:
                     mark(raw.ts)
+                if out:
+                    yield from out
+                    out.clear()
             if count % WATERMARK_EVERY == 0:
                 mark(raw.ts)
-            if out:
-                yield from out
-                out.clear()
+                if out:
+                    yield from out
+                    out.clear()
             if count & (TICK_EVERY - 1) == 0:
                 self.count = count
                 if self.tick(count):
