@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rig.sasl_scenarios")
     ap.add_argument("--out", default="captures")
     ap.add_argument("--readme", action="store_true",
-                    help="rewrite OUT/README.md from the manifests (make_captures.write_readme)")
+                    help="rewrite OUT/README.md from the manifests (captures_readme.write_readme)")
     args = ap.parse_args(argv)
     why = unavailable_reason()
     if why:
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{NAME}: produced={len(m.produced)} consumed={len(m.consumed)} "
           f"ports={m.kafka_ports} sessions={m.broker.get('sasl_sessions')}")
     if args.readme:
-        from rig.make_captures import write_readme
+        from rig.captures_readme import write_readme
 
         write_readme(args.out)
     return 0
