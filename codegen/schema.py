@@ -25,12 +25,24 @@ import re
 import sys
 from pathlib import Path
 
+from codegen.franz import read_definitions
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_DIR = REPO_ROOT / "kwinspect" / "protocol" / "schema"
 COMMAND = "python -m codegen.schema"
 DEFAULT_JSON_ROOT = Path(
     os.environ.get("KWINSPECT_MESSAGE_JSON", REPO_ROOT.parent / "shared" / "kafka-message-json")
 )
+# franz-go's definitions (its generate/definitions folder): the second source, for
+# the (api key, version) pairs Kafka's JSON lacks.  --franz-go / KWINSPECT_FRANZ_DEFINITIONS.
+DEFAULT_FRANZ_ROOT = Path(
+    os.environ.get("KWINSPECT_FRANZ_DEFINITIONS",
+                   REPO_ROOT.parent / "shared" / "franz-go-definitions" / "definitions")
+)
+FRANZ_LABEL = "franz-go"
+# Version bumps neither source has yet, in franz-go's DSL (see the files' comments).
+SUPPLEMENT_DIR = Path(__file__).resolve().parent / "supplement"
+SUPPLEMENT_LABEL = "supplement"
 # Newest first, per the README of the shared folder.
 DEFAULT_SOURCE_NAMES = (
     "kafka-python-3.0.12",
@@ -213,6 +225,227 @@ def definition(label: str, ranges, doc: dict) -> tuple:
 
 
 # ---------------------------------------------------------------------------
+# The second source: franz-go's definitions
+# ---------------------------------------------------------------------------
+
+# Versions both sources define but that Kafka changed in place after the JSON
+# snapshot (early-access APIs reworked before any release sent them): the newer
+# description wins.  Every other disagreement stops the generator.
+SUPERSEDED = {
+    (88, "request", 0): "KIP-1071 streams groups: ActivePartitions became ActiveTasks, "
+                        "EndpointInformationEpoch added (Kafka 4.1)",
+    (88, "response", 0): "KIP-1071 streams groups: the response gained fields (Kafka 4.1)",
+    (87, "response", 0): "KIP-932 share groups: the partitions gained LeaderEpoch (Kafka 4.1)",
+    (90, "request", 0): "KIP-932 share groups: Topics became nullable, null for all topics (Kafka 4.1)",
+}
+
+# Places where franz-go describes a version the JSON also defines differently, and
+# the JSON (Kafka's own definition) stays: (api key, direction, field path).
+# Mostly tagged fields franz-go declares without their first version (its DSL
+# allows "v10+, tag 0"; franz-go writes just "tag 0"), which would give the
+# decoder a default for a tag no broker sends in the earlier versions.
+_LOOSE_TAG = "franz-go declares the tag from the first flexible version; Kafka adds it later"
+KNOWN_DIFFERENCES = {
+    (0, "response", "<tag 0>"): _LOOSE_TAG + " (NodeEndpoints, v10+)",
+    (0, "response", "responses[].partition_responses[].<tag 0>"): _LOOSE_TAG + " (CurrentLeader, v10+)",
+    (1, "request", "<tag 1>"): _LOOSE_TAG + " (ReplicaState, v15+)",
+    (1, "request", "topics[].partitions[].<tag 0>"): _LOOSE_TAG + " (ReplicaDirectoryId, v17+)",
+    (1, "request", "topics[].partitions[].<tag 1>"): _LOOSE_TAG + " (HighWatermark, v18+)",
+    (1, "response", "<tag 0>"): _LOOSE_TAG + " (NodeEndpoints, v16+)",
+    (52, "response", "<tag 0>"): _LOOSE_TAG + " (NodeEndpoints, v1+)",
+    (59, "request", "topics[].partitions[].<tag 0>"): _LOOSE_TAG + " (ReplicaDirectoryId, v1+)",
+    (59, "response", "<tag 0>"): _LOOSE_TAG + " (NodeEndpoints, v1+)",
+    (5, "request", "is_k_raft_controller"): "franz-go lacks v4's IsKRaftController (KRaft controllers only)",
+    (6, "request", "<tag 0>"): "franz-go lacks v8's tagged Type (KRaft migration only)",
+    (78, "request", "batch_size"): "early-access v0 (removed in Kafka 4.1): the JSON snapshot has BatchSize "
+                                   "in v0, franz-go only from v1; v0 stays as the JSON has it",
+}
+
+# Kafka's names for fields the JSON lacks, where franz-go names them its own way and
+# the rules of kafka_name() do not give Kafka's name: {franz-go name: Kafka name}
+# everywhere, {(api key, direction, franz-go path): Kafka name} for one message
+# (from Kafka's JSON definitions of those messages; the kio test checks them).
+FRANZ_RENAMES: dict = {
+    "ThrottleMillis": "throttle_time_ms",
+    (88, "request", "Group"): "group_id",
+    (91, "request", "Topics.Topic"): "topic_name",
+    (91, "request", "Topics.Partitions.Partition"): "partition_index",
+    (91, "response", "Topics"): "responses",
+    (91, "response", "Topics.Topic"): "topic_name",
+    (91, "response", "Topics.Partitions.Partition"): "partition_index",
+    (92, "request", "Topics.Topic"): "topic_name",
+    (92, "response", "Topics"): "responses",
+    (92, "response", "Topics.Topic"): "topic_name",
+}
+
+
+def kafka_name(franz_name: str) -> str:
+    """franz-go's CamelCase -> Kafka's snake_case: MaxWaitMillis -> max_wait_ms, TopicIDs -> topic_ids."""
+    if franz_name in FRANZ_RENAMES:
+        return FRANZ_RENAMES[franz_name]
+    name = re.sub(r"Millis(?=[A-Z]|$)", "Ms", franz_name)
+    name = re.sub(r"([A-Z])([A-Z]+)(?=[A-Z][a-z]|s?$|s[A-Z]|\d)",
+                  lambda m: m.group(1) + m.group(2).lower(), name)
+    return snake_case(name)
+
+
+def _present(fields, version: int, flexible: bool):
+    """(regular fields in order, {tag: field}) of one struct level at one version."""
+    regular, tagged = [], {}
+    for f in fields:
+        versions = f[2] or (0, OPEN_END)
+        if not versions[0] <= version <= versions[1]:
+            continue
+        if flexible and f[4] is not None and f[5] is not None and f[5][0] <= version <= f[5][1]:
+            tagged[f[4]] = f
+        else:
+            regular.append(f)
+    return regular, tagged
+
+
+def _at(rng, version: int) -> bool:
+    return rng is not None and rng[0] <= version <= rng[1]
+
+
+_ZERO = {"bool": False, "float64": 0.0, "string": "", "bytes": None, "records": None}
+
+
+def _wire(field, version: int) -> tuple:
+    """What the wire shows of one field at one version (children apart)."""
+    _name, kind, _v, nullable, _tag, _tv, _fo, default, _children = field
+    kind = "bytes" if kind == "records" else kind
+    null = _at(nullable, version)
+    if default is None and not null and not kind.startswith("[]") and kind != "struct":
+        default = _ZERO.get(kind, 0)
+    return kind, null, default
+
+
+def differences(json_fields, franz_fields, version: int, flexible: bool, path: str = ""):
+    """Yield (field path, what differs) wherever the two sources describe `version` differently.
+
+    Paths use the JSON's names: ``topics[].partitions[].records``; ``<tag N>`` is a
+    tagged field, ``+Name`` a field only franz-go has."""
+    j_reg, j_tag = _present(json_fields, version, flexible)
+    f_reg, f_tag = _present(franz_fields, version, flexible)
+    for j, f in zip(j_reg, f_reg, strict=False):
+        jw, fw = _wire(j, version)[:2], _wire(f, version)[:2]
+        if jw[0] != fw[0]:  # out of step from here on
+            yield f"{path}{j[0]}", f"Kafka JSON {jw}, franz-go {fw} (franz-go's {f[0]})"
+            return
+    pairs = list(zip(j_reg, f_reg, [False] * len(f_reg), strict=False))
+    if len(f_reg) > len(j_reg):
+        yield f"{path}+{f_reg[len(j_reg)][0]}", f"only franz-go has {f_reg[len(j_reg)][0]}"
+    elif len(j_reg) > len(f_reg):
+        yield f"{path}{j_reg[len(f_reg)][0]}", "missing from franz-go"
+    for t in sorted(set(j_tag) | set(f_tag)):
+        if t not in f_tag:
+            yield f"{path}<tag {t}>", f"tagged field {j_tag[t][0]} missing from franz-go"
+        elif t not in j_tag:
+            yield f"{path}<tag {t}>", f"franz-go has tagged field {f_tag[t][0]}, Kafka JSON has no tag {t}"
+        else:
+            pairs.append((j_tag[t], f_tag[t], True))
+    for j, f, tagged in pairs:
+        here = f"{path}{j[0]}"
+        jw, fw = _wire(j, version), _wire(f, version)
+        if not tagged:  # a regular field's default never reaches the wire or the decoder
+            jw, fw = jw[:2], fw[:2]
+        if jw != fw:
+            yield here, f"(type, nullable, default) Kafka JSON {jw}, franz-go {fw} (franz-go's {f[0]})"
+        if j[8] is not None or f[8] is not None:
+            yield from differences(j[8] or (), f[8] or (), version, flexible,
+                                   here + ("[]." if j[1].startswith("[]") else "."))
+
+
+def _align(franz_fields, json_fields, version: int, flexible: bool) -> dict[int, tuple]:
+    """{id(franz-go field): the JSON's field} at `version`, a version the two describe
+    alike: regular fields in order, tagged fields by tag.  Nothing where they differ
+    at this level (an anchor in SUPERSEDED): names alone match there."""
+    f_reg, f_tag = _present(franz_fields, version, flexible)
+    j_reg, j_tag = _present(json_fields, version, flexible)
+    matched = {id(f_tag[t]): j_tag[t] for t in f_tag if t in j_tag}
+    if [_wire(f, version)[:2] for f in f_reg] == [_wire(j, version)[:2] for j in j_reg]:
+        matched.update({id(f): j for f, j in zip(f_reg, j_reg, strict=True)})
+    return matched
+
+
+def rename(franz_fields, json_fields, version: int | None, flexible: bool,
+           where: tuple[int, str, str] = (-1, "", "")) -> tuple:
+    """franz-go's fields with Kafka's names: the JSON's name of the same field where the
+    JSON has it (the same name, else matched by position at `version`, a version both
+    describe), FRANZ_RENAMES or Kafka's snake_case otherwise.  A byte field the JSON
+    reads as records stays records."""
+    json_fields = json_fields or ()
+    matched = _align(franz_fields, json_fields, version, flexible) if version is not None else {}
+    by_name = {j[0]: j for j in json_fields}
+    key, direction, prefix = where
+    out = []
+    for f in franz_fields:
+        path = f"{prefix}{f[0]}"
+        j = by_name.get(kafka_name(f[0])) or matched.get(id(f))
+        name = j[0] if j else FRANZ_RENAMES.get((key, direction, path), kafka_name(f[0]))
+        kind = "records" if j is not None and j[1] == "records" and f[1] == "bytes" else f[1]
+        children = f[8]
+        if children is not None:
+            children = rename(children, j[8] if j is not None else None, version, flexible,
+                              (key, direction, path + "."))
+        out.append((name, kind, *f[2:8], children))
+    return tuple(out)
+
+
+def _prune(fields, lo: int, hi: int) -> tuple:
+    """Drop the fields that exist in none of the versions lo..hi."""
+    return tuple(f for f in fields if f[2] is None or (f[2][0] <= hi and f[2][1] >= lo))
+
+
+def with_franz(key: int, direction: str, json_defs: list[tuple], message, report: dict) -> list[tuple]:
+    """The JSON's definitions of one api key and direction, plus franz-go's for the versions
+    the JSON lacks (or that SUPERSEDED names); check every version both define."""
+    by_version = {v: d for d in json_defs for lo, hi in d[1] for v in range(lo, hi + 1)}
+    if message is None:
+        return json_defs
+    mine = set(range(message.max_version + 1))
+    taken: set[int] = set()
+    for v in sorted(mine & set(by_version)):
+        d = by_version[v]
+        flexible = _at(d[2], v)
+        if flexible != _at(message.flexible, v):
+            problems = [("(flexible versions)", f"Kafka JSON {d[2]}, franz-go {message.flexible}")]
+        else:
+            problems = list(differences(d[3], message.fields, v, flexible))
+        if (key, direction, v) in SUPERSEDED:
+            if not problems:
+                raise SystemExit(f"{message.name} v{v} {direction}: listed in SUPERSEDED but the sources agree")
+            taken.add(v)
+            report.setdefault("superseded", []).append((key, direction, v))
+            continue
+        unexplained = []
+        for path, what in problems:
+            if (key, direction, path) in KNOWN_DIFFERENCES:
+                report.setdefault("known", set()).add((key, direction, path))
+            else:
+                unexplained.append(f"  {path}: {what}")
+        if unexplained:
+            raise SystemExit(f"schema sources disagree on {message.name} v{v} {direction}:\n"
+                             + "\n".join(unexplained))
+        report.setdefault("checked", set()).add((key, direction, v))
+    new = sorted((mine - set(by_version)) | taken)
+    if not new:
+        return json_defs
+    kept = []
+    for label, ranges, flexible, fields in json_defs:
+        left = [v for lo, hi in ranges for v in range(lo, hi + 1) if v not in taken]
+        if left:
+            kept.append((label, to_ranges(left), flexible, fields))
+    common = sorted(set(by_version) - taken, key=lambda v: min(abs(v - n) for n in new))
+    anchor = common[0] if common else (new[0] if by_version else None)
+    anchor_fields = by_version[anchor][3] if anchor is not None else None
+    flexible_at_anchor = _at(message.flexible, anchor) if anchor is not None else False
+    fields = rename(message.fields, anchor_fields, anchor, flexible_at_anchor, (key, direction, ""))
+    report.setdefault(message.source, []).append((key, direction, tuple(new)))
+    return [*kept, (message.source, to_ranges(new), message.flexible, _prune(fields, new[0], new[-1]))]
+
+
+# ---------------------------------------------------------------------------
 # Writing modules
 # ---------------------------------------------------------------------------
 
@@ -266,25 +499,43 @@ def render_definitions(defs: list[tuple], indent: int = 0) -> str:
     return "(\n" + "".join(parts) + pad + ")"
 
 
-def build(sources: list[Path]) -> dict[str, str]:
-    """Return {file name: text} for every generated module."""
+def build(sources: list[Path], franz_root: Path | None = None,
+          report: dict | None = None) -> dict[str, str]:
+    """Return {file name: text} for every generated module; `report` collects what
+    came from which source (see summary())."""
     apis, names, structs = collect(sources)
+    franz = read_definitions(franz_root) if franz_root is not None else None
+    report = {} if report is None else report
+    if franz is not None and SUPPLEMENT_DIR.is_dir():
+        extra = read_definitions(SUPPLEMENT_DIR, SUPPLEMENT_LABEL)
+        for key, message in extra.requests.items():
+            theirs = franz.requests.get(key)
+            if theirs is not None and theirs.max_version >= message.max_version:
+                raise SystemExit(f"franz-go now defines {message.name} up to v{theirs.max_version}: "
+                                 f"delete its file from {SUPPLEMENT_DIR.relative_to(REPO_ROOT)}")
+            franz.requests[key], franz.responses[key] = message, extra.responses[key]
+    if franz is not None:
+        for key, message in franz.requests.items():
+            names.setdefault(key, message.name)
     files: dict[str, str] = {}
     index_lines = []
     module_lines = []
     for key in sorted(names):
         name = names[key]
-        req = merge(apis.get((key, "request"), []))
-        resp = merge(apis.get((key, "response"), []))
-        all_versions = sorted(v for _l, ranges, _d in req for lo, hi in ranges for v in range(lo, hi + 1))
+        req = [definition(*d) for d in merge(apis.get((key, "request"), []))]
+        resp = [definition(*d) for d in merge(apis.get((key, "response"), []))]
+        if franz is not None:
+            req = with_franz(key, "request", req, franz.requests.get(key), report)
+            resp = with_franz(key, "response", resp, franz.responses.get(key), report)
+        all_versions = sorted(v for _l, ranges, _f, _d in req for lo, hi in ranges for v in range(lo, hi + 1))
         index_lines.append(f"    {key}: ({name!r}, {all_versions[0]}, {all_versions[-1]}),")
         mod = module_name(key, name)
         module_lines.append(f"    {key}: {mod!r},")
         files[mod + ".py"] = (
             HEADER + FIELD_DOC + "\n"
             f"API_KEY = {key}\nNAME = {name!r}\n\n"
-            f"REQUEST = {render_definitions(fold_identical([definition(*d) for d in req]))}\n\n"
-            f"RESPONSE = {render_definitions(fold_identical([definition(*d) for d in resp]))}\n"
+            f"REQUEST = {render_definitions(fold_identical(req))}\n\n"
+            f"RESPONSE = {render_definitions(fold_identical(resp))}\n"
         )
     files["index.py"] = (
         f'"""GENERATED by `{COMMAND}`: api key -> (name, lowest, highest version)."""\n\n'
@@ -340,22 +591,56 @@ def _tsv_rows(tsv: Path) -> list[list[str]]:
 
 
 def build_error_codes(tsv: Path, descriptions: Path | None = None) -> str:
-    """errors_table.py from a TSV of code, name, retriable (../shared/kafka-error-codes.tsv)
+    """errors_table.py from a TSV of code, name, retriable (Kafka's own, kafka-error-codes.tsv)
     and one of code, name, retriable, description (the broker's own words for each code,
-    ../shared/kafka-error-descriptions.tsv): what diagnose explains errors with."""
-    rows = []
+    kafka-error-descriptions.tsv): what diagnose and the TUI explain errors with.
+
+    Names and retriability come from Kafka's table where it has the code (Kafka's exception
+    hierarchy: the descriptions' source still says NOT_LEADER_FOR_PARTITION for 6 and
+    judges a few codes' retriability its own way); codes only the descriptions have
+    (99, 133 and any newer) take their name and retriability from there."""
+    codes: dict[int, tuple[str, bool]] = {}
     for code, name, retriable, *_ in _tsv_rows(tsv):
-        rows.append(f"    {int(code)}: ({name!r}, {retriable.strip().lower() == 'true'}),")
+        codes[int(code)] = (name, retriable.strip().lower() == "true")
     desc_rows = []
     if descriptions is not None and descriptions.is_file():
-        for code, _name, _retriable, text, *_ in _tsv_rows(descriptions):
+        for code, name, retriable, text, *_ in _tsv_rows(descriptions):
+            codes.setdefault(int(code), (name, retriable.strip().lower() == "true"))
             desc_rows.append(f"    {int(code)}: {text.strip()!r},")
+    rows = [f"    {code}: ({name!r}, {retriable}),"
+            for code, (name, retriable) in sorted(codes.items(), key=lambda kv: (kv[0] != -1, kv[0]))]
     return (
         f'"""GENERATED by `{COMMAND}` from kafka-error-codes.tsv and '
         'kafka-error-descriptions.tsv: code -> (name, retriable), code -> the broker\'s description."""\n\n'
         "ERROR_CODES = {\n" + "\n".join(rows) + "\n}\n\n"
         "ERROR_DESCRIPTIONS = {\n" + "\n".join(desc_rows) + "\n}\n"
     )
+
+
+def summary(report: dict) -> str:
+    """What came from which source: printed by every run (`make schema`)."""
+    def versions(rows):
+        by_key: dict[int, list[str]] = {}
+        for key, direction, vs in sorted(rows):
+            text = ",".join(f"v{v}" for v in vs) if isinstance(vs, tuple) else f"v{vs}"
+            by_key.setdefault(key, []).append(f"{direction} {text}")
+        return "; ".join(f"{k}: {', '.join(v)}" for k, v in by_key.items()) or "none"
+
+    checked = report.get("checked", set())
+    superseded = set(report.get("superseded", []))
+    lacking = [(k, d, tuple(v for v in vs if (k, d, v) not in superseded))
+               for k, d, vs in report.get(FRANZ_LABEL, [])]
+    lacking = [row for row in lacking if row[2]]
+    lines = [
+        "schema sources:",
+        "  Kafka JSON: every (api key, version) it defines, names from it",
+        f"  franz-go, checked against the Kafka JSON: {len(checked)} (api, version, direction) agree",
+        f"  known differences (Kafka JSON kept): {len(report.get('known', ()))} field paths (KNOWN_DIFFERENCES)",
+        f"  from franz-go (the JSON lacks them): {versions(lacking)}",
+        f"  from franz-go, superseding the JSON (SUPERSEDED): {versions(report.get('superseded', []))}",
+        f"  from codegen/supplement (neither source has them): {versions(report.get(SUPPLEMENT_LABEL, []))}",
+    ]
+    return "\n".join(lines)
 
 
 def default_sources() -> list[Path]:
@@ -380,6 +665,13 @@ def main(argv: list[str] | None = None) -> int:
         "--error-descriptions", type=Path, default=DEFAULT_JSON_ROOT.parent / "kafka-error-descriptions.tsv",
         help="TSV of error code, name, retriable, description (default: %(default)s)",
     )
+    parser.add_argument(
+        "--franz-go", type=Path, default=DEFAULT_FRANZ_ROOT,
+        help="franz-go's definitions folder (generate/definitions of twmb/franz-go), the second "
+        "source; env KWINSPECT_FRANZ_DEFINITIONS (default: %(default)s)",
+    )
+    parser.add_argument("--no-franz-go", action="store_true",
+                        help="the Kafka JSON alone (no second source, no cross-check)")
     parser.add_argument("--out", type=Path, default=SCHEMA_DIR,
                         help="output folder (default: kwinspect/protocol/schema)")
     parser.add_argument("--check", action="store_true", help="compare with --out instead of writing")
@@ -388,7 +680,16 @@ def main(argv: list[str] | None = None) -> int:
     for s in sources:
         if not s.is_dir():
             parser.error(f"source folder not found: {s}")
-    files = build(sources)
+    franz_root = None if args.no_franz_go else args.franz_go
+    if franz_root is not None and not franz_root.is_dir():
+        parser.error(f"franz-go definitions not found: {franz_root} (--franz-go DIR or --no-franz-go)")
+    report: dict = {}
+    files = build(sources, franz_root, report)
+    if franz_root is not None:
+        stale = sorted(set(KNOWN_DIFFERENCES) - report.get("known", set()), key=str)
+        if stale:
+            raise SystemExit(f"KNOWN_DIFFERENCES lists differences the sources no longer have: {stale}")
+        print(summary(report))
     if args.error_codes.is_file():
         files["errors_table.py"] = build_error_codes(args.error_codes, args.error_descriptions)
     if args.check:

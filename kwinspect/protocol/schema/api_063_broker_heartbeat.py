@@ -22,6 +22,20 @@ REQUEST = (
             ('offline_log_dirs', '[]uuid', (1, 32767), None, 0, (1, 32767), None, None, None),
         ),
     ),
+    (
+        'supplement',
+        ((2, 2),),
+        (0, 32767),
+        (
+            ('broker_id', 'int32', (0, 32767), None, None, None, None, None, None),
+            ('broker_epoch', 'int64', (0, 32767), None, None, None, None, -1, None),
+            ('current_metadata_offset', 'int64', (0, 32767), None, None, None, None, None, None),
+            ('want_fence', 'bool', (0, 32767), None, None, None, None, None, None),
+            ('want_shut_down', 'bool', (0, 32767), None, None, None, None, None, None),
+            ('offline_log_dirs', '[]uuid', (1, 32767), None, 0, (1, 32767), None, None, None),
+            ('cordoned_log_dirs', '[]uuid', (2, 32767), (2, 32767), 1, (2, 32767), None, None, None),
+        ),
+    ),
 )
 
 RESPONSE = (
@@ -33,6 +47,18 @@ RESPONSE = (
             ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
             ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
             ('is_caught_up', 'bool', (0, 32767), None, None, None, None, False, None),
+            ('is_fenced', 'bool', (0, 32767), None, None, None, None, True, None),
+            ('should_shut_down', 'bool', (0, 32767), None, None, None, None, None, None),
+        ),
+    ),
+    (
+        'supplement',
+        ((2, 2),),
+        (0, 32767),
+        (
+            ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
+            ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
+            ('is_caught_up', 'bool', (0, 32767), None, None, None, None, None, None),
             ('is_fenced', 'bool', (0, 32767), None, None, None, None, True, None),
             ('should_shut_down', 'bool', (0, 32767), None, None, None, None, None, None),
         ),

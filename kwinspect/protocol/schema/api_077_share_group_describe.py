@@ -10,8 +10,8 @@ NAME = 'ShareGroupDescribe'
 
 REQUEST = (
     (
-        'trunk-2025-02',
-        ((0, 0),),
+        'trunk-2025-02 + franz-go',
+        ((0, 1),),
         (0, 32767),
         (
             ('group_ids', '[]string', (0, 32767), None, None, None, None, None, None),
@@ -22,8 +22,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'trunk-2025-02',
-        ((0, 0),),
+        'trunk-2025-02 + franz-go',
+        ((0, 1),),
         (0, 32767),
         (
             ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),

@@ -30,6 +30,28 @@ REQUEST = (
             )),
         ),
     ),
+    (
+        'franz-go',
+        ((1, 2),),
+        (0, 32767),
+        (
+            ('group_id', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+            ('member_id', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+            ('share_session_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
+            ('is_renew_ack', 'bool', (2, 32767), None, None, None, None, None, None),
+            ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
+                ('topic_id', 'uuid', (0, 32767), None, None, None, None, None, None),
+                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
+                    ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
+                    ('acknowledgement_batches', '[]struct', (0, 32767), None, None, None, None, None, (
+                        ('first_offset', 'int64', (0, 32767), None, None, None, None, None, None),
+                        ('last_offset', 'int64', (0, 32767), None, None, None, None, None, None),
+                        ('acknowledge_types', '[]int8', (0, 32767), None, None, None, None, None, None),
+                    )),
+                )),
+            )),
+        ),
+    ),
 )
 
 RESPONSE = (
@@ -41,6 +63,35 @@ RESPONSE = (
             ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
             ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
             ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+            ('responses', '[]struct', (0, 32767), None, None, None, None, None, (
+                ('topic_id', 'uuid', (0, 32767), None, None, None, None, None, None),
+                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
+                    ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
+                    ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
+                    ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+                    ('current_leader', 'struct', (0, 32767), None, None, None, None, None, (
+                        ('leader_id', 'int32', (0, 32767), None, None, None, None, None, None),
+                        ('leader_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
+                    )),
+                )),
+            )),
+            ('node_endpoints', '[]struct', (0, 32767), None, None, None, None, None, (
+                ('node_id', 'int32', (0, 32767), None, None, None, None, None, None),
+                ('host', 'string', (0, 32767), None, None, None, None, None, None),
+                ('port', 'int32', (0, 32767), None, None, None, None, None, None),
+                ('rack', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+            )),
+        ),
+    ),
+    (
+        'franz-go',
+        ((1, 2),),
+        (0, 32767),
+        (
+            ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
+            ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
+            ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+            ('acquisition_lock_timeout_ms', 'int32', (2, 32767), None, None, None, None, None, None),
             ('responses', '[]struct', (0, 32767), None, None, None, None, None, (
                 ('topic_id', 'uuid', (0, 32767), None, None, None, None, None, None),
                 ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (

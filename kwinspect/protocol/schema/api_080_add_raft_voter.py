@@ -25,12 +25,29 @@ REQUEST = (
             )),
         ),
     ),
+    (
+        'franz-go',
+        ((1, 1),),
+        (0, 32767),
+        (
+            ('cluster_id', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+            ('timeout_ms', 'int32', (0, 32767), None, None, None, None, None, None),
+            ('voter_id', 'int32', (0, 32767), None, None, None, None, None, None),
+            ('voter_directory_id', 'uuid', (0, 32767), None, None, None, None, None, None),
+            ('listeners', '[]struct', (0, 32767), None, None, None, None, None, (
+                ('name', 'string', (0, 32767), None, None, None, None, None, None),
+                ('host', 'string', (0, 32767), None, None, None, None, None, None),
+                ('port', 'uint16', (0, 32767), None, None, None, None, None, None),
+            )),
+            ('ack_when_committed', 'bool', (1, 32767), None, None, None, None, True, None),
+        ),
+    ),
 )
 
 RESPONSE = (
     (
-        'trunk-2025-02',
-        ((0, 0),),
+        'trunk-2025-02 + franz-go',
+        ((0, 1),),
         (0, 32767),
         (
             ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),

@@ -32,12 +32,36 @@ REQUEST = (
             )),
         ),
     ),
+    (
+        'franz-go',
+        ((1, 1),),
+        (0, 32767),
+        (
+            ('group_id', 'string', (0, 32767), None, None, None, None, None, None),
+            ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
+                ('topic_id', 'uuid', (0, 32767), None, None, None, None, None, None),
+                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
+                    ('partition', 'int32', (0, 32767), None, None, None, None, None, None),
+                    ('state_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
+                    ('leader_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
+                    ('start_offset', 'int64', (0, 32767), None, None, None, None, None, None),
+                    ('delivery_complete_count', 'int32', (1, 32767), None, None, None, None, -1, None),
+                    ('state_batches', '[]struct', (0, 32767), None, None, None, None, None, (
+                        ('first_offset', 'int64', (0, 32767), None, None, None, None, None, None),
+                        ('last_offset', 'int64', (0, 32767), None, None, None, None, None, None),
+                        ('delivery_state', 'int8', (0, 32767), None, None, None, None, None, None),
+                        ('delivery_count', 'int16', (0, 32767), None, None, None, None, None, None),
+                    )),
+                )),
+            )),
+        ),
+    ),
 )
 
 RESPONSE = (
     (
-        'trunk-2025-02',
-        ((0, 0),),
+        'trunk-2025-02 + franz-go',
+        ((0, 1),),
         (0, 32767),
         (
             ('results', '[]struct', (0, 32767), None, None, None, None, None, (

@@ -10,8 +10,8 @@ NAME = 'ReadShareGroupStateSummary'
 
 REQUEST = (
     (
-        'trunk-2025-02',
-        ((0, 0),),
+        'trunk-2025-02 + franz-go',
+        ((0, 1),),
         (0, 32767),
         (
             ('group_id', 'string', (0, 32767), None, None, None, None, None, None),
@@ -28,8 +28,8 @@ REQUEST = (
 
 RESPONSE = (
     (
-        'trunk-2025-02',
-        ((0, 0),),
+        'franz-go',
+        ((0, 1),),
         (0, 32767),
         (
             ('results', '[]struct', (0, 32767), None, None, None, None, None, (
@@ -39,7 +39,9 @@ RESPONSE = (
                     ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
                     ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
                     ('state_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
+                    ('leader_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
                     ('start_offset', 'int64', (0, 32767), None, None, None, None, None, None),
+                    ('delivery_complete_count', 'int32', (1, 32767), None, None, None, None, -1, None),
                 )),
             )),
         ),

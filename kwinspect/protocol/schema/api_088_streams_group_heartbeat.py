@@ -10,13 +10,14 @@ NAME = 'StreamsGroupHeartbeat'
 
 REQUEST = (
     (
-        'trunk-2025-02',
+        'franz-go',
         ((0, 0),),
         (0, 32767),
         (
             ('group_id', 'string', (0, 32767), None, None, None, None, None, None),
             ('member_id', 'string', (0, 32767), None, None, None, None, None, None),
             ('member_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
+            ('endpoint_information_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
             ('instance_id', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
             ('rack_id', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
             ('rebalance_timeout_ms', 'int32', (0, 32767), None, None, None, None, -1, None),
@@ -83,14 +84,14 @@ REQUEST = (
                 ('partition', 'int32', (0, 32767), None, None, None, None, None, None),
                 ('offset', 'int64', (0, 32767), None, None, None, None, None, None),
             )),
-            ('shutdown_application', 'bool', (0, 32767), None, None, None, None, False, None),
+            ('shutdown_application', 'bool', (0, 32767), None, None, None, None, None, None),
         ),
     ),
 )
 
 RESPONSE = (
     (
-        'trunk-2025-02',
+        'franz-go',
         ((0, 0),),
         (0, 32767),
         (
@@ -118,12 +119,17 @@ RESPONSE = (
                 ('subtopology_id', 'string', (0, 32767), None, None, None, None, None, None),
                 ('partitions', '[]int32', (0, 32767), None, None, None, None, None, None),
             )),
+            ('endpoint_information_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
             ('partitions_by_user_endpoint', '[]struct', (0, 32767), (0, 32767), None, None, None, None, (
                 ('user_endpoint', 'struct', (0, 32767), None, None, None, None, None, (
                     ('host', 'string', (0, 32767), None, None, None, None, None, None),
                     ('port', 'uint16', (0, 32767), None, None, None, None, None, None),
                 )),
-                ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
+                ('active_partitions', '[]struct', (0, 32767), None, None, None, None, None, (
+                    ('topic', 'string', (0, 32767), None, None, None, None, None, None),
+                    ('partitions', '[]int32', (0, 32767), None, None, None, None, None, None),
+                )),
+                ('standby_partitions', '[]struct', (0, 32767), None, None, None, None, None, (
                     ('topic', 'string', (0, 32767), None, None, None, None, None, None),
                     ('partitions', '[]int32', (0, 32767), None, None, None, None, None, None),
                 )),

@@ -10,13 +10,13 @@ NAME = 'DescribeShareGroupOffsets'
 
 REQUEST = (
     (
-        'trunk-2025-02',
-        ((0, 0),),
+        'franz-go',
+        ((0, 1),),
         (0, 32767),
         (
             ('groups', '[]struct', (0, 32767), None, None, None, None, None, (
                 ('group_id', 'string', (0, 32767), None, None, None, None, None, None),
-                ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
+                ('topics', '[]struct', (0, 32767), (0, 32767), None, None, None, None, (
                     ('topic_name', 'string', (0, 32767), None, None, None, None, None, None),
                     ('partitions', '[]int32', (0, 32767), None, None, None, None, None, None),
                 )),
@@ -41,6 +41,31 @@ RESPONSE = (
                         ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
                         ('start_offset', 'int64', (0, 32767), None, None, None, None, None, None),
                         ('leader_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
+                        ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
+                        ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+                    )),
+                )),
+                ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
+                ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
+            )),
+        ),
+    ),
+    (
+        'franz-go',
+        ((1, 1),),
+        (0, 32767),
+        (
+            ('throttle_time_ms', 'int32', (0, 32767), None, None, None, None, None, None),
+            ('groups', '[]struct', (0, 32767), None, None, None, None, None, (
+                ('group_id', 'string', (0, 32767), None, None, None, None, None, None),
+                ('topics', '[]struct', (0, 32767), None, None, None, None, None, (
+                    ('topic_name', 'string', (0, 32767), None, None, None, None, None, None),
+                    ('topic_id', 'uuid', (0, 32767), None, None, None, None, None, None),
+                    ('partitions', '[]struct', (0, 32767), None, None, None, None, None, (
+                        ('partition_index', 'int32', (0, 32767), None, None, None, None, None, None),
+                        ('start_offset', 'int64', (0, 32767), None, None, None, None, None, None),
+                        ('leader_epoch', 'int32', (0, 32767), None, None, None, None, None, None),
+                        ('lag', 'int64', (1, 32767), None, None, None, None, -1, None),
                         ('error_code', 'int16', (0, 32767), None, None, None, None, None, None),
                         ('error_message', 'string', (0, 32767), (0, 32767), None, None, None, None, None),
                     )),
