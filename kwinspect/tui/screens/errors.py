@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import KAFKA_ERROR, ErrorRow
+from kwinspect.protocol.errors import error_description
 from kwinspect.tui.store import ExchangeStore
 
 MAX_SHOWN = 20_000
@@ -73,7 +74,7 @@ class ErrorsScreen(Screen[ErrorRow | None]):
                 Text(term_safe(f"{e.name or ''}" + (f" ({e.code})" if e.code is not None else ""), 50),
                      style="bold red" if is_err else ""),
                 term_safe(e.api_name, 30), "" if e.correlation_id is None else str(e.correlation_id),
-                term_safe(where, 60), term_safe(e.stream, 60), term_safe(e.message, 160),
+                term_safe(where, 60), term_safe(e.stream, 60), term_safe(_message(e), 160),
             )
         table.focus()
 
@@ -88,3 +89,10 @@ class ErrorsScreen(Screen[ErrorRow | None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def _message(e: ErrorRow) -> str | None:
+    """The row's message; for a broker's error code, the broker's own description of it."""
+    if e.message or e.kind != KAFKA_ERROR or e.code is None:
+        return e.message
+    return error_description(e.code)
