@@ -98,6 +98,10 @@ class KeyLog:
             return 0
         return self.add_text(data)
 
+    def merge(self, other: KeyLog) -> None:
+        """Add every secret of another key log."""
+        self._secrets.update(other._secrets)  # noqa: SLF001 - the same class
+
     def get(self, label: str, client_random: bytes) -> bytes | None:
         return self._secrets.get((label, client_random))
 

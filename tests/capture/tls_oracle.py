@@ -33,12 +33,12 @@ def certs(directory: str) -> tuple[str, str]:
 
 def run_session(directory: str, *, version: ssl.TLSVersion, ciphers: str | None = None, etm: bool = True,
                 messages: int = 3, size: int = 3000, mtls: bool = False, session: object = None,
-                contexts: tuple = ()) -> Session:
+                contexts: tuple = (), exchanges: list[tuple[bytes, bytes]] | None = None) -> Session:
     cert, key = certs(directory)
     keylog = os.path.join(directory, f"keys-{os.getpid()}-{id(object())}.log")
     if contexts:  # resumption: the same contexts (OpenSSL's session cache lives in them)
         sctx, cctx = contexts
-        return _talk(sctx, cctx, keylog, session, messages, size)
+        return _talk(sctx, cctx, keylog, session, messages, size, exchanges)
     sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     sctx.load_cert_chain(cert, key)
     sctx.minimum_version = sctx.maximum_version = version
@@ -57,10 +57,11 @@ def run_session(directory: str, *, version: ssl.TLSVersion, ciphers: str | None 
         sctx.verify_mode = ssl.CERT_REQUIRED
         sctx.load_verify_locations(cert)
         cctx.load_cert_chain(cert, key)
-    return _talk(sctx, cctx, keylog, session, messages, size)
+    return _talk(sctx, cctx, keylog, session, messages, size, exchanges)
 
 
-def _talk(sctx, cctx, keylog: str, session: object, messages: int, size: int) -> Session:
+def _talk(sctx, cctx, keylog: str, session: object, messages: int, size: int,
+          exchanges: list[tuple[bytes, bytes]] | None) -> Session:
     open(keylog, "w").close()
     cctx.keylog_filename = keylog
     c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
@@ -103,15 +104,16 @@ def _talk(sctx, cctx, keylog: str, session: object, messages: int, size: int) ->
         pump()
         if all(done):
             break
-    for i in range(messages):
-        msg = bytes((i + j) % 251 for j in range(size))
+    if exchanges is None:
+        exchanges = [(msg, msg[::-1] + b"!") for msg in
+                     (bytes((i + j) % 251 for j in range(size)) for i in range(messages))]
+    for msg, reply in exchanges:
         client.write(msg)
         out.client_sent += msg
         pump()
         got = b""
         while len(got) < len(msg):
             got += step(lambda: server.read(65536))
-        reply = msg[::-1] + b"!"
         server.write(reply)
         out.server_sent += reply
         pump()
