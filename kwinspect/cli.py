@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from kwinspect.capture.keylog import KeyLog
 from kwinspect.capture.readers import CaptureFormatError
 from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
 from kwinspect.model import (
@@ -100,6 +101,10 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+", jobs: bool = Tr
                    help="show SASL passwords, SCRAM proofs, OAuth tokens and token HMACs (redacted by default)")
     g.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
+    g.add_argument("--tls-keylog", action="append", default=[], metavar="FILE",
+                   help="NSS key log (SSLKEYLOGFILE format) to decrypt TLS connections with; repeatable. "
+                        "SSLKEYLOGFILE, when set, is read too, and secrets in pcapng Decryption Secrets "
+                        "Blocks are used")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     if jobs:  # not for the tui, which decodes in one process as it browses
         g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
@@ -260,7 +265,30 @@ def _config(args) -> DissectConfig:
         kw["kafka_ports"] = args.kafka_ports if args.no_detect else args.kafka_ports | DEFAULT_KAFKA_PORTS
     if args.max_frame_size is not None:
         kw["max_frame_size"] = args.max_frame_size
+    keys = _tls_keys(args)
+    if keys is not None:
+        kw["tls_keys"] = keys
     return DissectConfig(**kw)
+
+
+def _tls_keys(args) -> KeyLog | None:
+    """The key logs of --tls-keylog and SSLKEYLOGFILE, read once per command.
+    An error names the file, never its content."""
+    cached = getattr(args, "tls_keys_read", None)
+    if cached is not None:
+        return cached or None
+    paths = list(getattr(args, "tls_keylog", None) or [])
+    env = os.environ.get("SSLKEYLOGFILE")
+    if env and os.path.isfile(env) and env not in paths:
+        paths.append(env)
+    keys = KeyLog()
+    for path in paths:
+        try:
+            keys.add_file(path)
+        except OSError as exc:
+            raise UsageError(f"--tls-keylog {path}: {exc.strerror or 'cannot be read'}") from None
+    args.tls_keys_read = keys if paths else False
+    return keys if paths else None
 
 
 def _check_inputs(paths: list[str]) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from typing import Any
 
+from kwinspect.capture.keylog import KeyLog
 from kwinspect.capture.packets import IP4_HEADER, TCP_HEADER, PacketParser, TcpSegment
 from kwinspect.capture.tcp import (
     StreamClosed,
@@ -31,9 +32,12 @@ from kwinspect.capture.tcp import (
     StreamOpened,
     TcpReassembler,
 )
+from kwinspect.capture.tls import TlsSession
 from kwinspect.model import (
     NOT_KAFKA,
     TCP_GAP,
+    TLS_DECRYPT_FAILED,
+    TLS_DECRYPTED,
     TLS_STREAM,
     Endpoint,
     ErrorRow,
@@ -81,6 +85,10 @@ class DissectConfig:
     # `Dissector.connections`; older ones are dropped so memory does not grow
     # with capture length. Their packets stay counted.
     keep_closed_connections: int = 10_000
+    # TLS key material (NSS key log lines, pcapng Decryption Secrets Blocks): with
+    # secrets in it, TLS connections are decrypted and decoded like plaintext ones.
+    # None or empty: a TLS connection is reported (tls_stream) and counted, as before.
+    tls_keys: KeyLog | None = None
 
 
 @dataclass
@@ -104,12 +112,20 @@ class ConnectionInfo:
     accounting: dict[str, dict[str, int]] = field(default_factory=dict)
     packets: int = 0  # captured packets (TCP segments, IP fragments included) of this connection
     tcp_stream: int | None = None  # tshark's tcp.stream number
+    # TLS connections: e.g. "TLS 1.3, TLS_AES_128_GCM_SHA256 (decrypted)", or why it was not
+    # decrypted; None for plaintext ones
+    tls: str | None = None
+    tls_decrypted: bool = False
+    # TLS bytes per direction ("to_broker"/"to_client"): handshake, change_cipher_spec,
+    # alert, application_data, undecryptable, buffered (they sum to the bytes sent)
+    tls_bytes: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class _ConnectionState:
     """The driver's state for one TCP connection (ConnectionInfo is what it shows)."""
 
-    __slots__ = ("info", "held", "held_bytes", "splitters", "req_validator", "decided", "start")
+    __slots__ = ("info", "held", "held_bytes", "splitters", "req_validator", "decided", "start", "tls",
+                 "tls_client")
 
     def __init__(self, info: ConnectionInfo) -> None:
         self.info = info
@@ -120,6 +136,8 @@ class _ConnectionState:
         self.req_validator: RequestValidator | None = None
         self.decided = False
         self.start = 0  # the packet its oldest message still to come starts at, as last recorded (watermark)
+        self.tls: TlsSession | None = None  # decrypting: the connection's TLS, fed its raw bytes
+        self.tls_client: Endpoint | None = None  # the ClientHello's sender
 
 
 @dataclass
@@ -171,6 +189,8 @@ class Dissector:
         self.keep_conversations = keep_conversations
         self.idle_checks = idle_checks
         self.shared = shared if shared is not None else SharedState()
+        # TLS key material: the configured key log, plus secrets met in the capture
+        self.tls_keys: KeyLog | None = self.config.tls_keys
         self.stats = DissectStats()
         self.connections: dict[Any, ConnectionInfo] = {}
         self._conns: dict[Any, _ConnectionState] = {}
@@ -238,6 +258,18 @@ class Dissector:
             # a reassembled IP datagram stands for all of its fragment packets
             n = pstats.tcp - tcp_before
             self.feed_segment(seg, n if n > 1 else 1)
+
+    def add_tls_secrets(self, secrets_type: int, data: bytes) -> None:
+        """Key material found in the capture (a pcapng Decryption Secrets Block; readers call
+        it through ``PacketSource.on_secrets``): used with the configured key log."""
+        if self.tls_keys is None:
+            self.tls_keys = KeyLog()
+        elif self.tls_keys is self.config.tls_keys:
+            # the configured key log may be shared (several runs, --jobs): add to a copy
+            keys = KeyLog()
+            keys.merge(self.tls_keys)
+            self.tls_keys = keys
+        self.tls_keys.add_dsb(secrets_type, data)
 
     def report_parser_issues(self, ts: float | None) -> None:
         """Malformed packets, unknown link types, incomplete IP datagrams: errors rows too
@@ -506,6 +538,9 @@ class Dissector:
         if info.kind in ("tls", "not_kafka"):
             self.stats.non_kafka_bytes += len(data)
             return
+        if conn.tls is not None:
+            self._tls_data(conn, src, data, ts, self.stats.packets)
+            return
         if not conn.decided:
             self._hold(conn, (src, "data", data, ts, self.stats.packets))
             conn.held_bytes += len(data)
@@ -517,6 +552,22 @@ class Dissector:
         splitter = conn.splitters[src]
         splitter.feed(data, ts, self.stats.packets)
         if splitter.ready:  # most segments of large frames complete none: nothing to drain
+            self._frames_to_conversation(conn, src)
+
+    def _on_plain(self, conn: _ConnectionState, src: Endpoint, data: bytes, ts: float, pkt: int) -> None:
+        """Decrypted TLS application data: what plaintext TCP payload goes through."""
+        if conn.info.kind in ("tls", "not_kafka"):
+            self.stats.non_kafka_bytes += len(data)
+            return
+        if not conn.decided:
+            conn.held.append((src, "data", data, ts, pkt))
+            conn.held_bytes += len(data)
+            self._decide(conn, src, data, ts)
+            return
+        self.stats.kafka_bytes += len(data)
+        splitter = conn.splitters[src]
+        splitter.feed(data, ts, pkt)
+        if splitter.ready:
             self._frames_to_conversation(conn, src)
 
     def _on_gap(self, conn_id, src: Endpoint, dst: Endpoint, nbytes: int, ts: float) -> None:
@@ -531,6 +582,11 @@ class Dissector:
         self._events.append(ErrorRow(kind=TCP_GAP, message=f"{plural(nbytes, 'byte')} lost from {src} to {dst}",
                                      ts=ts, stream=conn.info.stream, frame=pkt or None,
                                      tcp_stream=conn.info.tcp_stream, order=pkt))
+        if conn.tls is not None:
+            # TLS records cannot be found again after a gap: that direction is not decrypted further
+            conn.tls.gap(src == conn.tls_client, nbytes)
+            self._tls_issues(conn, ts, pkt)
+            return
         if not conn.decided:
             self._hold(conn, (src, "gap", nbytes, ts, pkt))
             if self._held_segments > MAX_HELD_SEGMENTS:
@@ -550,6 +606,9 @@ class Dissector:
                                 max_frame_size=cfg.max_frame_size)
         kind = verdict.kind
         if kind == detect.UNDECIDED:
+            return
+        if kind == detect.TLS and conn.tls is None and self.tls_keys and not info.tls:
+            self._start_tls(conn, ts)
             return
         if kind != detect.KAFKA:
             self._set_kind(conn, kind, ts, verdict.message)
@@ -601,6 +660,8 @@ class Dissector:
 
     def _set_kind(self, conn: _ConnectionState, kind: str, ts: float, message: str | None) -> None:
         conn.info.kind = kind
+        if kind == "tls" and conn.info.tls is None:
+            conn.info.tls = "TLS: not decrypted: no key material"
         conn.decided = True
         self.stats.non_kafka_bytes += conn.held_bytes
         self._release_held(conn)
@@ -610,6 +671,74 @@ class Dissector:
             self._events.append(ErrorRow(kind=TLS_STREAM if kind == "tls" else NOT_KAFKA, message=message,
                                          ts=ts, stream=conn.info.stream, frame=pkt or None,
                                          tcp_stream=conn.info.tcp_stream, order=pkt))
+
+    # -- TLS ----------------------------------------------------------------------
+
+    def _start_tls(self, conn: _ConnectionState, ts: float) -> None:
+        """A TLS handshake with key material configured: decrypt, and decide on the plaintext."""
+        info = conn.info
+        first = self._first_bytes(conn)
+        hello = [len(f) > 5 and f[0] == 0x16 and f[5] == 1 for f in first]
+        if hello[0] == hello[1]:
+            info.tls = "TLS: not decrypted: handshake not captured (no ClientHello)"
+            self._set_kind(conn, "tls", ts, f"{detect.TLS_MESSAGE} (handshake not captured: no ClientHello)")
+            return
+        client, server = (info.a, info.b) if hello[0] else (info.b, info.a)
+        if client != info.client or server != info.broker:
+            info.client, info.broker = client, server
+            info.stream = stream_name(client, server)
+        conn.tls = TlsSession(self.tls_keys)
+        conn.tls_client = client
+        info.tls = "TLS"
+        held, conn.held, conn.held_bytes = conn.held, [], 0
+        for src, kind, payload, hts, hpkt in held:
+            if conn.tls is None:
+                self.stats.non_kafka_bytes += len(payload) if kind == "data" else 0
+            elif kind == "data":
+                self._tls_data(conn, src, payload, hts, hpkt)
+            else:
+                conn.tls.gap(src == client, payload)
+                self._tls_issues(conn, hts, hpkt)
+
+    def _tls_data(self, conn: _ConnectionState, src: Endpoint, data: bytes, ts: float, pkt: int) -> None:
+        tls = conn.tls
+        plain = tls.feed(src == conn.tls_client, data)
+        if tls.failure is not None:
+            self._tls_failed(conn, ts)
+            return
+        self._tls_issues(conn, ts, pkt)
+        if plain:
+            info = conn.info
+            if not info.tls_decrypted:
+                info.tls_decrypted = True
+                info.tls = f"{tls.describe()} (decrypted)"
+                self._events.append(ErrorRow(kind=TLS_DECRYPTED, message=f"{tls.describe()}: decrypted with the key log",
+                                             ts=ts, stream=info.stream, frame=pkt or None,
+                                             tcp_stream=info.tcp_stream, order=pkt))
+            for chunk in plain:
+                self._on_plain(conn, src, chunk, ts, pkt)
+
+    def _tls_issues(self, conn: _ConnectionState, ts: float, pkt: int) -> None:
+        for message in conn.tls.pop_issues():
+            self._events.append(ErrorRow(kind=TLS_DECRYPT_FAILED, message=message, ts=ts, stream=conn.info.stream,
+                                         frame=pkt or None, tcp_stream=conn.info.tcp_stream, order=pkt))
+
+    def _tls_failed(self, conn: _ConnectionState, ts: float) -> None:
+        """The connection cannot be decrypted (no key, handshake not captured, unsupported
+        suite, nothing decrypted): a TLS connection not decoded, with the reason."""
+        tls, info = conn.tls, conn.info
+        self._keep_tls_bytes(conn)
+        conn.tls = None
+        reason = tls.failure or "no application data decrypted"
+        info.tls = f"{tls.describe()}: not decrypted: {reason}"
+        if not conn.decided:
+            self._set_kind(conn, "tls", ts, f"{detect.TLS_MESSAGE} ({tls.describe()}: {reason})")
+
+    @staticmethod
+    def _keep_tls_bytes(conn: _ConnectionState) -> None:
+        tls = conn.tls
+        if tls is not None:
+            conn.info.tls_bytes = {"to_broker": tls.accounting(True), "to_client": tls.accounting(False)}
 
     def _start_kafka(self, conn: _ConnectionState, ts: float) -> None:
         info = conn.info
@@ -681,6 +810,11 @@ class Dissector:
         conn.start = 0  # everything it held is emitted below
         info = conn.info
         info.closed = reason
+        if conn.tls is not None:
+            self._tls_issues(conn, ts, self.stats.packets)
+            self._keep_tls_bytes(conn)
+            if not conn.decided and not conn.held:
+                self._tls_failed(conn, ts)
         if not conn.decided and conn.held:
             verdict = detect.decide_at_end(self._first_bytes(conn), self.config.max_frame_size)
             self._set_kind(conn, verdict.kind, ts, verdict.message)

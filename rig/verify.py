@@ -9,6 +9,7 @@ everything that is wrong at once.  `tshark_requests` is an independent oracle
 from __future__ import annotations
 
 import collections
+import os
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -48,16 +49,29 @@ def _topic_names_from_metadata(exchanges: Iterable[Any]) -> dict[str, str]:
     return names
 
 
-def decode(pcap: str, ports: Iterable[int]) -> Decoded:
-    """Run kwinspect's pipeline on `pcap` (the public Python entry points)."""
+def keylog_of(pcap: str) -> str | None:
+    """The NSS key log shipped next to a TLS capture (NAME.keys for NAME.pcap), if any."""
+    path = os.path.splitext(pcap)[0] + ".keys"
+    return path if os.path.isfile(path) else None
+
+
+def decode(pcap: str, ports: Iterable[int], keylog: str | None = None) -> Decoded:
+    """Run kwinspect's pipeline on `pcap` (the public Python entry points); with the key
+    log next to it (keylog_of) unless one is given."""
     from kwinspect.analyze.record_rows import records_from_fetch, records_from_produce
+    from kwinspect.capture.keylog import KeyLog
     from kwinspect.dissect import DissectConfig
     from kwinspect.model import ErrorRow, Exchange
     from kwinspect.run.files import FileRun, dissect_files
 
     out = Decoded()
     run = FileRun()
-    for ev in dissect_files([pcap], DissectConfig(kafka_ports=frozenset(ports)), run=run):
+    keylog = keylog or keylog_of(pcap)
+    keys = None
+    if keylog is not None:
+        keys = KeyLog()
+        keys.add_file(keylog)
+    for ev in dissect_files([pcap], DissectConfig(kafka_ports=frozenset(ports), tls_keys=keys), run=run):
         if isinstance(ev, Exchange):
             out.exchanges.append(ev)
         elif isinstance(ev, ErrorRow):
@@ -348,14 +362,20 @@ def tshark_path() -> str | None:
     return shutil.which("tshark")
 
 
-def _tshark_rows(pcap: str, ports: Iterable[int]) -> list[tuple[int, int, str, str, str]]:
-    """(src port, dst port, request keys, response keys, correlation ids) per Kafka packet."""
+def _tshark_rows(pcap: str, ports: Iterable[int], tls_ports: Iterable[int] = (),
+                 keylog: str | None = None) -> list[tuple[int, int, str, str, str]]:
+    """(src port, dst port, request keys, response keys, correlation ids) per Kafka packet;
+    with a key log, Kafka inside TLS on `tls_ports` too (`-o tls.keylog_file:`)."""
     exe = tshark_path()
     if exe is None:
         raise FileNotFoundError("tshark")
     cmd = [exe, "-n", "-r", pcap]
     for p in ports:
         cmd += ["-d", f"tcp.port=={p},kafka"]
+    if keylog is not None:
+        cmd += ["-o", f"tls.keylog_file:{keylog}"]
+    for p in tls_ports:  # (secrets in a pcapng's Decryption Secrets Blocks need no key log file)
+        cmd += ["-d", f"tls.port=={p},kafka"]
     cmd += ["-Y", "kafka", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
             "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "kafka.request_key",
             "-e", "kafka.response_key", "-e", "kafka.correlation_id"]
@@ -371,10 +391,11 @@ def _tshark_rows(pcap: str, ports: Iterable[int]) -> list[tuple[int, int, str, s
     return rows
 
 
-def tshark_requests(pcap: str, ports: Iterable[int]) -> collections.Counter[tuple[int, int]]:
+def tshark_requests(pcap: str, ports: Iterable[int], tls_ports: Iterable[int] = (),
+                    keylog: str | None = None) -> collections.Counter[tuple[int, int]]:
     """(api_key, correlation_id) of every Kafka request Wireshark finds, counted."""
     out: collections.Counter[tuple[int, int]] = collections.Counter()
-    for _sp, _dp, req, _resp, corr in _tshark_rows(pcap, ports):
+    for _sp, _dp, req, _resp, corr in _tshark_rows(pcap, ports, tls_ports, keylog):
         if not req:
             continue
         for k, c in zip(req.split(","), corr.split(","), strict=False):
@@ -382,11 +403,12 @@ def tshark_requests(pcap: str, ports: Iterable[int]) -> collections.Counter[tupl
     return out
 
 
-def tshark_responses(pcap: str, ports: Iterable[int]) -> set[tuple[int, int]]:
+def tshark_responses(pcap: str, ports: Iterable[int], tls_ports: Iterable[int] = (),
+                     keylog: str | None = None) -> set[tuple[int, int]]:
     """(client port, correlation id) of every response Wireshark finds (decoded or not)."""
-    kafka_ports = set(ports)
+    kafka_ports = set(ports) | set(tls_ports)
     out: set[tuple[int, int]] = set()
-    for sp, dp, req, _resp, corr in _tshark_rows(pcap, ports):
+    for sp, dp, req, _resp, corr in _tshark_rows(pcap, ports, tls_ports, keylog):
         if req or sp not in kafka_ports:
             continue
         for c in corr.split(","):
@@ -401,7 +423,11 @@ def check_against_tshark(m: Manifest, d: Decoded, pcap: str) -> list[str]:
 
     problems: list[str] = []
     plain = [p for p in m.kafka_ports if p not in set(m.tls_ports)]
-    theirs = tshark_requests(pcap, plain)
+    # with key material (NAME.keys, or secrets inside the pcapng, which tshark reads too),
+    # Kafka inside TLS counts on both sides
+    keylog = keylog_of(pcap)
+    tls_ports = m.tls_ports if keylog or any(e.kind == "tls_decrypted" for e in d.errors) else []
+    theirs = tshark_requests(pcap, plain, tls_ports, keylog)
     ours: collections.Counter[tuple[int, int]] = collections.Counter(
         (ex.api_key, ex.correlation_id) for ex in d.exchanges
         if ex.api_key is not None and ex.request is not None)
@@ -426,7 +452,7 @@ def check_against_tshark(m: Manifest, d: Decoded, pcap: str) -> list[str]:
     if extra:
         problems.append(f"requests kwinspect decodes that tshark does not: {sorted(extra)[:10]}")
     # A request kwinspect calls unanswered must really have no response on its connection.
-    responses = tshark_responses(pcap, plain)
+    responses = tshark_responses(pcap, plain, tls_ports, keylog)
     for ex in d.exchanges:
         if ex.status != "response_missing" or ex.correlation_id is None:
             continue

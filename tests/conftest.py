@@ -26,6 +26,8 @@ def _no_inherited_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
     so every test starts without it (tests of narrow output set it themselves)."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
+    # kwinspect reads SSLKEYLOGFILE as a TLS key log: a developer's must not change outputs
+    monkeypatch.delenv("SSLKEYLOGFILE", raising=False)
 
 
 def rig_unavailable_reason() -> str | None:

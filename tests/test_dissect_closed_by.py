@@ -38,7 +38,15 @@ def test_closed_by_is_the_first_fin_or_rst_sender(path):
     with open(path[:-5] + ".manifest.json") as f:
         ports = frozenset(json.load(f)["kafka_ports"])
     run = FileRun()
-    for _ in dissect_files([path], DissectConfig(kafka_ports=ports), run):
+    from rig.verify import keylog_of
+
+    keys = None
+    if keylog_of(path):  # TLS captures ship their key log
+        from kwinspect.capture.keylog import KeyLog
+
+        keys = KeyLog()
+        keys.add_file(keylog_of(path))
+    for _ in dissect_files([path], DissectConfig(kafka_ports=ports, tls_keys=keys), run):
         pass
     truth = _first_closer_by_tshark(path)
     checked = 0

@@ -30,6 +30,7 @@ from kwinspect.model import (
     KAFKA_ERROR,
     PARTIAL_BATCH,
     STATUS_RESPONSE_MISSING,
+    TLS_DECRYPTED,
     ErrorRow,
     Exchange,
     RecordRow,
@@ -42,7 +43,7 @@ API_VERSIONS = int(ApiKey.API_VERSIONS)
 DESCRIBE_CLUSTER = int(ApiKey.DESCRIBE_CLUSTER)
 
 # Anomaly kinds that describe normal behaviour; listed, but not as problems.
-INFO_KINDS = frozenset({PARTIAL_BATCH})
+INFO_KINDS = frozenset({PARTIAL_BATCH, TLS_DECRYPTED})
 # Anomaly kinds that mark a whole connection as something other than Kafka.
 _TLS, _NOT_KAFKA = "tls_stream", "not_kafka"
 
@@ -139,6 +140,7 @@ class Summary:
     statuses: dict[str, int] = field(default_factory=dict)
     connections: int = 0
     tls_connections: int = 0
+    tls_decrypted_connections: int = 0
     not_kafka_connections: int = 0
     brokers: list[dict[str, Any]] = field(default_factory=list)
     clients: list[dict[str, Any]] = field(default_factory=list)
@@ -177,6 +179,8 @@ class Summary:
                 "total": self.connections,
                 "tls": self.tls_connections,
                 "not_kafka": self.not_kafka_connections,
+                # only when some were (older outputs stay as they were)
+                **({"tls_decrypted": self.tls_decrypted_connections} if self.tls_decrypted_connections else {}),
             },
             "brokers": [dict(b) for b in self.brokers],
             "clients": [dict(c) for c in self.clients],
@@ -232,6 +236,7 @@ class SummaryBuilder:
         self._statuses: Counter[str] = Counter()
         self._streams: set[str] = set()
         self._tls: set[str] = set()
+        self._tls_decrypted: set[str] = set()
         self._not_kafka: set[str] = set()
         self._broker_conns: dict[str, set[str]] = defaultdict(set)
         self._conn_keys: dict[tuple, tuple[str | None, str]] = {}  # see add_exchange
@@ -355,6 +360,8 @@ class SummaryBuilder:
             return
         if err.kind == _TLS and err.stream:
             self._tls.add(err.stream)
+        if err.kind == TLS_DECRYPTED and err.stream:
+            self._tls_decrypted.add(err.stream)
         if err.kind == _NOT_KAFKA and err.stream:
             self._not_kafka.add(err.stream)
         a = self._anomalies.get(err.kind)
@@ -458,7 +465,8 @@ class SummaryBuilder:
         return Summary(
             first_ts=self._first, last_ts=self._last, exchanges=self._exchanges,
             statuses=dict(self._statuses), connections=len(self._streams),
-            tls_connections=len(self._tls), not_kafka_connections=len(self._not_kafka),
+            tls_connections=len(self._tls), tls_decrypted_connections=len(self._tls_decrypted),
+            not_kafka_connections=len(self._not_kafka),
             brokers=brokers, clients=clients, apis=apis, kafka_errors=kafka_errors,
             anomalies=[dict(a) for a in anomalies], topics=topics, records=self._records,
             sources=list(sources), interrupted=interrupted,
@@ -612,6 +620,8 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     line.append(f")  {plural(summary.connections, 'connection')}")
     if summary.tls_connections:
         line.append(f" ({summary.tls_connections} TLS, not decoded)", style="yellow")
+    if summary.tls_decrypted_connections:
+        line.append(f" ({summary.tls_decrypted_connections} TLS (decrypted))")
     if summary.not_kafka_connections:
         line.append(f" ({summary.not_kafka_connections} not Kafka)")
     if summary.records:

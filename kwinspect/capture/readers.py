@@ -29,7 +29,7 @@ import io
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
 
@@ -57,6 +57,7 @@ TCPDUMP_MAGIC_NANO = 0xA1B23C4D
 PMUDPCT_MAGIC_NANO = 0x4D3CB2A1
 MODPCAP_MAGIC = 0xA1B2CD34
 PCAPNG_BT_IDB = 0x00000001
+PCAPNG_BT_DSB = 0x0000000A  # Decryption Secrets Block (TLS key logs: editcap --inject-secrets)
 PCAPNG_BT_PB = 0x00000002
 PCAPNG_BT_SPB = 0x00000003
 PCAPNG_BT_EPB = 0x00000006
@@ -111,6 +112,7 @@ class CaptureStats:
     snaplen_truncated: int = 0  # packets with len(data) < wire_len
     cut_records: int = 0  # a record cut by the end of the file (0 or 1)
     skipped_blocks: int = 0  # pcapng blocks that carry no packet (stats, name resolution...)
+    secrets_blocks: int = 0  # Decryption Secrets Blocks read (counted in skipped_blocks too)
     bad_records: int = 0  # records dropped: unknown interface, corrupt length
     interfaces: list[tuple[int, float]] = field(default_factory=list)  # (linktype, resolution)
     file_bytes: int = 0  # bytes consumed from the (decompressed) input
@@ -197,6 +199,9 @@ class PacketSource:
         # pcap: the file's link type (known at open); pcapng: the first interface's,
         # known once iteration has reached the first interface block
         self.linktype = linktype
+        # pcapng Decryption Secrets Blocks: called with (secrets type, secrets bytes) as each
+        # is read (before the packets after it); the driver adds them to its TLS key material
+        self.on_secrets: Callable[[int, bytes], None] | None = None
 
     def position(self) -> int:
         """Bytes of the input file read so far (compressed bytes for .gz); 0 if unknown."""
@@ -572,6 +577,12 @@ class _PcapngSource(PacketSource):
         else:
             if btype != _PCAPNG_SHB:
                 stats.skipped_blocks += 1
+            if btype == PCAPNG_BT_DSB and len(body) >= 12:
+                stype, slen = struct.unpack_from(e + "II", body)
+                if 8 + slen <= len(body) - 4:
+                    stats.secrets_blocks += 1
+                    if self.on_secrets is not None:
+                        self.on_secrets(stype, bytes(body[8:8 + slen]))
             return True, None
         index += 1
         self._index = index

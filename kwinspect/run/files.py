@@ -64,6 +64,8 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     run.total_bytes = sum(os.path.getsize(p) for p in run.paths if p != STDIN and os.path.isfile(p))
     dissector = Dissector(config)
     run.dissector = dissector
+    for src in sources:  # TLS secrets inside pcapng files (Decryption Secrets Blocks)
+        src.on_secrets = dissector.add_tls_secrets
 
     def tick(_count: int) -> None:
         if progress is not None:

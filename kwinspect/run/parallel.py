@@ -631,6 +631,13 @@ def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, ou
     sources = [open_capture(p) for p in paths]
     d = _WorkerDissector(config)
     loop = _WorkerLoop(d, config, jobs, me, out, bodies, mode, render, sources)
+
+    def on_secrets(secrets_type: int, data: bytes) -> None:  # pcapng Decryption Secrets Blocks
+        d.add_tls_secrets(secrets_type, data)
+        loop.shadow.add_tls_secrets(secrets_type, data)
+
+    for src in sources:
+        src.on_secrets = on_secrets
     try:
         for _ in loop.run(_merged(sources)):
             pass  # a worker's rows go to the main process, in loop.items

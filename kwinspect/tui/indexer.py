@@ -205,6 +205,8 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
     tap = FrameTap()
     d = tap.attach(config)
+    for src in sources:  # TLS secrets inside pcapng files (Decryption Secrets Blocks)
+        src.on_secrets = d.add_tls_secrets
     diag = Diagnosis()
     spill = open(spill_path, "ab")  # noqa: SIM115 - closed in finally
     conn.send(("ready",))
@@ -338,6 +340,8 @@ class Indexer:
         self.total_bytes = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
         tap = self.tap = FrameTap()
         d = tap.attach(config)
+        for src in sources:  # TLS secrets inside pcapng files (Decryption Secrets Blocks)
+            src.on_secrets = d.add_tls_secrets
         self.dissector = d
         self.diagnosis = Diagnosis()
         batch: list[tuple[Any, Any]] = []

@@ -27,19 +27,31 @@ TSHARK = shutil.which("tshark")
 pytestmark = pytest.mark.skipif(TSHARK is None, reason="tshark is the oracle for these tests")
 
 
+def keylog(path: Path) -> Path | None:
+    """A TLS capture's key log (NAME.keys), if it ships one: both tools get it."""
+    keys = path.with_suffix(".keys")
+    return keys if keys.is_file() else None
+
+
 def kwinspect(table: str, *paths: Path | str, jobs: int = 1) -> list[dict]:
+    keys = [a for p in paths if (k := keylog(Path(p))) for a in ("--tls-keylog", str(k))]
     proc = subprocess.run([sys.executable, "-m", "kwinspect", table, "-F", "jsonl", "-j", str(jobs),
-                           *map(str, paths)], capture_output=True, text=True, timeout=300)
+                           *keys, *map(str, paths)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-def tshark_view(path: Path, ports: set[str]) -> tuple[set, set, dict[int, int]]:
+def tshark_view(path: Path, ports: set[str], tls_ports: set[str] = frozenset()) -> tuple[set, set, dict[int, int]]:
     """(requests, responses, tcp.stream by frame): messages as (tcp.stream, correlation id, frame)."""
     cmd = [TSHARK, "-r", str(path), "-T", "fields", "-E", "separator=|", "-e", "frame.number",
            "-e", "tcp.stream", "-e", "kafka.correlation_id", "-e", "kafka.request_key"]
-    for port in sorted(ports):
+    for port in sorted(ports - tls_ports):
         cmd += ["-d", f"tcp.port=={port},kafka"]
+    for port in sorted(tls_ports):  # Kafka inside TLS, decrypted with NAME.keys or a pcapng's secrets
+        cmd += ["-d", f"tls.port=={port},kafka"]
+    keys = keylog(path)
+    if keys is not None:
+        cmd += ["-o", f"tls.keylog_file:{keys}"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True).stdout
     requests, responses, streams = set(), set(), {}
     for line in out.splitlines():
@@ -55,7 +67,9 @@ def tshark_view(path: Path, ports: set[str]) -> tuple[set, set, dict[int, int]]:
 
 def check_against_tshark(path: Path, rows: list[dict]) -> Counter:
     ports = {row["broker"].rsplit(":", 1)[1] for row in rows}
-    requests, responses, streams = tshark_view(path, ports)
+    decrypted = {e["stream"] for e in kwinspect("errors", path) if e["kind"] == "tls_decrypted"} if rows else set()
+    tls_ports = {row["broker"].rsplit(":", 1)[1] for row in rows if row["stream"] in decrypted}
+    requests, responses, streams = tshark_view(path, ports, tls_ports)
     seen = Counter()
     for row in rows:
         sid, cid = row["tcp_stream"], row["correlation_id"]

@@ -75,7 +75,10 @@ def run(command: list[str], capture: Path) -> tuple[int, bytes, bytes]:
 
     with tempfile.TemporaryDirectory() as tmp:
         out_file = Path(tmp) / "out.parquet"
-        argv = [a.replace("{out}", str(out_file)) for a in command] + [os.path.relpath(capture, ROOT)]
+        # a TLS capture shipped with its key log (NAME.keys) is pinned decrypted
+        keys = capture.with_suffix(".keys")
+        tls = ["--tls-keylog", os.path.relpath(keys, ROOT)] if keys.is_file() else []
+        argv = [a.replace("{out}", str(out_file)) for a in command] + tls + [os.path.relpath(capture, ROOT)]
         stdout, stderr = io.StringIO(), io.StringIO()
         with contextlib.chdir(ROOT), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             status = cli.main(argv)
@@ -97,6 +100,7 @@ def digest(status: int, out: bytes, err: bytes) -> str:
 
 def pin_all(dump: Path | None = None) -> dict[str, str]:
     os.environ["COLUMNS"] = "120"
+    os.environ.pop("SSLKEYLOGFILE", None)  # a developer's key log must not change the outputs
     os.environ["NO_COLOR"] = "1"
     pins = {}
     for capture in captures():

@@ -335,8 +335,11 @@ def write_pcap(dest: str | os.PathLike[str] | IO[bytes], frames: Iterable[Frame]
 
 def write_pcapng(dest: str | os.PathLike[str] | IO[bytes], frames: Iterable[Frame] | Iterable[TcpSegment],
                  interfaces: Sequence[tuple[int, ...]] = ((LINKTYPE_ETHERNET, 6),), *,
-                 byteorder: str = "<", gz: bool = False, **frame_kw) -> None:
+                 byteorder: str = "<", gz: bool = False, secrets: Sequence[tuple[int, bytes]] = (),
+                 **frame_kw) -> None:
     """Write a pcapng with one IDB per (linktype, tsresol[, tsoffset]) in `interfaces`;
+    `secrets`: (secrets type, data) written as Decryption Secrets Blocks after the IDBs,
+    as `editcap --inject-secrets` does (0x544c534b: a TLS key log);
     tsresol is the if_tsresol option byte (6 = microseconds, 9 = nanoseconds, 0x80|n =
     2**-n); tsoffset (seconds) is written as if_tsoffset and subtracted from the stored
     timestamps.  A Frame's `iface` selects its interface."""
@@ -365,6 +368,11 @@ def write_pcapng(dest: str | os.PathLike[str] | IO[bytes], frames: Iterable[Fram
             f.write(bytes(SHB()))
             for idb in idbs:
                 f.write(bytes(idb))
+        for stype, data in secrets:
+            pad = (-len(data)) % 4
+            blen = 20 + len(data) + pad
+            f.write(struct.pack(byteorder + "IIII", 0x0000000A, blen, stype, len(data)) + data + b"\0" * pad
+                    + struct.pack(byteorder + "I", blen))
         for fr in frames:
             t = round((fr.ts - offs[fr.iface]) * divs[fr.iface])
             if fr.wire_len == len(fr.data):

@@ -90,7 +90,15 @@ def test_every_body_of_the_shipped_captures_walks_as_the_reference(pcap, monkeyp
     monkeypatch.setattr(conversation, "message_topics", checked_topics)
     monkeypatch.setattr(conversation, "topics_of", lambda body, names=None: (
         assert_same(body, dict(names or {})), topics_of(body, names))[1])
-    for _ev in dissect_files([pcap], DissectConfig(kafka_ports=_ports(pcap))):
+    from rig.verify import keylog_of
+
+    keys = None
+    if keylog_of(pcap):  # TLS captures ship their key log
+        from kwinspect.capture.keylog import KeyLog
+
+        keys = KeyLog()
+        keys.add_file(keylog_of(pcap))
+    for _ev in dissect_files([pcap], DissectConfig(kafka_ports=_ports(pcap), tls_keys=keys)):
         pass
     if "captures-public" not in pcap:
         assert seen  # every shipped capture has responses

@@ -1,0 +1,148 @@
+"""The shipped TLS captures (rig/tls_scenarios.py) through the CLI: with the key log
+every connection decodes; with part of it, the rest says why; without it, every
+connection is "TLS, not decoded" and the command still succeeds; and no secret of the
+key log, nor a key derived from it, appears in any output."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kwinspect.capture import tls
+from kwinspect.capture.keylog import KeyLog
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = ROOT / "captures"
+KEYED = sorted(p for p in CAPTURES.glob("*-keylog.pcap") if p.with_suffix(".keys").is_file())
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    from kwinspect import cli as kw
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = kw.main(list(argv))
+    return status, out.getvalue(), err.getvalue()
+
+
+def jsonl(*argv: str) -> list[dict]:
+    import json
+
+    status, out, _err = cli(*argv, "-F", "jsonl", "-q")
+    assert status == 0
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_tls_captures_are_shipped() -> None:
+    assert [p.name for p in KEYED] == ["tansu-tls12-keylog.pcap", "tansu-tls13-keylog.pcap"]
+    assert (CAPTURES / "tansu-tls13-dsb.pcap").is_file()
+
+
+@pytest.mark.parametrize("pcap", KEYED, ids=lambda p: p.name)
+def test_without_the_key_log(pcap: Path) -> None:
+    rows = jsonl("errors", str(pcap))
+    assert rows and all(r["kind"] == "tls_stream" for r in rows)
+    assert all(r["message"] == "TLS handshake: the stream is encrypted and cannot be decoded" for r in rows)
+    assert len({r["stream"] for r in rows}) == len(rows)  # one per connection
+    assert jsonl("exchanges", str(pcap)) == []
+
+
+@pytest.mark.parametrize("pcap", KEYED, ids=lambda p: p.name)
+def test_with_part_of_the_key_log(pcap: Path) -> None:
+    some = str(pcap.with_suffix("")) + ".some.keys"
+    rows = jsonl("errors", "--tls-keylog", some, str(pcap))
+    decrypted = {r["stream"] for r in rows if r["kind"] == "tls_decrypted"}
+    refused = [r for r in rows if r["kind"] == "tls_stream"]
+    assert decrypted and refused
+    assert all(r["message"].endswith(": no key for this client random in the key log)") for r in refused)
+    exchanges = jsonl("exchanges", "--tls-keylog", some, str(pcap))
+    assert {e["stream"] for e in exchanges} == decrypted
+    assert {e["client_id"] for e in exchanges} == {"tls-kp-producer"}
+
+
+@pytest.mark.parametrize("pcap", KEYED, ids=lambda p: p.name)
+def test_several_key_logs_and_sslkeylogfile(pcap: Path, monkeypatch) -> None:
+    keys = str(pcap.with_suffix(".keys"))
+    some = str(pcap.with_suffix("")) + ".some.keys"
+    full = jsonl("exchanges", "--tls-keylog", keys, str(pcap))
+    assert jsonl("exchanges", "--tls-keylog", some, "--tls-keylog", keys, str(pcap)) == full
+    monkeypatch.setenv("SSLKEYLOGFILE", keys)
+    assert jsonl("exchanges", str(pcap)) == full
+    assert jsonl("exchanges", "-j", "2", str(pcap)) == full
+
+
+def test_dsb_capture_needs_no_key_log() -> None:
+    dsb = jsonl("exchanges", str(CAPTURES / "tansu-tls13-dsb.pcap"))
+    keyed = jsonl("exchanges", "--tls-keylog", str(CAPTURES / "tansu-tls13-keylog.keys"),
+                  str(CAPTURES / "tansu-tls13-keylog.pcap"))
+    assert dsb and [(e["api_key"], e["api_version"], e["correlation_id"], e["frame"]) for e in dsb] == [
+        (e["api_key"], e["api_version"], e["correlation_id"], e["frame"]) for e in keyed]
+
+
+def test_unreadable_key_log_is_a_usage_error(tmp_path) -> None:
+    status, out, err = cli("summary", "--tls-keylog", str(tmp_path / "nope.keys"), str(KEYED[0]))
+    assert status != 0 and "nope.keys" in err
+
+
+def _secrets(keys_path: Path) -> list[str]:
+    """Every secret of the key log and every key/iv derived from it, as hex (both cases)
+    and as the raw bytes' base64."""
+    import base64
+
+    k = KeyLog()
+    k.add_file(keys_path)
+    out: set[bytes] = set()
+    for line in keys_path.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        secret = bytes.fromhex(line.split()[2])
+        out.add(secret)
+        for suite in (tls.SUITES[0x1301], tls.SUITES[0x1302]):
+            if len(secret) == {"sha256": 32, "sha384": 48}[suite.hash]:
+                out.update(tls.tls13_traffic_keys(secret, suite))
+    texts = []
+    for b in out:
+        texts += [b.hex(), b.hex().upper(), base64.b64encode(b).decode()]
+    return texts
+
+
+SUBCOMMANDS = [
+    ["summary"], ["summary", "-F", "json"], ["exchanges", "-F", "jsonl"], ["exchanges", "-F", "csv"],
+    ["exchanges", "-F", "table"], ["records", "-F", "jsonl"], ["records", "-F", "csv"], ["errors", "-F", "jsonl"],
+    ["errors", "--records", "-F", "table"], ["latency", "-F", "jsonl"], ["decode"], ["decode", "--no-redact"],
+    ["diagnose", "-F", "jsonl"], ["diagnose", "-F", "text"],
+]
+
+
+@pytest.mark.parametrize("pcap", KEYED, ids=lambda p: p.name)
+def test_no_secret_in_any_output(pcap: Path, tmp_path) -> None:
+    keys = pcap.with_suffix(".keys")
+    secrets = _secrets(keys)
+    assert len(secrets) > 20
+    for keyfile in (keys, Path(str(pcap.with_suffix("")) + ".some.keys")):
+        for argv in SUBCOMMANDS:
+            status, out, err = cli(*argv, "-q", "--tls-keylog", str(keyfile), str(pcap))
+            assert status == 0, (argv, err)
+            text = out + err
+            assert not [s for s in secrets if s in text], argv
+        # parquet too
+        out_file = tmp_path / "r.parquet"
+        status, _o, _e = cli("records", "-q", "-F", "parquet", "-o", str(out_file), "--tls-keylog", str(keyfile),
+                             str(pcap))
+        assert status == 0
+        raw = out_file.read_bytes()
+        assert not [s for s in secrets if s.encode() in raw]
+
+
+def test_console_script_exit_status() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("SSLKEYLOGFILE", None)
+    proc = subprocess.run([sys.executable, "-m", "kwinspect", "summary", "-q", str(KEYED[-1])],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "TLS, not decoded" in proc.stdout
