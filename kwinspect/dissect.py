@@ -611,7 +611,10 @@ class Dissector:
             self._start_tls(conn, ts)
             return
         if kind != detect.KAFKA:
-            self._set_kind(conn, kind, ts, verdict.message)
+            message = verdict.message
+            if kind == detect.TLS and not self.tls_keys:
+                message = f"{message} (no key log given: --tls-keylog FILE decrypts it)"
+            self._set_kind(conn, kind, ts, message)
             return
         client, broker = verdict.client, verdict.broker
         if client != info.client or broker != info.broker:

@@ -94,11 +94,11 @@ def test_same_rows_as_plaintext(tmp_path, session) -> None:
     assert [key(e) for e in exchanges] == [key(e) for e in plain_ex]
 
 
-def test_without_keys_as_before(tmp_path, session) -> None:
+def test_without_keys_the_row_says_so(tmp_path, session) -> None:
     exchanges, errors, fr = run(write(tmp_path, session), None)
     assert exchanges == []
     assert [(e.kind, e.message) for e in errors] == [
-        ("tls_stream", "TLS handshake: the stream is encrypted and cannot be decoded")]
+        ("tls_stream", "TLS handshake: the stream is encrypted and cannot be decoded (no key log given: --tls-keylog FILE decrypts it)")]
     assert next(iter(fr.dissector.connections.values())).kind == "tls"
 
 

@@ -48,7 +48,7 @@ def test_tls_captures_are_shipped() -> None:
 def test_without_the_key_log(pcap: Path) -> None:
     rows = jsonl("errors", str(pcap))
     assert rows and all(r["kind"] == "tls_stream" for r in rows)
-    assert all(r["message"] == "TLS handshake: the stream is encrypted and cannot be decoded" for r in rows)
+    assert all(r["message"] == "TLS handshake: the stream is encrypted and cannot be decoded (no key log given: --tls-keylog FILE decrypts it)" for r in rows)
     assert len({r["stream"] for r in rows}) == len(rows)  # one per connection
     assert jsonl("exchanges", str(pcap)) == []
 

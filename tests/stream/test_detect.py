@@ -290,7 +290,7 @@ def test_dissector_reports_tls_and_other_protocols_with_their_messages():
     exchanges, errors, _ = dissect(tls, http, ended, unclear)
     assert not exchanges
     assert [(e.kind, e.message) for e in errors] == [
-        ("tls_stream", TLS_MESSAGE),
+        ("tls_stream", TLS_MESSAGE + " (no key log given: --tls-keylog FILE decrypts it)"),
         ("not_kafka", NO_REQUEST_MESSAGE),
         ("not_kafka", ENDED_MESSAGE),
         ("not_kafka", UNCLEAR_BROKER_MESSAGE),
