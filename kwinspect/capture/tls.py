@@ -513,8 +513,8 @@ class TlsSession:
             label = "CLIENT_HANDSHAKE_TRAFFIC_SECRET" if side else "SERVER_HANDSHAKE_TRAFFIC_SECRET"
             secret = self.keys.get(label, self.client_random)
             if secret is None:
-                # without the handshake secrets the application ones still decrypt the data
-                # (the encrypted handshake records are then counted as undecryptable)
+                # the handshake secrets are needed to find where the application keys start
+                # (the Finished messages are encrypted): the connection is reported as missing them
                 self._missing(label)
                 return
             dd.secret = secret
