@@ -560,9 +560,11 @@ class Dissector:
             self.stats.non_kafka_bytes += len(data)
             return
         if not conn.decided:
-            conn.held.append((src, "data", data, ts, pkt))
+            self._hold(conn, (src, "data", data, ts, pkt))
             conn.held_bytes += len(data)
             self._decide(conn, src, data, ts)
+            if self._held_segments > MAX_HELD_SEGMENTS:
+                self._give_up_oldest(ts)
             return
         self.stats.kafka_bytes += len(data)
         splitter = conn.splitters[src]
@@ -693,6 +695,7 @@ class Dissector:
         conn.tls = TlsSession(self.tls_keys)
         conn.tls_client = client
         info.tls = "TLS"
+        self._release_held(conn)  # the held ciphertext is decrypted below; plaintext is held anew
         held, conn.held, conn.held_bytes = conn.held, [], 0
         for src, kind, payload, hts, hpkt in held:
             if conn.tls is None:
