@@ -146,6 +146,8 @@ def test_snapshot(snap_compare, view, size):
                 await wait_for(pilot, lambda: main.detail.row == main.list.current_row, "detail pane")
         await wait_for(pilot, lambda: main.detail.row == main.list.current_row, "detail pane")
         await pilot.app.workers.wait_for_complete()
+        for field in pilot.app.screen.query("Input"):
+            field.cursor_blink = False  # a blinking cursor is on or off depending on when the picture is taken
         await pilot.pause(0.2)
 
     assert snap_compare(KwinspectApp([ERRORS]), terminal_size=size, run_before=settle)
