@@ -621,13 +621,14 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     if summary.tls_connections:
         line.append(f" ({summary.tls_connections} TLS, not decoded)", style="yellow")
     if summary.tls_decrypted_connections:
-        line.append(f" ({summary.tls_decrypted_connections} TLS (decrypted))")
+        line.append(f" ({summary.tls_decrypted_connections} TLS, decrypted)")
     if summary.not_kafka_connections:
         line.append(f" ({summary.not_kafka_connections} not Kafka)")
-    if summary.records:
-        # counted from batch headers: nothing was decompressed (errors --records checks that)
-        line.append(f"  {plural(summary.records, 'record')} (batch headers, not decoded)")
     parts.append(line)
+    if summary.records:
+        # counted from batch headers: nothing was decompressed (errors --records checks that);
+        # a line of its own, so the line above fits in 80 columns
+        parts.append(Text(f"{plural(summary.records, 'record')} (counted from batch headers, not decoded)"))
     if summary.packet_counts is not None:
         parts.append(_packet_line(summary.packet_counts))
     if summary.byte_counts is not None:

@@ -56,4 +56,4 @@ def test_without_records_errors_and_summary_say_nothing_was_decoded(capture):
     assert not [r for r in rows if r["kind"] == "limit_exceeded"]  # not decompressed: not known
     summary = subprocess.run([sys.executable, "-m", "kwinspect", "summary", capture], capture_output=True,
                              text=True, cwd=ROOT, check=True).stdout
-    assert "4 records (batch headers, not decoded)" in summary
+    assert "4 records (counted from batch headers, not decoded)" in summary
