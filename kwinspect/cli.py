@@ -236,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-redact", action="store_true", help="show SASL secrets (redacted by default)")
     g.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB)")
+    g.add_argument("--tls-keylog", action="append", default=[], metavar="FILE",
+                   help="NSS key log (SSLKEYLOGFILE format) to decrypt TLS connections with; repeatable. "
+                        "A local file, read by the driver and broadcast to the executors; SSLKEYLOGFILE "
+                        "is read too, and secrets in pcapng Decryption Secrets Blocks are used")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
     p = add("diagnose", "findings about interop problems, with the exchanges as evidence",
