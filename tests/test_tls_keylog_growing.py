@@ -163,3 +163,24 @@ def test_refresh_reads_only_what_was_appended(tmp_path: Path, monkeypatch) -> No
 
     again = pickle.loads(pickle.dumps(keys))
     assert again == keys and again.growing
+
+
+def test_live_cli_watches_keylog_files_that_do_not_exist_yet(tmp_path: Path, monkeypatch) -> None:
+    """`kwinspect live --tls-keylog FILE` and SSLKEYLOGFILE: watched, and a file a client has
+    not created yet is fine (offline commands still want a readable file)."""
+    from kwinspect import cli
+
+    flag, env = tmp_path / "flag.keys", tmp_path / "env.keys"
+    monkeypatch.setenv("SSLKEYLOGFILE", str(env))
+    args = cli.build_parser().parse_args(["live", "-i", "lo", "--tls-keylog", str(flag)])
+    keys = cli._config(args, watch_keys=True).tls_keys  # noqa: SLF001 - the CLI's own wiring
+    assert keys is not None and keys.growing and len(keys) == 0
+    lines = (CAPTURES / "tansu-tls13-keylog.keys").read_text()
+    env.write_text(lines)
+    assert keys.refresh(force=True) > 0
+    with pytest.raises(cli.UsageError):
+        cli._config(cli.build_parser().parse_args(  # noqa: SLF001
+            ["live", "-i", "lo", "--tls-keylog", str(tmp_path)]), watch_keys=True)
+    with pytest.raises(cli.UsageError):  # offline: the file must be there
+        cli._config(cli.build_parser().parse_args(  # noqa: SLF001
+            ["exchanges", "x.pcap", "--tls-keylog", str(tmp_path / "missing.keys")]))
