@@ -24,7 +24,7 @@ DIR/port.
 
 and reports, per command, the median wall time, CPU (user+sys), peak RSS, and MB/s of
 the capture file (file bytes / median wall).  ``--tshark PATH`` picks the tshark
-(default: the one on PATH; /work/shared/tools/tshark-new.sh runs a newer one).
+(default: the one on PATH; e.g. a wrapper that runs a newer tshark).
 """
 
 from __future__ import annotations
