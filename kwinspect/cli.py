@@ -236,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-redact", action="store_true", help="show SASL secrets (redacted by default)")
     g.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB)")
+    g.add_argument("--tls-keylog", action="append", default=[], metavar="FILE",
+                   help="NSS key log (SSLKEYLOGFILE format) to decrypt TLS connections with; repeatable. "
+                        "A local file, read by the driver and broadcast to the executors; SSLKEYLOGFILE "
+                        "is read too, and secrets in pcapng Decryption Secrets Blocks are used")
     g.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
 
     p = add("diagnose", "findings about interop problems, with the exchanges as evidence",
@@ -259,32 +263,38 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------
 
 
-def _config(args) -> DissectConfig:
+def _config(args, watch_keys: bool = False) -> DissectConfig:
     kw: dict[str, Any] = {"redact": not args.no_redact, "detect": not args.no_detect}
     if args.kafka_ports:
         kw["kafka_ports"] = args.kafka_ports if args.no_detect else args.kafka_ports | DEFAULT_KAFKA_PORTS
     if args.max_frame_size is not None:
         kw["max_frame_size"] = args.max_frame_size
-    keys = _tls_keys(args)
+    keys = _tls_keys(args, watch_keys)
     if keys is not None:
         kw["tls_keys"] = keys
     return DissectConfig(**kw)
 
 
-def _tls_keys(args) -> KeyLog | None:
-    """The key logs of --tls-keylog and SSLKEYLOGFILE, read once per command.
-    An error names the file, never its content."""
+def _tls_keys(args, watch: bool = False) -> KeyLog | None:
+    """The key logs of --tls-keylog and SSLKEYLOGFILE, read once per command; with
+    ``watch`` (live capture) read again as they grow, and a file that does not exist
+    yet is read once a client creates it.  An error names the file, never its content."""
     cached = getattr(args, "tls_keys_read", None)
     if cached is not None:
         return cached or None
     paths = list(getattr(args, "tls_keylog", None) or [])
     env = os.environ.get("SSLKEYLOGFILE")
-    if env and os.path.isfile(env) and env not in paths:
+    if env and (watch or os.path.isfile(env)) and env not in paths:
         paths.append(env)
     keys = KeyLog()
     for path in paths:
+        if watch and os.path.isdir(path):
+            raise UsageError(f"--tls-keylog {path}: is a directory")
         try:
-            keys.add_file(path)
+            if watch:
+                keys.watch(path)
+            else:
+                keys.add_file(path)
         except OSError as exc:
             raise UsageError(f"--tls-keylog {path}: {exc.strerror or 'cannot be read'}") from None
     args.tls_keys_read = keys if paths else False
@@ -604,7 +614,7 @@ def cmd_tui(args) -> int:
         _compile_filter(args.filter, EXCHANGE_COLUMNS)
         from kwinspect.tui.app import run_live  # textual is imported only here
 
-        return run_live(args.interface, _config(args), kafka_ports=args.kafka_ports, values=args.values,
+        return run_live(args.interface, _config(args, watch_keys=True), kafka_ports=args.kafka_ports, values=args.values,
                         initial_filter=args.filter)
     if not args.pcap:
         raise UsageError("tui needs a PCAP file (or --live -i IFACE)")
@@ -707,6 +717,10 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="show SASL passwords, SCRAM proofs, OAuth tokens and token HMACs (redacted by default)")
     g.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES",
                    help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
+    g.add_argument("--tls-keylog", action="append", default=[], metavar="FILE",
+                   help="NSS key log (SSLKEYLOGFILE format) to decrypt TLS connections with, read again "
+                        "as clients append to it (it need not exist yet); repeatable. SSLKEYLOGFILE, "
+                        "when set, is watched too")
     g = p.add_argument_group("output")
     g.add_argument("-t", "--table", choices=("exchanges", "records", "errors", "none"), default="exchanges",
                    help="which rows to print as they complete (default exchanges; none: only -w and the summary)")
@@ -763,7 +777,7 @@ def cmd_live(args) -> int:
     opts = LiveOptions(
         interface=args.interface, also=also,
         bpf=args.bpf if args.bpf is not None else capture_filter(args.kafka_ports),
-        config=_config(args), table=args.table, fmt=fmt, output=args.output, keep=keep,
+        config=_config(args, watch_keys=True), table=args.table, fmt=fmt, output=args.output, keep=keep,
         values=args.values, write=args.write,
         rotate_bytes=int(args.file_size * 1_000_000) if args.file_size else None,
         rotate_seconds=args.rotate_seconds, max_files=args.file_count, duration=args.duration,

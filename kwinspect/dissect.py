@@ -125,7 +125,7 @@ class _ConnectionState:
     """The driver's state for one TCP connection (ConnectionInfo is what it shows)."""
 
     __slots__ = ("info", "held", "held_bytes", "splitters", "req_validator", "decided", "start", "tls",
-                 "tls_client")
+                 "tls_client", "tls_held")
 
     def __init__(self, info: ConnectionInfo) -> None:
         self.info = info
@@ -138,6 +138,9 @@ class _ConnectionState:
         self.start = 0  # the packet its oldest message still to come starts at, as last recorded (watermark)
         self.tls: TlsSession | None = None  # decrypting: the connection's TLS, fed its raw bytes
         self.tls_client: Endpoint | None = None  # the ClientHello's sender
+        # decrypted data held while the other direction waits for its key (a growing key
+        # log), so both directions reach framing in packet order: (src, plain, ts, pkt)
+        self.tls_held: list[tuple[Endpoint, list[bytes], float, int]] = []
 
 
 @dataclass
@@ -191,6 +194,8 @@ class Dissector:
         self.shared = shared if shared is not None else SharedState()
         # TLS key material: the configured key log, plus secrets met in the capture
         self.tls_keys: KeyLog | None = self.config.tls_keys
+        # TLS connections waiting for a secret a growing (watched) key log may still bring
+        self._tls_waiting: dict[_ConnectionState, None] = {}
         self.stats = DissectStats()
         self.connections: dict[Any, ConnectionInfo] = {}
         self._conns: dict[Any, _ConnectionState] = {}
@@ -266,10 +271,15 @@ class Dissector:
             self.tls_keys = KeyLog()
         elif self.tls_keys is self.config.tls_keys:
             # the configured key log may be shared (several runs, --jobs): add to a copy
-            keys = KeyLog()
-            keys.merge(self.tls_keys)
-            self.tls_keys = keys
+            self.tls_keys = self.tls_keys.copy()
         self.tls_keys.add_dsb(secrets_type, data)
+
+    def idle(self) -> None:
+        """The packet source is idle or busy for a while (a live capture's tick): TLS
+        connections waiting for their key look at the key log again (it may have grown;
+        KeyLog.refresh reads it at most a few times a second)."""
+        if self._tls_waiting:
+            self._tls_retry()
 
     def report_parser_issues(self, ts: float | None) -> None:
         """Malformed packets, unknown link types, incomplete IP datagrams: errors rows too
@@ -331,6 +341,8 @@ class Dissector:
 
     def finish(self) -> None:
         """End of input: flush reassembly, framing and every in-flight request."""
+        if self._tls_waiting:
+            self._tls_retry(force=True)  # a last look at a growing key log
         self.parser.finish()
         self.report_parser_issues(self._last_ts)
         if self.parser.issues_dropped:
@@ -378,6 +390,14 @@ class Dissector:
 
     @staticmethod
     def _conn_start(conn: _ConnectionState, since: float) -> int:
+        tls = conn.tls
+        if tls is not None and tls.waiting:  # records queued until the key log has their key
+            tag = tls.first_waiting_tag()
+            pkts = [tag[1]] if tag is not None else []
+            if conn.tls_held:
+                pkts.append(conn.tls_held[0][3])
+            if pkts:
+                return min(pkts)
         if not conn.decided:
             return conn.held[0][4] if conn.held else 0
         low = 0
@@ -708,11 +728,61 @@ class Dissector:
 
     def _tls_data(self, conn: _ConnectionState, src: Endpoint, data: bytes, ts: float, pkt: int) -> None:
         tls = conn.tls
-        plain = tls.feed(src == conn.tls_client, data)
+        plain = tls.feed(src == conn.tls_client, data, (ts, pkt))
         if tls.failure is not None:
             self._tls_failed(conn, ts)
             return
         self._tls_issues(conn, ts, pkt)
+        if tls.waiting or conn.tls_held:
+            # a direction waits for its key: hold what the other one gave until it is back
+            if plain:
+                conn.tls_held.append((src, plain, ts, pkt))
+            if conn not in self._tls_waiting:
+                self._tls_waiting[conn] = None
+                self._tls_retry()
+        elif plain:
+            self._tls_plain(conn, src, plain, ts, pkt)
+
+    def _tls_retry(self, force: bool = False) -> None:
+        """Read what the (growing) key log gained; resume the connections waiting for it."""
+        keys = self.tls_keys
+        if keys is None or not keys.refresh(force):
+            return
+        for conn in list(self._tls_waiting):
+            self._tls_resume(conn)
+
+    def _tls_resume(self, conn: _ConnectionState) -> None:
+        tls = conn.tls
+        if tls is None:
+            self._tls_waiting.pop(conn, None)
+            return
+        info = conn.info
+        client = conn.tls_client
+        server = info.b if client == info.a else info.a
+        resumed = [(client if from_client else server, plain, ts, pkt)
+                   for from_client, (ts, pkt), plain in tls.resume()]
+        ts = info.last_ts
+        if tls.waiting and tls.failure is None:  # still waiting (for the other direction's key)
+            conn.tls_held.extend(resumed)
+            conn.tls_held.sort(key=lambda e: e[3])
+            return
+        ready = conn.tls_held + resumed
+        conn.tls_held = []
+        ready.sort(key=lambda e: e[3])  # both directions, in packet order (stable: in order within one)
+        for src, plain, ts, pkt in ready:
+            if conn.tls is None:
+                break
+            self._tls_plain(conn, src, plain, ts, pkt)
+        if conn.tls is not None:
+            self._tls_issues(conn, ts, ready[-1][3] if ready else self.stats.packets)
+        if conn.tls is not None and tls.failure is not None:
+            self._tls_failed(conn, ts)
+        self._tls_waiting.pop(conn, None)
+        if conn.info.closed is None:  # (closed ones are off the watermark's books)
+            self._dirty.add(conn)
+
+    def _tls_plain(self, conn: _ConnectionState, src: Endpoint, plain: list[bytes], ts: float, pkt: int) -> None:
+        tls = conn.tls
         if plain:
             info = conn.info
             if not info.tls_decrypted:
@@ -733,6 +803,7 @@ class Dissector:
         """The connection cannot be decrypted (no key, handshake not captured, unsupported
         suite, nothing decrypted): a TLS connection not decoded, with the reason."""
         tls, info = conn.tls, conn.info
+        self._tls_waiting.pop(conn, None)
         self._keep_tls_bytes(conn)
         conn.tls = None
         reason = tls.failure or "no application data decrypted"
@@ -817,9 +888,15 @@ class Dissector:
         info = conn.info
         info.closed = reason
         if conn.tls is not None:
+            if conn in self._tls_waiting:
+                self._tls_retry(force=True)  # a last look at the key log before giving up
+                if conn.tls is not None and conn.tls.waiting:
+                    conn.tls.give_up()  # the connection ended before the key log had its key
+                    self._tls_waiting.pop(conn, None)
+        if conn.tls is not None:
             self._tls_issues(conn, ts, self.stats.packets)
             self._keep_tls_bytes(conn)
-            if not conn.decided and not conn.held:
+            if not conn.decided and not conn.held or conn.tls.failure is not None:
                 self._tls_failed(conn, ts)
         if not conn.decided and conn.held:
             verdict = detect.decide_at_end(self._first_bytes(conn), self.config.max_frame_size)

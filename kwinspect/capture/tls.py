@@ -22,6 +22,12 @@ for TLS 1.3, encrypt-then-MAC for CBC suites), and runs the key schedules:
 The master secret / traffic secrets come from a ``capture.keylog.KeyLog`` by the
 connection's client random.  Primitives are the ``cryptography`` package's.
 
+With a key log that grows (``KeyLog.growing``: live capture, clients append lines
+as they connect), a missing secret is waited for rather than a failure: the
+direction's records are queued (``waiting``, at most ``MAX_WAIT_BYTES``) and
+``resume()`` decrypts them once the key log has the secret; ``give_up()`` turns
+the wait into the failure it would have been.
+
 What cannot be decrypted says why (``failure``): no ClientHello or ServerHello
 seen (handshake not captured), no key for this client random, an unsupported
 version or cipher suite.  A record that fails authentication is an issue
@@ -46,6 +52,7 @@ from kwinspect.capture.keylog import KeyLog
 CT_CCS, CT_ALERT, CT_HANDSHAKE, CT_APPLICATION_DATA = 20, 21, 22, 23
 HS_CLIENT_HELLO, HS_SERVER_HELLO, HS_FINISHED, HS_KEY_UPDATE = 1, 2, 20, 24
 MAX_RECORD = (1 << 14) + 2048
+MAX_WAIT_BYTES = 16 << 20  # records queued per direction while its key is awaited
 HRR_RANDOM = bytes.fromhex("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
 VERSIONS = {0x0301: "TLS 1.0", 0x0302: "TLS 1.1", 0x0303: "TLS 1.2", 0x0304: "TLS 1.3"}
 
@@ -263,7 +270,8 @@ def parse_server_hello(body: bytes) -> tuple[bytes, int, int, bool] | None:
 # -- the session -----------------------------------------------------------------------
 
 class _Direction:
-    __slots__ = ("buf", "hs", "cipher", "secret", "dead", "counts", "app_keys", "records")
+    __slots__ = ("buf", "hs", "cipher", "secret", "dead", "counts", "app_keys", "records", "wait", "queue",
+                 "queued")
 
     def __init__(self) -> None:
         self.buf = bytearray()  # an incomplete record
@@ -273,6 +281,9 @@ class _Direction:
         self.dead = False  # no more decryption: the rest is counted as undecryptable
         self.app_keys = False  # TLS 1.3: on the application traffic secrets
         self.records = 0
+        self.wait: str | None = None  # the key log label awaited (a growing key log)
+        self.queue: list[tuple[int, int, bytes, object]] = []  # records waiting for it, with their tags
+        self.queued = 0
         self.counts = {"handshake": 0, "change_cipher_spec": 0, "alert": 0, "application_data": 0,
                        "undecryptable": 0}
 
@@ -294,6 +305,7 @@ class TlsSession:
         self._issues: list[str] = []
         self._dirs = (_Direction(), _Direction())  # server, client
         self._app: list[list[bytes]] = [[], []]  # decrypted application data not yet handed out
+        self._tag: object = None  # the caller's tag of the bytes being fed (queued with a record)
 
     # -- what the driver reads ------------------------------------------------------
 
@@ -315,13 +327,65 @@ class TlsSession:
     def accounting(self, from_client: bool) -> dict[str, int]:
         d = self._dirs[from_client]
         out = dict(d.counts)
-        out["buffered"] = len(d.buf)
+        out["buffered"] = len(d.buf) + d.queued
         return out
+
+    @property
+    def waiting(self) -> bool:
+        """A direction waits for a secret the (growing) key log does not have yet."""
+        if self.failure is not None:
+            return False
+        return any(d.wait is not None and not d.dead for d in self._dirs)
+
+    def first_waiting_tag(self) -> object:
+        """The tag of the oldest queued record (None if none)."""
+        tags = [d.queue[0][3] for d in self._dirs if d.queue]
+        return min(tags, key=lambda t: t[1] if isinstance(t, tuple) else 0) if tags else None
+
+    def resume(self) -> list[tuple[bool, object, list[bytes]]]:
+        """Try the awaited secrets again (the key log grew): the queued records of each
+        direction that now has its key are decrypted; returns (from_client, tag,
+        application data) per record that gave some, each direction in order."""
+        out: list[tuple[bool, object, list[bytes]]] = []
+        for from_client in (False, True):
+            d = self._dirs[from_client]
+            if d.wait is None or d.dead or self.failure is not None:
+                continue
+            if not self._set_keys(d, from_client, d.wait):
+                continue
+            d.wait = None
+            queue, d.queue, d.queued = d.queue, [], 0
+            for i, (ctype, version, record, tag) in enumerate(queue):
+                if self.failure is not None or d.dead:
+                    d.counts["undecryptable"] += sum(len(r[2]) for r in queue[i:])
+                    break
+                self._tag = tag
+                self._record(d, from_client, ctype, version, record)
+                if self._app[from_client]:
+                    out.append((from_client, tag, self._app[from_client]))
+                    self._app[from_client] = []
+            self._tag = None
+        return out
+
+    def give_up(self) -> None:
+        """Stop waiting (the connection ended, or the capture): the awaited secret is
+        missing, as with a key log that does not grow."""
+        for d in self._dirs:
+            if d.wait is not None:
+                d.counts["undecryptable"] += d.queued + len(d.buf)
+                d.queue, d.queued = [], 0
+                del d.buf[:]
+                if self.failure is None:
+                    self._missing(d.wait, None)
+                d.wait = None
 
     # -- input ----------------------------------------------------------------------
 
-    def feed(self, from_client: bool, data: bytes) -> list[bytes]:
-        """Bytes one direction sent, in order; returns its application data decrypted."""
+    def feed(self, from_client: bool, data: bytes, tag: object = None) -> list[bytes]:
+        """Bytes one direction sent, in order; returns its application data decrypted.
+        ``tag`` (the caller's, e.g. the packet) goes with records queued while waiting
+        for a key, and comes back from ``resume()``."""
+        self._tag = tag
         d = self._dirs[from_client]
         if d.dead or self.failure is not None:
             d.counts["undecryptable"] += len(data)
@@ -376,6 +440,9 @@ class TlsSession:
 
     def _record(self, d: _Direction, from_client: bool, ctype: int, version: int, record: bytes) -> None:
         size = len(record)
+        if d.wait is not None:
+            self._queue(d, ctype, version, record)
+            return
         body = record[5:]
         if d.cipher is None or ctype == CT_CCS:
             # plaintext (TLS 1.3 also sends a plaintext middlebox ChangeCipherSpec)
@@ -391,7 +458,7 @@ class TlsSession:
                 d.counts["alert"] += size
             elif ctype == CT_APPLICATION_DATA and self.version == 0x0304 and d.cipher is None:
                 self._start_tls13(d, from_client)
-                if d.cipher is not None:
+                if d.cipher is not None or d.wait is not None:
                     d.records -= 1
                     self._record(d, from_client, ctype, version, record)
                 else:
@@ -430,6 +497,12 @@ class TlsSession:
             d.counts["alert"] += size
         else:
             d.counts["undecryptable"] += size
+
+    def _queue(self, d: _Direction, ctype: int, version: int, record: bytes) -> None:
+        d.queue.append((ctype, version, record, self._tag))
+        d.queued += len(record)
+        if d.queued > MAX_WAIT_BYTES:
+            self.give_up()
 
     def _handshake(self, d: _Direction, from_client: bool, data: bytes) -> None:
         hs = d.hs
@@ -482,7 +555,11 @@ class TlsSession:
 
     # -- keys -----------------------------------------------------------------------
 
-    def _missing(self, label: str) -> None:
+    def _missing(self, label: str, d: _Direction | None) -> None:
+        """The key log lacks ``label``: wait for it if the key log grows, else fail."""
+        if d is not None and self.keys.growing:
+            d.wait = label
+            return
         if self.keys.has_client_random(self.client_random or b""):
             self.failure = f"the key log has no {label} for this client random"
         else:
@@ -492,13 +569,8 @@ class TlsSession:
         if self.client_random is None or self.server_random is None or self.suite is None:
             self.failure = self.failure or "handshake not captured (no ClientHello and ServerHello)"
             return
-        master = self.keys.get("CLIENT_RANDOM", self.client_random)
-        if master is None:
-            self._missing("CLIENT_RANDOM")
-            return
-        c, s = tls12_key_block(master, self.client_random, self.server_random, self.suite)
-        mac_key, key, iv = c if from_client else s
-        d.cipher = _Cipher(self.suite, False, mac_key, key, iv, self.etm)
+        if not self._set_keys(d, from_client, "CLIENT_RANDOM"):
+            self._missing("CLIENT_RANDOM", d)
 
     def _start_tls13(self, d: _Direction, from_client: bool) -> None:
         # the server's keys change right after its ServerHello; the client's direction is
@@ -510,22 +582,31 @@ class TlsSession:
             dd = self._dirs[side]
             if dd.cipher is not None:
                 continue
+            if dd.wait is not None:
+                continue
             label = "CLIENT_HANDSHAKE_TRAFFIC_SECRET" if side else "SERVER_HANDSHAKE_TRAFFIC_SECRET"
-            secret = self.keys.get(label, self.client_random)
-            if secret is None:
+            if not self._set_keys(dd, side, label):
                 # the handshake secrets are needed to find where the application keys start
                 # (the Finished messages are encrypted): the connection is reported as missing them
-                self._missing(label)
-                return
-            dd.secret = secret
-            key, iv = tls13_traffic_keys(secret, self.suite)
-            dd.cipher = _Cipher(self.suite, True, b"", key, iv)
+                self._missing(label, dd)
+                if self.failure is not None:
+                    return
 
     def _tls13_switch(self, d: _Direction, from_client: bool, label: str) -> None:
+        if not self._set_keys(d, from_client, label):
+            self._missing(label, d)
+
+    def _set_keys(self, d: _Direction, from_client: bool, label: str) -> bool:
+        """The direction's cipher from the key log's ``label`` secret; False if it has none."""
         secret = self.keys.get(label, self.client_random or b"")
         if secret is None:
-            self._missing(label)
-            return
-        d.secret = secret
-        key, iv = tls13_traffic_keys(secret, self.suite)
-        d.cipher = _Cipher(self.suite, True, b"", key, iv)
+            return False
+        if label == "CLIENT_RANDOM":
+            c, s = tls12_key_block(secret, self.client_random, self.server_random, self.suite)
+            mac_key, key, iv = c if from_client else s
+            d.cipher = _Cipher(self.suite, False, mac_key, key, iv, self.etm)
+        else:
+            d.secret = secret
+            key, iv = tls13_traffic_keys(secret, self.suite)
+            d.cipher = _Cipher(self.suite, True, b"", key, iv)
+        return True

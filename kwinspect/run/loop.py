@@ -101,6 +101,9 @@ class PacketLoop:
         pending = d.pending  # the same list for the whole run (Dissector.pending)
         for raw in packets:
             if raw is None:  # a live source is idle: hand on what is ready, then the tick
+                d.idle()  # (TLS connections waiting for a growing key log look at it again)
+                if pending:
+                    collect(count)
                 self.mark(d.last_ts)
                 if out:
                     yield from out

@@ -36,7 +36,8 @@ from kwinspect.capture.packets import PacketParser
 from kwinspect.capture.readers import CaptureFormatError, open_capture
 
 SEGMENT_SCHEMA = pa.schema([
-    ("kind", pa.string()),       # "seg" | "range" | "issue"
+    ("kind", pa.string()),       # "seg" | "range" | "issue" | "secrets" (a pcapng Decryption Secrets Block:
+                                 # npackets = its secrets type, payload = its data; read by the driver only)
     ("conn", pa.string()),       # canonical 4-tuple: the shuffle key
     ("lpm", pa.float64()),       # running max ts within the range ("range" rows: the range's max)
     ("file", pa.int32()),        # rank of the file in the sorted input list
@@ -275,6 +276,11 @@ def _segments(path: str, fobj: IO[bytes], file_rank: int, rng: int, batch_rows: 
     cols = _Columns()
     lpm = float("-inf")
     count = nbytes = issues_seen = 0
+
+    def on_secrets(secrets_type: int, data: bytes) -> None:
+        cols.add(kind="secrets", conn="reader", file=file_rank, rng=rng, npackets=secrets_type, payload=data)
+
+    source.on_secrets = on_secrets
     with source:
         for raw in source:
             count += 1

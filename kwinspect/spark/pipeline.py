@@ -413,15 +413,20 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
     reader_errors = _issue_rows(side, files, packets_before, last_ts)
 
     # -- stage 2 ----------------------------------------------------------------------
+    # TLS key material: --tls-keylog's key log plus the capture's Decryption Secrets Blocks,
+    # broadcast to the executors inside the config (never logged: KeyLog's repr is a count)
+    config = _with_capture_secrets(opts.config, raw.filter(F.col("kind") == "secrets")
+                                   .select("file", "rng", "npackets", "payload").collect())
+    config_bc = spark.sparkContext.broadcast(config)
     ev_schema = _spark_schema(EVENT_SCHEMA)
     seg_cols = ["conn", "kts", "file", "rng", "idx", "ts", "src_ip", "src_port", "dst_ip", "dst_port",
                 "seq", "ack", "flags", "payload", "missing"]
 
     def stage2(df, names: GlobalNames, brokers: GlobalBrokers, dest: str) -> None:
-        cfg, values, want = opts.config, opts.values, opts.records
+        values, want = opts.values, opts.records
 
         def run(batches):
-            yield from dissect_partition(batches, config=cfg, values=values, want_records=want,
+            yield from dissect_partition(batches, config=config_bc.value, values=values, want_records=want,
                                          checks=checks, names=names, brokers=brokers, meta=True)
 
         (df.select(*seg_cols).repartition(partitions, "conn")
@@ -487,6 +492,21 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
     for name, df in _aggregates(ex, er, vol).items():
         df.coalesce(1).write.parquet(f"{out.tmp}/{name}")
     return res
+
+
+def _with_capture_secrets(config: DissectConfig, secrets: list) -> DissectConfig:
+    """The config with the secrets of the capture's Decryption Secrets Blocks added to its
+    key log (in file order), as Dissector.add_tls_secrets adds them in a single process."""
+    if not secrets:
+        return config
+    import dataclasses
+
+    from kwinspect.capture.keylog import KeyLog
+
+    keys = config.tls_keys.copy() if config.tls_keys is not None else KeyLog()
+    for r in sorted(secrets, key=lambda r: (r.file, r.rng)):
+        keys.add_dsb(int(r.npackets), bytes(r.payload))
+    return dataclasses.replace(config, tls_keys=keys)
 
 
 def _idle_schedule(raw, carry_rows) -> list:
