@@ -15,6 +15,8 @@ Next to ``NAME.pcap`` and its manifest:
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import gc
 import json
 import os
@@ -23,9 +25,10 @@ import ssl
 import struct
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
-from rig.manifest import Manifest
+from rig.manifest import ClientInfo, Manifest, RecordTruth
 from rig.rig import Rig
 from rig.scenarios import _ProxiedBroker, kp_consume, kp_produce, recording, standard_items
 
@@ -49,65 +52,80 @@ def _client_context(version: ssl.TLSVersion, keylog: str) -> ssl.SSLContext:
     return ctx
 
 
-def _tls_keylog(name: str, version: ssl.TLSVersion, rig: Rig, workdir: str) -> Manifest:
+@contextlib.contextmanager
+def _tls_tansu(name: str, rig: Rig, topic: str) -> Iterator[tuple[Any, Any, str]]:
+    """tansu behind rig.tlsproxy, with `topic` (1 partition) made before the capture:
+    yields (proxy, broker, CA certificate path)."""
     from rig.tansu import TansuBroker, free_port
     from rig.tlsproxy import TlsProxy, make_self_signed
 
     certdir = tempfile.mkdtemp(prefix="kwinspect-tls-")
     cert, key = make_self_signed(certdir)
     broker_port = free_port()
-    label = "TLS 1.3" if version == ssl.TLSVersion.TLSv1_3 else "TLS 1.2"
-    keylogs = {role: os.path.join(certdir, f"{role}.keys") for role in ("producer", "consumer")}
-    with TlsProxy(("127.0.0.1", broker_port), cert, key) as proxy:
-        tb = TansuBroker(broker_port, advertised_port=proxy.port,
-                         log_path=os.path.join(rig.log_dir, f"{name}.log"))
-        tb.start()
-        try:
-            from confluent_kafka.admin import AdminClient, NewTopic
+    try:
+        with TlsProxy(("127.0.0.1", broker_port), cert, key) as proxy:
+            tb = TansuBroker(broker_port, advertised_port=proxy.port,
+                             log_path=os.path.join(rig.log_dir, f"{name}.log"))
+            tb.start()
+            try:
+                from confluent_kafka.admin import AdminClient, NewTopic
 
-            topic = "tls-keylog-topic"
-            bootstrap = f"127.0.0.1:{proxy.port}"
-            admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "setup-admin",
-                                 "security.protocol": "SSL", "ssl.ca.location": cert,
-                                 "ssl.endpoint.identification.algorithm": "none"})
-            for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-                fut.result(15)
-            del admin
-            gc.collect()
-            with recording(rig, workdir, name,
-                           f"{label} with key logs: a kafka-python producer writes 8 records and a "
-                           "kafka-python consumer (assign()) reads them back over real TLS (Python ssl) "
-                           "to a TLS-terminating proxy (rig.tlsproxy) in front of tansu; the clients log "
-                           "their secrets with SSLContext.keylog_filename. Only the proxy port is "
-                           f"captured. {name}.keys holds every client's secrets, {name}.some.keys "
-                           "only the producer's.",
-                           _ProxyOnly(tb, proxy)) as m:
-                m.add_topic(topic, 1, "CreateTopics (before the capture)")
-                m.tls_ports = [proxy.port]
-                items = standard_items(topic, 8)
-                for it in items:
-                    it["partition"] = 0
-                common: dict[str, Any] = {"security_protocol": "SSL"}
-                kp_produce(m, bootstrap, "tls-kp-producer", items,
-                           extra={**common, "ssl_context": _client_context(version, keylogs["producer"])})
-                kp_consume(m, bootstrap, "tls-kp-consumer", expected=8, assign=[(topic, 0)],
-                           extra={**common, "ssl_context": _client_context(version, keylogs["consumer"])})
-                for c in m.clients:  # an SSLContext is no manifest value
-                    c.config["ssl_context"] = f"ssl.SSLContext(maximum_version={label}, keylog_filename=...)"
-                m.expect_apis("ApiVersions", "Metadata", "Produce", "Fetch")
-                m.notes.append(f"Decode with --tls-keylog captures/{name}.keys; without it every "
-                               "connection is a tls_stream row (TLS, not decoded).")
-        finally:
-            tb.stop()
-    with open(keylogs["producer"]) as f:
-        producer_keys = f.read()
-    with open(keylogs["consumer"]) as f:
-        consumer_keys = f.read()
+                admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{proxy.port}",
+                                     "client.id": "setup-admin", "security.protocol": "SSL",
+                                     "ssl.ca.location": cert,
+                                     "ssl.endpoint.identification.algorithm": "none"})
+                for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+                    fut.result(15)
+                del admin
+                gc.collect()
+                yield proxy, tb, cert
+            finally:
+                tb.stop()
+    finally:
+        shutil.rmtree(certdir, ignore_errors=True)
+
+
+def _write_key_logs(workdir: str, name: str, producer_keys: str, consumer_keys: str) -> None:
+    """NAME.keys (every client's secrets) and NAME.some.keys (the producer's only)."""
     with open(os.path.join(workdir, f"{name}.keys"), "w") as f:
         f.write(producer_keys + consumer_keys)
     with open(os.path.join(workdir, f"{name}.some.keys"), "w") as f:
         f.write(producer_keys)
-    shutil.rmtree(certdir, ignore_errors=True)
+
+
+def _tls_keylog(name: str, version: ssl.TLSVersion, rig: Rig, workdir: str) -> Manifest:
+    label = "TLS 1.3" if version == ssl.TLSVersion.TLSv1_3 else "TLS 1.2"
+    topic = "tls-keylog-topic"
+    logdir = tempfile.mkdtemp(prefix="kwinspect-keys-")
+    keylogs = {role: os.path.join(logdir, f"{role}.keys") for role in ("producer", "consumer")}
+    with _tls_tansu(name, rig, topic) as (proxy, tb, _cert):
+        bootstrap = f"127.0.0.1:{proxy.port}"
+        with recording(rig, workdir, name,
+                       f"{label} with key logs: a kafka-python producer writes 8 records and a "
+                       "kafka-python consumer (assign()) reads them back over real TLS (Python ssl) "
+                       "to a TLS-terminating proxy (rig.tlsproxy) in front of tansu; the clients log "
+                       "their secrets with SSLContext.keylog_filename. Only the proxy port is "
+                       f"captured. {name}.keys holds every client's secrets, {name}.some.keys "
+                       "only the producer's.",
+                       _ProxyOnly(tb, proxy)) as m:
+            m.add_topic(topic, 1, "CreateTopics (before the capture)")
+            m.tls_ports = [proxy.port]
+            items = standard_items(topic, 8)
+            for it in items:
+                it["partition"] = 0
+            common: dict[str, Any] = {"security_protocol": "SSL"}
+            kp_produce(m, bootstrap, "tls-kp-producer", items,
+                       extra={**common, "ssl_context": _client_context(version, keylogs["producer"])})
+            kp_consume(m, bootstrap, "tls-kp-consumer", expected=8, assign=[(topic, 0)],
+                       extra={**common, "ssl_context": _client_context(version, keylogs["consumer"])})
+            for c in m.clients:  # an SSLContext is no manifest value
+                c.config["ssl_context"] = f"ssl.SSLContext(maximum_version={label}, keylog_filename=...)"
+            m.expect_apis("ApiVersions", "Metadata", "Produce", "Fetch")
+            m.notes.append(f"Decode with --tls-keylog captures/{name}.keys; without it every "
+                           "connection is a tls_stream row (TLS, not decoded).")
+    with open(keylogs["producer"]) as f, open(keylogs["consumer"]) as g:
+        _write_key_logs(workdir, name, f.read(), g.read())
+    shutil.rmtree(logdir, ignore_errors=True)
     return m
 
 
@@ -142,6 +160,114 @@ def tansu_tls12_keylog(rig: Rig, workdir: str) -> Manifest:
     return _tls_keylog("tansu-tls12-keylog", ssl.TLSVersion.TLSv1_2, rig, workdir)
 
 
+NODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
+# What the kafkajs producer offers: only ChaCha20-Poly1305, so the capture holds a real
+# TLS 1.3 ChaCha20 session next to the consumer's default (AES-GCM) one.
+KAFKAJS_PRODUCER_CIPHERS = "TLS_CHACHA20_POLY1305_SHA256"
+
+
+def node_clients() -> str:
+    """rig/node with its node_modules (kafkajs, pinned in package-lock.json), installed on
+    first use with `npm ci`; raises FileNotFoundError without node and npm."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        raise FileNotFoundError("node and npm (Debian: nodejs, npm)")
+    if not os.path.isdir(os.path.join(NODE_DIR, "node_modules", "kafkajs")):
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, check=True,
+                       capture_output=True, timeout=300)
+    return node
+
+
+def _kafkajs_version() -> str:
+    with open(os.path.join(NODE_DIR, "node_modules", "kafkajs", "package.json")) as f:
+        return json.load(f)["version"]
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode()
+
+
+def tansu_kafkajs_tls13_keylog(rig: Rig, workdir: str) -> Manifest:
+    """kafkajs (Node's TLS, secrets from the sockets' 'keylog' event) over TLS 1.3: the
+    producer offers only ChaCha20-Poly1305, the consumer Node's defaults."""
+    name = "tansu-kafkajs-tls13-keylog"
+    node = node_clients()
+    topic = "kafkajs-tls-topic"
+    logdir = tempfile.mkdtemp(prefix="kwinspect-keys-")
+    items = standard_items(topic, 8)
+    for it in items:
+        it["partition"] = 0
+        # kafkajs takes header values as Buffers and sends a null one as empty: record that.
+        it["headers"] = [(k, b"" if v is None else v) for k, v in it["headers"]]
+    spec = {
+        "topic": topic, "group": "kafkajs-tls-group", "timeout_ms": 40000,
+        "producer": {"client_id": "tls-kafkajs-producer", "ciphers": KAFKAJS_PRODUCER_CIPHERS,
+                     "keylog": os.path.join(logdir, "producer.keys")},
+        "consumer": {"client_id": "tls-kafkajs-consumer", "ciphers": None,
+                     "keylog": os.path.join(logdir, "consumer.keys")},
+        "items": [{"key": _b64(it["key"]), "value": _b64(it["value"]), "partition": 0,
+                   "timestamp_ms": it["timestamp_ms"],
+                   "headers": [{"key": k, "value": _b64(v)} for k, v in it["headers"]]}
+                  for it in items],
+    }
+    with _tls_tansu(name, rig, topic) as (proxy, tb, _cert):
+        spec["brokers"] = [f"127.0.0.1:{proxy.port}"]
+        spec_path = os.path.join(logdir, "spec.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        with recording(rig, workdir, name,
+                       "TLS 1.3 from Node: a kafkajs producer writes 8 records (one send each, "
+                       "offering only TLS_CHACHA20_POLY1305_SHA256) and a kafkajs group consumer "
+                       "reads them back and commits, over real TLS (Node's OpenSSL) to a "
+                       "TLS-terminating proxy (rig.tlsproxy) in front of tansu; each client logs its "
+                       "secrets from its sockets' 'keylog' event. Only the proxy port is captured. "
+                       f"{name}.keys holds every client's secrets, {name}.some.keys only the "
+                       "producer's.",
+                       _ProxyOnly(tb, proxy)) as m:
+            m.add_topic(topic, 1, "CreateTopics (before the capture)")
+            m.tls_ports = [proxy.port]
+            run = subprocess.run([node, os.path.join(NODE_DIR, "kafkajs_tls.js"), spec_path],
+                                 capture_output=True, text=True, timeout=120)
+            if run.returncode != 0:
+                raise RuntimeError(f"kafkajs clients failed: {run.stderr[-2000:]}")
+            version = _kafkajs_version()
+            for role in ("producer", "consumer"):
+                conf = {"ssl": "tls.connect(rejectUnauthorized=false)",
+                        "socketFactory": "tls.connect plus socket.on('keylog')"}
+                if spec[role]["ciphers"]:
+                    conf["ciphers"] = spec[role]["ciphers"]
+                if role == "consumer":
+                    conf["groupId"] = spec["group"]
+                m.clients.append(ClientInfo(role, "kafkajs", version, spec[role]["client_id"], conf))
+            m.group_ids.append(spec["group"])
+            for line in run.stdout.splitlines():
+                got = json.loads(line)
+                if got["role"] == "produced":
+                    it = items[len(m.produced)]
+                    m.produced.append(RecordTruth.make(
+                        got["topic"], got["partition"], got["offset"], it["key"], it["value"],
+                        it["headers"], codec="none", timestamp_ms=it["timestamp_ms"],
+                        timestamp_type="create_time", client_id=spec["producer"]["client_id"],
+                        acks="all"))
+                else:
+                    m.consumed.append(RecordTruth.make(
+                        got["topic"], got["partition"], got["offset"],
+                        None if got["key"] is None else base64.b64decode(got["key"]),
+                        None if got["value"] is None else base64.b64decode(got["value"]),
+                        [(h["key"], None if h["value"] is None else base64.b64decode(h["value"]))
+                         for h in got["headers"]],
+                        timestamp_ms=got["timestamp_ms"], timestamp_type="create_time",
+                        client_id=spec["consumer"]["client_id"], group_id=spec["group"]))
+            m.expect_apis("ApiVersions", "Metadata", "Produce", "Fetch", "FindCoordinator",
+                          "JoinGroup", "SyncGroup", "OffsetCommit")
+            m.notes.append(f"Decode with --tls-keylog captures/{name}.keys; without it every "
+                           "connection is a tls_stream row (TLS, not decoded).")
+    with open(spec["producer"]["keylog"]) as f, open(spec["consumer"]["keylog"]) as g:
+        _write_key_logs(workdir, name, f.read(), g.read())
+    shutil.rmtree(logdir, ignore_errors=True)
+    return m
+
+
 def _inject_secrets(pcap: str, keys: str, out: str) -> None:
     """The capture as pcapng with the key log in a Decryption Secrets Block."""
     editcap = shutil.which("editcap")
@@ -166,4 +292,5 @@ def _inject_secrets(pcap: str, keys: str, out: str) -> None:
 SCENARIOS = {
     "tansu-tls13-keylog": tansu_tls13_keylog,
     "tansu-tls12-keylog": tansu_tls12_keylog,
+    "tansu-kafkajs-tls13-keylog": tansu_kafkajs_tls13_keylog,
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -32,7 +33,6 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 
 def jsonl(*argv: str) -> list[dict]:
-    import json
 
     status, out, _err = cli(*argv, "-F", "jsonl", "-q")
     assert status == 0
@@ -40,7 +40,8 @@ def jsonl(*argv: str) -> list[dict]:
 
 
 def test_tls_captures_are_shipped() -> None:
-    assert [p.name for p in KEYED] == ["tansu-tls12-keylog.pcap", "tansu-tls13-keylog.pcap"]
+    assert [p.name for p in KEYED] == ["tansu-kafkajs-tls13-keylog.pcap", "tansu-tls12-keylog.pcap",
+                                       "tansu-tls13-keylog.pcap"]
     assert (CAPTURES / "tansu-tls13-dsb.pcap").is_file()
 
 
@@ -63,7 +64,9 @@ def test_with_part_of_the_key_log(pcap: Path) -> None:
     assert all(r["message"].endswith(": no key for this client random in the key log)") for r in refused)
     exchanges = jsonl("exchanges", "--tls-keylog", some, str(pcap))
     assert {e["stream"] for e in exchanges} == decrypted
-    assert {e["client_id"] for e in exchanges} == {"tls-kp-producer"}
+    manifest = json.loads(pcap.with_suffix(".manifest.json").read_text())
+    producers = {c["client_id"] for c in manifest["clients"] if c["role"] == "producer"}
+    assert {e["client_id"] for e in exchanges} == producers
 
 
 @pytest.mark.parametrize("pcap", KEYED, ids=lambda p: p.name)
