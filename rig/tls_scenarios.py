@@ -25,6 +25,7 @@ import ssl
 import struct
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,8 +54,8 @@ def _client_context(version: ssl.TLSVersion, keylog: str) -> ssl.SSLContext:
 
 
 @contextlib.contextmanager
-def _tls_tansu(name: str, rig: Rig, topic: str) -> Iterator[tuple[Any, Any, str]]:
-    """tansu behind rig.tlsproxy, with `topic` (1 partition) made before the capture:
+def _tls_tansu(name: str, rig: Rig, topic: str | None) -> Iterator[tuple[Any, Any, str]]:
+    """tansu behind rig.tlsproxy, with `topic` (1 partition, if given) made before the capture:
     yields (proxy, broker, CA certificate path)."""
     from rig.tansu import TansuBroker, free_port
     from rig.tlsproxy import TlsProxy, make_self_signed
@@ -68,21 +69,26 @@ def _tls_tansu(name: str, rig: Rig, topic: str) -> Iterator[tuple[Any, Any, str]
                              log_path=os.path.join(rig.log_dir, f"{name}.log"))
             tb.start()
             try:
-                from confluent_kafka.admin import AdminClient, NewTopic
-
-                admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{proxy.port}",
-                                     "client.id": "setup-admin", "security.protocol": "SSL",
-                                     "ssl.ca.location": cert,
-                                     "ssl.endpoint.identification.algorithm": "none"})
-                for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-                    fut.result(15)
-                del admin
-                gc.collect()
+                if topic is not None:
+                    _create_topic(proxy.port, cert, topic)
                 yield proxy, tb, cert
             finally:
                 tb.stop()
     finally:
         shutil.rmtree(certdir, ignore_errors=True)
+
+
+def _create_topic(port: int, cert: str, topic: str) -> None:
+    """`topic` with one partition, through the TLS port, before the capture starts."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}", "client.id": "setup-admin",
+                         "security.protocol": "SSL", "ssl.ca.location": cert,
+                         "ssl.endpoint.identification.algorithm": "none"})
+    for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        fut.result(15)
+    del admin
+    gc.collect()
 
 
 def _write_key_logs(workdir: str, name: str, producer_keys: str, consumer_keys: str) -> None:
@@ -268,6 +274,70 @@ def tansu_kafkajs_tls13_keylog(rig: Rig, workdir: str) -> Manifest:
     return m
 
 
+def _api_versions_v0(correlation_id: int, client_id: bytes) -> bytes:
+    """An ApiVersions v0 request, size-prefixed: header v1 and an empty body."""
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    return struct.pack(">i", len(body)) + body
+
+
+def tansu_openssl_keyupdate(rig: Rig, workdir: str) -> Manifest:
+    """TLS 1.3 KeyUpdate on the wire: `openssl s_client` sends a Kafka ApiVersions request,
+    then a KeyUpdate that asks the peer to update too ('K': both directions change keys),
+    a second request, a KeyUpdate for its own direction only ('k'), a third request."""
+    name = "tansu-openssl-keyupdate"
+    exe = shutil.which("openssl")
+    if exe is None:
+        raise FileNotFoundError("openssl")
+    version = subprocess.run([exe, "version"], capture_output=True, text=True,
+                             check=True).stdout.split()[1]
+    logdir = tempfile.mkdtemp(prefix="kwinspect-keys-")
+    keylog = os.path.join(logdir, "s_client.keys")
+    client_id = b"openssl-keyupdate"
+    with _tls_tansu(name, rig, None) as (proxy, tb, _cert):
+        with recording(rig, workdir, name,
+                       "TLS 1.3 key updates from a real TLS stack: openssl s_client (-keylogfile) "
+                       "connects to a TLS-terminating proxy (rig.tlsproxy, Python ssl) in front of "
+                       "tansu and sends three Kafka ApiVersions v0 requests: one before any key "
+                       "update, one after a KeyUpdate with update_requested (the proxy answers with "
+                       "its own KeyUpdate, so both directions change keys), one after a second "
+                       "KeyUpdate from the client alone. Only the proxy port is captured; "
+                       f"{name}.keys holds the client's secrets (the *_TRAFFIC_SECRET_0 lines are "
+                       "enough: the later keys are derived from them).",
+                       _ProxyOnly(tb, proxy)) as m:
+            m.tls_ports = [proxy.port]
+            m.clients.append(ClientInfo("client", "openssl s_client", version, client_id.decode(),
+                                        {"args": "-tls1_3 -keylogfile FILE -no_ign_eof",
+                                         "stdin": "ApiVersions v0, 'K', ApiVersions v0, 'k', "
+                                                  "ApiVersions v0"}))
+            p = subprocess.Popen([exe, "s_client", "-connect", f"127.0.0.1:{proxy.port}",
+                                  "-tls1_3", "-keylogfile", keylog, "-no_ign_eof"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE)
+            assert p.stdin is not None and p.stderr is not None
+            time.sleep(1.0)  # the handshake
+            # s_client treats a read that starts with K or k as a command: each one must
+            # arrive as its own read, hence the pauses.
+            for chunk in (_api_versions_v0(1, client_id), b"K\n", _api_versions_v0(2, client_id),
+                          b"k\n", _api_versions_v0(3, client_id)):
+                p.stdin.write(chunk)
+                p.stdin.flush()
+                time.sleep(0.7)
+            p.stdin.close()
+            p.wait(15)
+            said = p.stderr.read().decode(errors="replace")
+            if said.count("KEYUPDATE") != 2:
+                raise RuntimeError(f"openssl s_client did not send two key updates: {said[-500:]}")
+            m.expect_apis("ApiVersions")
+            m.notes.append(f"Decode with --tls-keylog captures/{name}.keys: three ApiVersions "
+                           "exchanges, correlation ids 1-3, the second and third after key updates.")
+    with open(keylog) as f:
+        keys = f.read()
+    with open(os.path.join(workdir, f"{name}.keys"), "w") as f:
+        f.write(keys)
+    shutil.rmtree(logdir, ignore_errors=True)
+    return m
+
+
 def _inject_secrets(pcap: str, keys: str, out: str) -> None:
     """The capture as pcapng with the key log in a Decryption Secrets Block."""
     editcap = shutil.which("editcap")
@@ -293,4 +363,5 @@ SCENARIOS = {
     "tansu-tls13-keylog": tansu_tls13_keylog,
     "tansu-tls12-keylog": tansu_tls12_keylog,
     "tansu-kafkajs-tls13-keylog": tansu_kafkajs_tls13_keylog,
+    "tansu-openssl-keyupdate": tansu_openssl_keyupdate,
 }

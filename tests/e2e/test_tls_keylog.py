@@ -149,3 +149,27 @@ def test_console_script_exit_status() -> None:
     proc = subprocess.run([sys.executable, "-m", "kwinspect", "summary", "-q", str(KEYED[-1])],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and "TLS, not decoded" in proc.stdout
+
+
+def test_key_updates_from_a_real_tls_stack(tmp_path) -> None:
+    """openssl s_client sent ApiVersions with correlation ids 1, 2, 3, the second after a
+    KeyUpdate both sides answered, the third after one from the client alone
+    (rig/tls_scenarios.py, the manifest's client config says what went on stdin)."""
+    pcap = CAPTURES / "tansu-openssl-keyupdate.pcap"
+    keys = pcap.with_suffix(".keys")
+    manifest = json.loads(pcap.with_suffix(".manifest.json").read_text())
+    assert "'K'" in manifest["clients"][0]["config"]["stdin"]
+    want = [(18, 0, 1, "paired"), (18, 0, 2, "paired"), (18, 0, 3, "paired")]
+    got = [(e["api_key"], e["api_version"], e["correlation_id"], e["status"])
+           for e in jsonl("exchanges", "--tls-keylog", str(keys), str(pcap))]
+    assert got == want
+    # OpenSSL also logs each updated secret (…_TRAFFIC_SECRET_N); the keys after an update
+    # are derived from the *_TRAFFIC_SECRET_0 lines alone, as RFC 8446 7.2 says.
+    only_first = tmp_path / "first.keys"
+    only_first.write_text("".join(line for line in keys.read_text().splitlines(keepends=True)
+                                  if "_TRAFFIC_SECRET_N " not in line))
+    assert "_N " not in only_first.read_text() and "SECRET_0 " in only_first.read_text()
+    got = [(e["api_key"], e["api_version"], e["correlation_id"], e["status"])
+           for e in jsonl("exchanges", "--tls-keylog", str(only_first), str(pcap))]
+    assert got == want
+    assert jsonl("exchanges", str(pcap)) == []
