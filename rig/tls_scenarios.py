@@ -70,7 +70,7 @@ def _tls_tansu(name: str, rig: Rig, topic: str | None) -> Iterator[tuple[Any, An
             tb.start()
             try:
                 if topic is not None:
-                    _create_topic(proxy.port, cert, topic)
+                    create_tls_topic(proxy.port, cert, topic)
                 yield proxy, tb, cert
             finally:
                 tb.stop()
@@ -78,7 +78,7 @@ def _tls_tansu(name: str, rig: Rig, topic: str | None) -> Iterator[tuple[Any, An
         shutil.rmtree(certdir, ignore_errors=True)
 
 
-def _create_topic(port: int, cert: str, topic: str) -> None:
+def create_tls_topic(port: int, cert: str, topic: str) -> None:
     """`topic` with one partition, through the TLS port, before the capture starts."""
     from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -12,7 +12,6 @@ any output, on stderr, or in the pcap.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import ssl
@@ -61,11 +60,10 @@ def _offline(table: str, files: list[str], ports: str, keylog: str) -> list[dict
 @pytest.mark.skipif(_rig_missing() is not None, reason=_rig_missing() or "")
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2], ids=["tls13", "tls12"])
 def test_live_decrypts_with_a_growing_key_log(tmp_path, version) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from rig.manifest import Manifest
     from rig.scenarios import kp_consume, kp_produce, standard_items
     from rig.tansu import TansuBroker, free_port
+    from rig.tls_scenarios import create_tls_topic
     from rig.tlsproxy import TlsProxy, make_self_signed
 
     work = str(tmp_path)
@@ -78,13 +76,7 @@ def test_live_decrypts_with_a_growing_key_log(tmp_path, version) -> None:
         try:
             topic = "live-tls-topic"
             bootstrap = f"127.0.0.1:{proxy.port}"
-            admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "setup-admin",
-                                 "security.protocol": "SSL", "ssl.ca.location": cert,
-                                 "ssl.endpoint.identification.algorithm": "none"})
-            for fut in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-                fut.result(15)
-            del admin
-            gc.collect()
+            create_tls_topic(proxy.port, cert, topic)
             assert not os.path.exists(keylog)
             live = LiveProc(work, "tls", "-i", "lo", "--kafka-ports", str(proxy.port), "-t", "exchanges",
                             "-F", "jsonl", "--tls-keylog", keylog, "-w", os.path.join(work, "tls.pcap"),
