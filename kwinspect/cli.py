@@ -43,6 +43,7 @@ examples:
   kwinspect records capture.pcap --format parquet -o records.parquet
   kwinspect errors capture.pcap --format csv
   kwinspect latency capture.pcap --by broker --plot latency.html
+  kwinspect stats capture.pcap --interval 10s --by api,topic -o stats.parquet
   kwinspect decode capture.pcap | jq 'select(.api_name == "Metadata")'
   kwinspect exchanges rotated-*.pcap --kafka-ports 9092,19092-19094
 
@@ -191,6 +192,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=("api", "broker", "client", "topic"), default="api", help="grouping (default api)")
     p.add_argument("--plot", metavar="FILE", help="also write a histogram and time series: .png, .svg or .html")
     _output_options(p)
+
+    p = add("stats", "traffic as time series: requests, errors, latency, bytes per interval",
+            "Per interval (--interval, default 1s): requests, errors and unanswered requests per\n"
+            "api, version, broker and client_id; latency histogram and p50/p95/p99 per api and\n"
+            "broker (Fetch long polls counted apart); produced and fetched records and bytes per\n"
+            "topic and partition; throttling; connections opened, closed and refused per broker;\n"
+            "consumer lag per group, topic and partition where the capture shows it.\n"
+            "One row per interval, series and dimension values (long format, for pandas/Spark).\n"
+            "Series and columns: docs/columns.md; examples: docs/cli.md.")
+    p.epilog = STATS_EXAMPLES
+    _input_options(p, jobs=False)
+    g = p.add_argument_group("series")
+    g.add_argument("-i", "--interval", default="1s", metavar="DURATION",
+                   help="length of an interval: 100ms, 1s, 10s, 1m, 1h (default 1s); intervals start "
+                        "on multiples of it since the epoch")
+    g.add_argument("--by", default=None, metavar="DIMS",
+                   help="dimensions to keep, comma-separated: api, version, broker, client, topic, "
+                        "partition, group (default all; 'none' for totals); the others are summed over")
+    g.add_argument("--series", default=None, metavar="FAMILIES",
+                   help="series to count, comma-separated: requests, latency, volume, throttle, "
+                        "connections, lag (default all)")
+    g.add_argument("--max-labels", type=int, default=None, metavar="N",
+                   help="distinct values kept per broker, client_id, topic and group (default 1000); "
+                        "later new values are counted as (other)")
+    _output_options(p, filterable=False)
+    g.add_argument("-f", "--filter", metavar="EXPR",
+                   help="count only exchanges matching EXPR (exchange columns, see docs/filter.md); "
+                        "connections are not exchanges and are always counted")
 
     p = add("decode", "every message fully decoded, as JSON lines (for jq)",
             "One JSON object per exchange: its columns plus request and response with header, body, issues.\n"
@@ -524,6 +553,71 @@ def cmd_latency(args) -> int:
     return 130 if interrupted else 0
 
 
+STATS_EXAMPLES = """\
+examples:
+  kwinspect stats capture.pcap                              # every series, 1 s intervals
+  kwinspect stats capture.pcap --interval 100ms --series requests,latency --by api
+  kwinspect stats capture.pcap --by topic,partition --series volume -F csv
+  kwinspect stats capture.pcap -i 1m -o stats.parquet
+
+In pandas: df.pivot_table(index="interval_start", columns="series", values="amount",
+aggfunc="sum") gives one column per series. See docs/cli.md#stats.
+"""
+
+
+def cmd_stats(args) -> int:
+    from kwinspect.analyze.stats import (
+        DEFAULT_LABEL_CAP,
+        FAMILIES,
+        TrafficStats,
+        by_dimensions,
+        parse_interval,
+        stats_table_columns,
+    )
+
+    try:
+        interval = parse_interval(args.interval)
+        by = by_dimensions(_comma_list(args.by)) if args.by is not None else None
+    except ValueError as exc:
+        raise UsageError(f"stats: {exc}") from None
+    families = _comma_list(args.series) if args.series is not None else list(FAMILIES)
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown or not families:
+        raise UsageError(f"--series {args.series!r}: expected some of {', '.join(FAMILIES)}")
+    if args.max_labels is not None and args.max_labels < 1:
+        raise UsageError("--max-labels must be at least 1")
+    keep = _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    fmt = _output_format(args)  # a bad -o fails before the capture is read
+    if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
+        raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
+    config = _config(args)
+    stats = TrafficStats(interval, by, families, args.max_labels or DEFAULT_LABEL_CAP,
+                         kafka_ports=config.kafka_ports)
+    run = FileRun(on_close=stats.add_connection)
+
+    def add(ev: Any) -> None:
+        if isinstance(ev, Exchange) and (keep is None or keep(ev.row())):
+            stats.add(ev, run.dissector.shared.topic_names if run.dissector else None)
+
+    interrupted = _consume(args, run, add)
+    rows = stats.rows()
+    from kwinspect.export.writers import write_rows
+
+    options = _writer_options(args, fmt)
+    if fmt == "table":  # on a terminal, only the dimensions the rows have (the files keep every column)
+        options["columns"] = stats_table_columns(rows)
+    write_rows(rows, "stats", fmt, args.output, **options)
+    folded = stats.observer.overflowed()
+    if folded:
+        what = ", ".join(f"{plural(n, 'observation')} of {dim}" for dim, n in folded.items())
+        print(f"{PROG}: more distinct values than --max-labels: {what} counted as (other)", file=sys.stderr)
+    return 130 if interrupted else 0
+
+
+def _comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def cmd_decode(args) -> int:
     from kwinspect.analyze.render import exchange_json
 
@@ -838,7 +932,7 @@ def main(argv: list[str] | None = None) -> int:
         "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
         "errors": lambda a: cmd_table(a, "errors"),
         "tui": cmd_tui, "pipeline": cmd_pipeline, "live": cmd_live,
-        "diagnose": cmd_diagnose,
+        "diagnose": cmd_diagnose, "stats": cmd_stats,
     }
     handler = handlers.get(args.command, cmd_planned)
     # Decoding makes millions of short-lived, acyclic dicts and lists that reference
