@@ -216,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-labels", type=int, default=None, metavar="N",
                    help="distinct values kept per broker, client_id, topic and group (default 1000); "
                         "later new values are counted as (other)")
+    g.add_argument("--plot", metavar="FILE",
+                   help="also draw requests/s, p99 latency and bytes/s over time: .png, .svg or .html")
+    g.add_argument("--plot-by", choices=("api", "topic"), default="api",
+                   help="one line per api (default) or per topic in the --plot")
     _output_options(p, filterable=False)
     g.add_argument("-f", "--filter", metavar="EXPR",
                    help="count only exchanges matching EXPR (exchange columns, see docs/filter.md); "
@@ -558,7 +562,7 @@ examples:
   kwinspect stats capture.pcap                              # every series, 1 s intervals
   kwinspect stats capture.pcap --interval 100ms --series requests,latency --by api
   kwinspect stats capture.pcap --by topic,partition --series volume -F csv
-  kwinspect stats capture.pcap -i 1m -o stats.parquet
+  kwinspect stats capture.pcap -i 1m -o stats.parquet --plot stats.html
 
 In pandas: df.pivot_table(index="interval_start", columns="series", values="amount",
 aggfunc="sum") gives one column per series. See docs/cli.md#stats.
@@ -574,6 +578,7 @@ def cmd_stats(args) -> int:
         parse_interval,
         stats_table_columns,
     )
+    from kwinspect.analyze.stats_plot import PLOT_BY, PLOT_FAMILIES
 
     try:
         interval = parse_interval(args.interval)
@@ -587,6 +592,11 @@ def cmd_stats(args) -> int:
     if args.max_labels is not None and args.max_labels < 1:
         raise UsageError("--max-labels must be at least 1")
     keep = _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    if args.plot:
+        from kwinspect.analyze.plotting import PLOT_SUFFIXES
+
+        if os.path.splitext(args.plot)[1].lower() not in PLOT_SUFFIXES:
+            raise UsageError(f"--plot {args.plot}: unknown extension; use .png, .svg or .html")
     fmt = _output_format(args)  # a bad -o fails before the capture is read
     if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
         raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
@@ -594,10 +604,15 @@ def cmd_stats(args) -> int:
     stats = TrafficStats(interval, by, families, args.max_labels or DEFAULT_LABEL_CAP,
                          kafka_ports=config.kafka_ports)
     run = FileRun(on_close=stats.add_connection)
+    # the plot's own series: by api and topic only (a p99 per api is not made of p99s per broker)
+    plotted = TrafficStats(interval, PLOT_BY, PLOT_FAMILIES) if args.plot else None
 
     def add(ev: Any) -> None:
         if isinstance(ev, Exchange) and (keep is None or keep(ev.row())):
-            stats.add(ev, run.dissector.shared.topic_names if run.dissector else None)
+            names = run.dissector.shared.topic_names if run.dissector else None
+            stats.add(ev, names)
+            if plotted is not None:
+                plotted.add(ev, names)
 
     interrupted = _consume(args, run, add)
     rows = stats.rows()
@@ -611,6 +626,14 @@ def cmd_stats(args) -> int:
     if folded:
         what = ", ".join(f"{plural(n, 'observation')} of {dim}" for dim, n in folded.items())
         print(f"{PROG}: more distinct values than --max-labels: {what} counted as (other)", file=sys.stderr)
+    if plotted is not None:
+        from kwinspect.analyze.stats_plot import plot_stats
+
+        try:
+            path = plot_stats(plotted.rows(), args.plot, by=args.plot_by, interval=interval)
+        except RuntimeError as exc:  # matplotlib missing
+            raise UsageError(str(exc)) from None
+        print(f"plot written to {path}", file=sys.stderr)
     return 130 if interrupted else 0
 
 
