@@ -214,8 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="series to count, comma-separated: requests, latency, volume, throttle, "
                         "connections, lag (default all)")
     g.add_argument("--max-labels", type=int, default=None, metavar="N",
-                   help="distinct values kept per broker, client_id, topic and group (default 1000); "
-                        "later new values are counted as (other)")
+                   help="distinct values kept per api, version, broker, client_id, topic and group "
+                        "(default 1000); later new values are counted as (other)")
     g.add_argument("--plot", metavar="FILE",
                    help="also draw requests/s, p99 latency and bytes/s over time: .png, .svg or .html")
     g.add_argument("--plot-by", choices=("api", "topic"), default="api",
@@ -788,6 +788,8 @@ examples:
   kwinspect live -i lo --kafka-ports 9092 -t records -F jsonl | jq .value
   kwinspect live -i eth0 -w kafka.pcap -C 100 -W 10        # keep the packets: 10 x 100 MB ring
   kwinspect live -i eth0 --duration 60 -t errors -F csv -o errors.csv
+  kwinspect live -i eth0 --kafka-ports 9092 --metrics 0.0.0.0:9464 -t none -q
+                                                           # a Prometheus exporter
   kwinspect exchanges kafka-*.pcap                         # the same session, offline
 
 Needs root or CAP_NET_RAW (Linux AF_PACKET, via scapy). Stops on Ctrl-C, SIGTERM,
@@ -848,6 +850,13 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     g.add_argument("--also", action="append", default=[], metavar="TABLE=FILE",
                    help="also write another table to FILE at the same time, e.g. --also records=rec.jsonl "
                         "(format from the extension: .jsonl, .csv, .txt; unfiltered; repeatable)")
+    g.add_argument("--metrics", metavar="[HOST:]PORT",
+                   help="serve Prometheus/OpenMetrics metrics at http://HOST:PORT/metrics while capturing "
+                        "(host default 127.0.0.1; 0.0.0.0:PORT for every interface); without -F/-o no rows "
+                        "are printed. Metric names: docs/live.md")
+    g.add_argument("--max-labels", type=int, default=None, metavar="N",
+                   help="--metrics: distinct values kept per api, version, broker, client_id, topic and group "
+                        "label (default 100); later new values are counted as (other)")
     g.add_argument("-q", "--quiet", action="store_true", help="no status line and no summary on stderr")
     g.add_argument("--status-interval", type=float, default=1.0, metavar="S",
                    help="seconds between status-line updates on a terminal's stderr (default 1)")
@@ -858,6 +867,23 @@ def cmd_live(args) -> int:
     from kwinspect.export.tables import CAPTURE_TABLES, TABLES
     from kwinspect.run.live_session import LiveOptions, run_live
 
+    metrics = None
+    if args.metrics is not None:
+        try:
+            from kwinspect.export.metrics import parse_listen
+        except ImportError as exc:
+            raise UsageError(f"--metrics needs the prometheus_client package: pip install 'kwinspect[live]' "
+                             f"({exc})") from None
+        try:
+            metrics = parse_listen(args.metrics)
+        except ValueError as exc:
+            raise UsageError(f"--metrics: {exc}") from None
+        if args.format is None and args.output is None:
+            args.table = "none"  # an exporter next to a broker: no rows on stdout unless asked for
+    elif args.max_labels is not None:
+        raise UsageError("--max-labels is for --metrics")
+    if args.max_labels is not None and args.max_labels < 1:
+        raise UsageError("--max-labels must be at least 1")
     keep = _compile_filter(args.filter, TABLES["exchanges" if args.table == "none" else args.table])
     for flag, value in (("--count", args.count), ("--duration", args.duration), ("-C", args.file_size),
                         ("-G", args.rotate_seconds), ("-W", args.file_count), ("--snaplen", args.snaplen),
@@ -899,7 +925,8 @@ def cmd_live(args) -> int:
         rotate_bytes=int(args.file_size * 1_000_000) if args.file_size else None,
         rotate_seconds=args.rotate_seconds, max_files=args.file_count, duration=args.duration,
         count=args.count, snaplen=args.snaplen, buffer_bytes=args.buffer_size * 1024,
-        promisc=not args.no_promiscuous_mode, quiet=args.quiet, status_interval=args.status_interval)
+        promisc=not args.no_promiscuous_mode, quiet=args.quiet, status_interval=args.status_interval,
+        metrics=metrics, metrics_label_cap=args.max_labels)
     try:
         return run_live(opts)
     except LiveFilterError as exc:

@@ -141,7 +141,8 @@ class SeriesObserver:
 
     def __init__(self, label_cap: int = DEFAULT_LABEL_CAP, families: Iterable[str] = FAMILIES) -> None:
         self.families = frozenset(families)
-        self.caps = {d: LabelCap(label_cap) for d in ("broker", "client_id", "topic", "group_id")}
+        self.caps = {d: LabelCap(label_cap) for d in ("api_name", "api_version", "broker", "client_id",
+                                                      "topic", "group_id")}
         # (topic, partition) pairs: past the cap, a topic's new partitions are counted without one
         self.partitions = LabelCap(label_cap * 10)
         self.lag = LagTracker()
@@ -169,12 +170,13 @@ class SeriesObserver:
         self._last_ts = ts
         caps = self.caps
         fam = self.families
-        api = api_label(ex)
+        api = caps["api_name"](api_label(ex))  # (api keys and versions are wire values too)
+        version = caps["api_version"](ex.api_version, None)
         broker = caps["broker"](ex.broker or "(unknown)")
         if ex.broker and len(self._kafka_brokers) < 10_000:  # refused connections are told by these
             self._kafka_brokers.add(ex.broker)
         client_id = caps["client_id"](ex.client_id)
-        req = _dims(api, ex.api_version, broker, client_id)
+        req = _dims(api, version, broker, client_id)
         out: list[Observation] = []
         add = out.append
         if "requests" in fam:
