@@ -190,10 +190,10 @@ class SeriesObserver:
             ab = _dims(api, broker=broker)
             if ex.long_poll:
                 add(Observation("long_polls", ts, ab, 1))
-                add(Observation("long_poll_wait_ms", ts, ab, lat))
+                add(Observation("long_poll_wait_ms", ts, ab, max(0.0, lat)))  # (counters never go down)
             else:
                 add(Observation("latency", ts, ab, lat))
-        if "throttle" in fam and ex.throttle_time_ms:
+        if "throttle" in fam and ex.throttle_time_ms and ex.throttle_time_ms > 0:  # (a wire int32)
             add(Observation("throttled", ts, req, 1))
             add(Observation("throttle_time_ms", ts, req, ex.throttle_time_ms))
         if "volume" in fam and ex.api_key in (PRODUCE, FETCH):

@@ -171,7 +171,8 @@ class MetricsExporter:
             labels = self._labels(obs)
             child = metric.labels(*labels) if labels else metric
             if kind == "counter":
-                child.inc(obs.value * scale)
+                if obs.value > 0:  # (prometheus_client refuses to decrease a counter)
+                    child.inc(obs.value * scale)
             elif kind == "gauge":
                 child.set(obs.value * scale)
             else:

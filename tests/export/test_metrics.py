@@ -222,3 +222,58 @@ def test_live_metrics_usage_errors(args, capsys):
     assert main(["live", "-i", "lo", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kwinspect: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_mangled_captures_never_break_the_exporter_or_the_stats(tmp_path, seed):
+    """Dropped, duplicated, reordered, cut packets of real captures: the exporter and the
+    stats table take whatever the dissector makes of them, and count every exchange."""
+    from helpers.pcapgen import mangle
+
+    from kwinspect.analyze.stats import TrafficStats
+    from kwinspect.capture.packets import PacketParser
+    from kwinspect.capture.readers import open_capture
+    from kwinspect.model import Exchange
+
+    parser = PacketParser()
+    segs = []
+    for name in ("confluent-mock-produce-consume.pcap", "tansu-consumer-group.pcap"):
+        with open_capture(CAPTURES / name) as src:
+            segs += [s for s in map(parser.parse, src) if s is not None]
+    segs.sort(key=lambda s: s.ts)
+    path = tmp_path / "mangled.pcap"
+    write_pcap(path, mangle(segs, drop=0.05, duplicate=0.05, reorder=0.1, seed=seed))
+    e = MetricsExporter(label_cap=5)
+    stats = TrafficStats(0.1, label_cap=5)
+    e.serve("127.0.0.1", 0)
+    exchanges = 0
+    try:
+        run = FileRun(on_close=lambda info: (e.add_connection(info), stats.add_connection(info)))
+        for ev in dissect_files([path], DissectConfig(), run=run):
+            e.add(ev, run.dissector.shared.topic_names)
+            if isinstance(ev, Exchange):
+                exchanges += 1
+                stats.add(ev, run.dissector.shared.topic_names)
+        m = _scrape(e)
+    finally:
+        e.close()
+    assert exchanges > 0
+    assert sum(s.value for s in m["kwinspect_requests"] if s.name.endswith("_total")) == exchanges
+    assert sum(r["amount"] for r in stats.rows() if r["series"] == "requests") == exchanges
+
+
+def test_wire_values_a_counter_cannot_take_are_left_out(exporter):
+    """A hostile response can carry a negative throttle_time_ms (an int32 on the wire): a
+    Prometheus counter cannot go down, so it is not counted, and nothing raises."""
+    from kwinspect.model import Exchange
+
+    ex = Exchange(stream="a->b", client="10.0.0.1:1", broker="10.0.0.2:9092", api_key=1, api_name="Fetch",
+                  api_version=12, correlation_id=1, client_id="c", request_ts=1_700_000_000.0,
+                  response_ts=1_700_000_000.5, latency_ms=500.0, request_size=10, response_size=10,
+                  status="paired", throttle_time_ms=-5, long_poll=True)
+    exporter.add(ex)
+    m = _scrape(exporter)
+    assert [s.value for s in m["kwinspect_requests"] if s.name.endswith("_total")] == [1]
+    assert [s.value for s in m["kwinspect_fetch_long_polls"] if s.name.endswith("_total")] == [1]
+    assert [s.value for s in m["kwinspect_fetch_long_poll_wait_seconds"] if s.name.endswith("_total")] == [0.5]
+    assert not [s for s in m.get("kwinspect_throttle_seconds", []) if s.name.endswith("_total")]
