@@ -576,7 +576,6 @@ def cmd_stats(args) -> int:
         TrafficStats,
         by_dimensions,
         parse_interval,
-        stats_table_columns,
     )
     from kwinspect.analyze.stats_plot import PLOT_BY, PLOT_FAMILIES
 
@@ -615,13 +614,12 @@ def cmd_stats(args) -> int:
                 plotted.add(ev, names)
 
     interrupted = _consume(args, run, add)
-    rows = stats.rows()
     from kwinspect.export.writers import write_rows
 
     options = _writer_options(args, fmt)
     if fmt == "table":  # on a terminal, only the dimensions the rows have (the files keep every column)
-        options["columns"] = stats_table_columns(rows)
-    write_rows(rows, "stats", fmt, args.output, **options)
+        options["columns"] = stats.used_columns()
+    write_rows(stats.rows(), "stats", fmt, args.output, **options)
     folded = stats.observer.overflowed()
     if folded:
         what = ", ".join(f"{plural(n, 'observation')} of {dim}" for dim, n in folded.items())
@@ -630,7 +628,7 @@ def cmd_stats(args) -> int:
         from kwinspect.analyze.stats_plot import plot_stats
 
         try:
-            path = plot_stats(plotted.rows(), args.plot, by=args.plot_by, interval=interval)
+            path = plot_stats(list(plotted.rows()), args.plot, by=args.plot_by, interval=interval)
         except RuntimeError as exc:  # matplotlib missing
             raise UsageError(str(exc)) from None
         print(f"plot written to {path}", file=sys.stderr)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -333,34 +333,47 @@ class TrafficStats:
     def __len__(self) -> int:
         return len(self._sums) + len(self._last) + len(self._lat)
 
-    def rows(self) -> list[dict[str, Any]]:
-        """Rows in STATS_COLUMNS order: by interval, then series (the SERIES order), then
-        dimension values."""
-        items: list[tuple[tuple, dict[str, Any]]] = []
-        for (idx, series, dims), amount in self._sums.items():
-            items.append(self._row(idx, series, dims, amount))
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Rows in STATS_COLUMNS order, made one at a time (only the sorted keys are held):
+        by interval, then series (the ROW_SERIES order; the rows of one latency histogram,
+        count to max, together), then dimension values."""
         gauges: dict[tuple, float] = {}  # a gauge summed over the dimensions --by leaves out
         for (idx, series, dims), (_ts, amount) in self._last.items():
             key = (idx, series, self._masked(dims))
             gauges[key] = gauges.get(key, 0) + amount
-        for (idx, series, dims), amount in gauges.items():
-            items.append(self._row(idx, series, dims, amount))
-        for (idx, _series, dims), vals in self._lat.items():
-            items.extend(self._latency_rows(idx, dims, vals))
-        items.sort(key=lambda item: item[0])
-        return [row for _key, row in items]
+        entries: list[tuple[tuple, int, tuple]] = []
+        for source, table in enumerate((self._sums, gauges, self._lat)):
+            for key in table:
+                idx, series, dims = key
+                order = _ORDER["latency_count" if series == "latency" else series]
+                entries.append(((idx, order, _dims_order(dims)), source, key))
+        entries.sort(key=lambda e: e[0])
+        for _sort, source, key in entries:
+            idx, series, dims = key
+            if source == 0:
+                yield self._row(idx, series, dims, self._sums[key])
+            elif source == 1:
+                yield self._row(idx, series, dims, gauges[key])
+            else:
+                yield from self._latency_rows(idx, dims, self._lat[key])
 
-    def _row(self, idx: int, series: str, dims: tuple, amount: float, le: float | None = None
-             ) -> tuple[tuple, dict[str, Any]]:
+    def used_columns(self) -> tuple[str, ...]:
+        """The columns a terminal table of the rows needs: the time, the series, the
+        dimensions (and le_ms) some row has a value in, the amount."""
+        used = set()
+        for table in (self._sums, self._last, self._lat):
+            for _idx, _series, dims in table:
+                used.update(i for i, v in enumerate(self._masked(dims)) if v is not None)
+        return ("interval_start", "series", *(DIMENSIONS[i] for i in sorted(used)),
+                *(("le_ms",) if self._lat else ()), "amount")
+
+    def _row(self, idx: int, series: str, dims: tuple, amount: float, le: float | None = None) -> dict[str, Any]:
         if type(amount) is float and amount.is_integer() and series not in _FLOAT_SERIES:
             amount = int(amount)
-        row = {"interval_start": round(idx * self.interval, 6), "interval_s": self.interval,
-               "series": series, **dict(zip(DIMENSIONS, dims, strict=True)), "le_ms": le, "amount": amount}
-        sort = (idx, _ORDER[series], tuple((v is None, v) if type(v) is int else (v is None, str(v or ""))
-                                          for v in dims), le if le is not None else math.inf)
-        return sort, row
+        return {"interval_start": round(idx * self.interval, 6), "interval_s": self.interval,
+                "series": series, **dict(zip(DIMENSIONS, dims, strict=True)), "le_ms": le, "amount": amount}
 
-    def _latency_rows(self, idx: int, dims: tuple, vals: array) -> list[tuple[tuple, dict[str, Any]]]:
+    def _latency_rows(self, idx: int, dims: tuple, vals: array) -> list[dict[str, Any]]:
         s = sorted(vals)
         out = [self._row(idx, "latency_count", dims, len(s)),
                self._row(idx, "latency_sum_ms", dims, round(math.fsum(s), 3))]
@@ -375,11 +388,9 @@ class TrafficStats:
         return out
 
 
-def stats_table_columns(rows: list[dict[str, Any]]) -> tuple[str, ...]:
-    """The columns a terminal table of these rows needs: the time, the series, the
-    dimensions (and le_ms) some row has a value in, the amount."""
-    used = [c for c in (*DIMENSIONS, "le_ms") if any(r[c] is not None for r in rows)]
-    return ("interval_start", "series", *used, "amount")
+def _dims_order(dims: tuple) -> tuple:
+    """Dimension values sortable whatever they hold: nulls last, ints as numbers."""
+    return tuple((v is None, v) if type(v) is int else (v is None, "" if v is None else str(v)) for v in dims)
 
 
 # series whose amount is a measurement (kept a float even when whole)
@@ -388,4 +399,4 @@ _FLOAT_SERIES = frozenset({"latency_sum_ms", "latency_max_ms", "long_poll_wait_m
 
 __all__ = ["BY_NAMES", "DIMENSIONS", "FAMILIES", "LATENCY_BUCKETS_MS", "OTHER", "ROW_SERIES", "SERIES",
            "STATS_COLUMNS", "LabelCap", "Observation", "Series", "SeriesObserver", "TrafficStats",
-           "by_dimensions", "parse_interval", "stats_table_columns"]
+           "by_dimensions", "parse_interval"]
