@@ -109,6 +109,10 @@ def test_scrapes_grow_during_the_run_and_end_at_the_summary(tmp_path):
         {b["address"]: b["requests"] for b in summary["brokers"] if b["requests"]}
     assert _totals(final, "kwinspect_request_errors", "api") == \
         {a["api"]: a["errors"] for a in summary["apis"] if a["errors"]}
+    # every connection started after the capture did: each was opened (and closed) in the scrape
+    opened = _totals(final, "kwinspect_connections_opened", "broker")
+    assert opened == {b["address"]: b["connections"] for b in summary["brokers"] if b["connections"]}
+    assert _totals(final, "kwinspect_connections_closed", "broker") == opened
     counts = Counter()
     for s in final["kwinspect_request_duration_seconds"]:
         if s.name.endswith("_count"):
