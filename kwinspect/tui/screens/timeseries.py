@@ -53,7 +53,7 @@ def traffic_columns(store: ExchangeStore, rows: np.ndarray | None) -> tuple[np.n
         pos = rows - store.first
         pos = pos[(pos >= 0) & (pos < n)]
         ts, lat, api, status, long_poll = ts[pos], lat[pos], api[pos], status[pos], long_poll[pos]
-    ok = ~np.isnan(ts)
+    ok = np.isfinite(ts)
     return ts[ok], lat[ok], api[ok], status[ok] == PAIRED, long_poll[ok] == 1
 
 
