@@ -118,7 +118,8 @@ class MetricsExporter:
         self.observer = SeriesObserver(label_cap)
         self.kafka_ports = kafka_ports
         self.max_series = max_series
-        self._label_sets: dict[str, set[tuple]] = {name: set() for name in METRICS}
+        # label values -> the metric's child, per series (a dict lookup instead of .labels() each time)
+        self._children: dict[str, dict[tuple, Any]] = {name: {} for name in METRICS}
         self.folded = 0  # observations counted under all-(other) labels (MAX_SERIES reached)
         self._metrics: dict[str, Any] = {}
         self._dims: dict[str, tuple[int, ...]] = {}
@@ -154,22 +155,30 @@ class MetricsExporter:
             self._server.server_close()
             self._server = None
 
-    def _labels(self, obs: Observation) -> tuple:
-        values = tuple("" if obs.dims[i] is None else str(obs.dims[i]) for i in self._dims[obs.series])
-        seen = self._label_sets[obs.series]
-        if values not in seen:
-            if len(seen) >= self.max_series:
-                self.folded += 1
-                return tuple(OTHER for _ in values)
-            seen.add(values)
-        return values
+    def _child(self, obs: Observation) -> Any:
+        """The metric's child for the observation's label values (all ``(other)`` once the
+        metric has MAX_SERIES label sets)."""
+        children = self._children[obs.series]
+        child = children.get(obs.dims)  # (keyed by the raw values: no strings made per observation)
+        if child is not None:
+            return child
+        if len(children) >= self.max_series:
+            self.folded += 1
+            key: tuple = (OTHER,)
+            values = tuple(OTHER for _ in self._dims[obs.series])
+        else:
+            key = obs.dims
+            values = tuple("" if obs.dims[i] is None else str(obs.dims[i]) for i in self._dims[obs.series])
+        child = children.get(key)
+        if child is None:
+            metric = self._metrics[obs.series]
+            child = children[key] = metric.labels(*values) if values else metric
+        return child
 
     def _take(self, observations: list[Observation]) -> None:
         for obs in observations:
             _name, kind, scale, _help = METRICS[obs.series]
-            metric = self._metrics[obs.series]
-            labels = self._labels(obs)
-            child = metric.labels(*labels) if labels else metric
+            child = self._child(obs)
             if kind == "counter":
                 if obs.value > 0:  # (prometheus_client refuses to decrease a counter)
                     child.inc(obs.value * scale)
