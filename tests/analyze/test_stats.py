@@ -239,3 +239,29 @@ def test_label_cap_folds_new_values_into_other(tmp_path, capsys):
     assert "more distinct values than --max-labels" in capsys.readouterr().err
     assert df[df.series == "requests"].amount.sum() == 51  # folded, not lost
     assert len(set(df.client_id.dropna()) - {"(other)"}) == 1
+
+
+def test_ctrl_c_writes_what_was_read_and_exits_130(tmp_path, monkeypatch):
+    """docs/cli.md: after Ctrl-C what was processed so far is written first, exit status 130."""
+    import kwinspect.cli as cli
+    from kwinspect.model import Exchange
+    from kwinspect.run.files import dissect_files
+
+    real = cli.dissect_files
+    seen: list = []
+
+    def cut_short(*args, **kwargs):
+        for ev in real(*args, **kwargs):
+            seen.append(ev)
+            if len(seen) == 30:
+                raise KeyboardInterrupt
+            yield ev
+
+    monkeypatch.setattr(cli, "dissect_files", cut_short)
+    pcap = CAPTURES / "confluent-mock-produce-consume.pcap"
+    out = tmp_path / "cut.jsonl"
+    assert main(["stats", "-q", str(pcap), "--series", "requests", "-o", str(out)]) == 130
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    read = sum(isinstance(ev, Exchange) for ev in seen[:29])
+    assert 0 < read < sum(isinstance(ev, Exchange) for ev in dissect_files([pcap]))
+    assert sum(r["amount"] for r in rows if r["series"] == "requests") == read
