@@ -266,10 +266,14 @@ def parse_interval(text: str) -> float:
 
 
 def by_dimensions(names: Iterable[str]) -> frozenset[str]:
-    """--by names (api, version, broker, client, topic, partition, group, or 'none') -> dimensions."""
+    """--by names (api, version, broker, client, topic, partition, group, or 'none'; or the
+    column names: api_name, client_id, ...) -> dimensions."""
     out = set()
     for name in names:
         if name == "none":
+            continue
+        if name in DIMENSIONS:  # the column names work too
+            out.add(name)
             continue
         if name not in BY_NAMES:
             raise ValueError(f"cannot group by {name!r} (expected some of {', '.join(BY_NAMES)}, or none)")

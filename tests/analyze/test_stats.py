@@ -173,6 +173,8 @@ def test_by_none_and_by_api_add_up_to_the_same(tmp_path):
     by_api = _stats(pcap, tmp_path, "--series", "requests", "--by", "api")
     assert by_api[["broker", "client_id", "api_version"]].isna().all().all()
     assert by_api.groupby(["interval_start", "series", "api_name"]).size().max() == 1
+    by_column = _stats(pcap, tmp_path, "--series", "requests", "--by", "api_name")
+    assert by_column.equals(by_api)
 
 
 def test_filter_narrows_the_exchanges(tmp_path, capsys):
