@@ -74,3 +74,33 @@ async def test_the_view_covers_the_current_filter():
         assert apis == ["Produce"]
         await pilot.press("escape")
         await wait_for(pilot, lambda: "Traffic over time" not in screen_text(app), "back to the list")
+
+
+async def test_a_live_view_draws_the_new_exchanges_in():
+    """Live mode: the unfiltered traffic view is redrawn as exchanges come in from the feed."""
+    import queue
+
+    from kwinspect.model import Exchange
+    from kwinspect.run.files import dissect_file
+    from kwinspect.tui.indexer import END
+
+    evs = [e for e in dissect_file(PRODUCE_CONSUME) if isinstance(e, Exchange)]
+    q: queue.Queue = queue.Queue()
+    app = KwinspectApp(live=q, label="test feed")
+
+    def total() -> int:
+        table = app.screen.query_one("#ts-table", DataTable)
+        return sum(int(str(table.get_row_at(i)[1]).replace(",", "")) for i in range(table.row_count))
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        main = app.screen
+        for ev in evs[:20]:
+            q.put(ev)
+        await wait_for(pilot, lambda: main.list.count == 20, "first rows")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: "Traffic over time" in screen_text(app), "the traffic view")
+        assert total() == 20
+        for ev in evs[20:]:
+            q.put(ev)
+        q.put(END)
+        await wait_for(pilot, lambda: total() == len(evs), "the new exchanges drawn in", steps=1500)

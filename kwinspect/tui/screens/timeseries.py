@@ -29,6 +29,7 @@ INTERVALS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0
              3600.0, 7200.0, 21600.0, 43200.0, 86400.0)
 MAX_INTERVALS = 120  # points per line
 MAX_SERIES = 6  # apis with a line of their own (the busiest)
+LIVE_REFRESH = 1.0  # seconds between redraws of a live view
 PAIRED = STATUSES.index(STATUS_PAIRED)  # the store keeps statuses as indexes
 
 
@@ -78,6 +79,13 @@ class TimeSeriesScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.draw()
+        self.query_one("#ts-table", DataTable).focus()
+        if getattr(self.app, "live", None) is not None and self.rows is None:
+            # a live, unfiltered view: new exchanges come into the store; draw them in
+            self.set_interval(LIVE_REFRESH, self.draw)
+
+    def draw(self) -> None:
         store = self.store
         ts, lat, api, paired, long_poll = traffic_columns(store, self.rows)
         timed = paired & ~long_poll & ~np.isnan(lat)
@@ -94,8 +102,10 @@ class TimeSeriesScreen(Screen[None]):
             groups.append((int(m.sum()), store.strings[int(a)] or "(unknown)", int(a)))
         groups.sort(key=lambda g: (-g[0], g[1]))
         table = self.query_one("#ts-table", DataTable)
-        for col in ("api", "requests", "peak/s", "mean/s", "worst p99 ms"):
-            table.add_column(col)
+        if not table.columns:
+            for col in ("api", "requests", "peak/s", "mean/s", "worst p99 ms"):
+                table.add_column(col)
+        table.clear()
         rate_plot, p99_plot = self.query_one("#ts-rate", PlotextPlot), self.query_one("#ts-p99", PlotextPlot)
         for plot in (rate_plot, p99_plot):
             plot.plt.clear_figure()
@@ -128,7 +138,6 @@ class TimeSeriesScreen(Screen[None]):
         for plot in (rate_plot, p99_plot):
             plot.plt.xlabel("seconds since the first interval")
             plot.refresh()
-        table.focus()
 
     def action_close(self) -> None:
         self.dismiss(None)
