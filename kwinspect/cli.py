@@ -43,6 +43,7 @@ examples:
   kwinspect records capture.pcap --format parquet -o records.parquet
   kwinspect errors capture.pcap --format csv
   kwinspect latency capture.pcap --by broker --plot latency.html
+  kwinspect stats capture.pcap --interval 10s --by api,topic -o stats.parquet
   kwinspect decode capture.pcap | jq 'select(.api_name == "Metadata")'
   kwinspect exchanges rotated-*.pcap --kafka-ports 9092,19092-19094
 
@@ -191,6 +192,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", choices=("api", "broker", "client", "topic"), default="api", help="grouping (default api)")
     p.add_argument("--plot", metavar="FILE", help="also write a histogram and time series: .png, .svg or .html")
     _output_options(p)
+
+    p = add("stats", "traffic as time series: requests, errors, latency, bytes per interval",
+            "Per interval (--interval, default 1s): requests, errors and unanswered requests per\n"
+            "api, version, broker and client_id; latency histogram and p50/p95/p99 per api and\n"
+            "broker (Fetch long polls counted apart); produced and fetched records and bytes per\n"
+            "topic and partition; throttling; connections opened, closed and refused per broker;\n"
+            "consumer lag per group, topic and partition where the capture shows it.\n"
+            "One row per interval, series and dimension values (long format, for pandas/Spark).\n"
+            "Series and columns: docs/columns.md; examples: docs/cli.md.")
+    p.epilog = STATS_EXAMPLES
+    _input_options(p, jobs=False)
+    g = p.add_argument_group("series")
+    g.add_argument("-i", "--interval", default="1s", metavar="DURATION",
+                   help="length of an interval: 100ms, 1s, 10s, 1m, 1h (default 1s); intervals start "
+                        "on multiples of it since the epoch")
+    g.add_argument("--by", default=None, metavar="DIMS",
+                   help="dimensions to keep, comma-separated: api, version, broker, client, topic, "
+                        "partition, group (default all; 'none' for totals); the others are summed over")
+    g.add_argument("--series", default=None, metavar="FAMILIES",
+                   help="series to count, comma-separated: requests, latency, volume, throttle, "
+                        "connections, lag (default all)")
+    g.add_argument("--max-labels", type=int, default=None, metavar="N",
+                   help="distinct values kept per api, version, broker, client_id, topic and group "
+                        "(default 1000); later new values are counted as (other)")
+    g.add_argument("--plot", metavar="FILE",
+                   help="also draw requests/s, p99 latency and bytes/s over time: .png, .svg or .html")
+    g.add_argument("--plot-by", choices=("api", "topic"), default="api",
+                   help="one line per api (default) or per topic in the --plot")
+    _output_options(p, filterable=False)
+    g.add_argument("-f", "--filter", metavar="EXPR",
+                   help="count only exchanges matching EXPR (exchange columns, see docs/filter.md); "
+                        "connections are not exchanges and are always counted")
 
     p = add("decode", "every message fully decoded, as JSON lines (for jq)",
             "One JSON object per exchange: its columns plus request and response with header, body, issues.\n"
@@ -524,6 +557,88 @@ def cmd_latency(args) -> int:
     return 130 if interrupted else 0
 
 
+STATS_EXAMPLES = """\
+examples:
+  kwinspect stats capture.pcap                              # every series, 1 s intervals
+  kwinspect stats capture.pcap --interval 100ms --series requests,latency --by api
+  kwinspect stats capture.pcap --by topic,partition --series volume -F csv
+  kwinspect stats capture.pcap -i 1m -o stats.parquet --plot stats.html
+
+In pandas: df.pivot_table(index="interval_start", columns="series", values="amount",
+aggfunc="sum") gives one column per series. See docs/cli.md#stats.
+"""
+
+
+def cmd_stats(args) -> int:
+    from kwinspect.analyze.stats import (
+        DEFAULT_LABEL_CAP,
+        FAMILIES,
+        TrafficStats,
+        by_dimensions,
+        parse_interval,
+    )
+    from kwinspect.analyze.stats_plot import PLOT_BY, PLOT_FAMILIES
+
+    try:
+        interval = parse_interval(args.interval)
+        by = by_dimensions(_comma_list(args.by)) if args.by is not None else None
+    except ValueError as exc:
+        raise UsageError(f"stats: {exc}") from None
+    families = _comma_list(args.series) if args.series is not None else list(FAMILIES)
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown or not families:
+        raise UsageError(f"--series {args.series!r}: expected some of {', '.join(FAMILIES)}")
+    if args.max_labels is not None and args.max_labels < 1:
+        raise UsageError("--max-labels must be at least 1")
+    keep = _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    if args.plot:
+        from kwinspect.analyze.plotting import PLOT_SUFFIXES
+
+        if os.path.splitext(args.plot)[1].lower() not in PLOT_SUFFIXES:
+            raise UsageError(f"--plot {args.plot}: unknown extension; use .png, .svg or .html")
+    fmt = _output_format(args)  # a bad -o fails before the capture is read
+    if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
+        raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
+    config = _config(args)
+    stats = TrafficStats(interval, by, families, args.max_labels or DEFAULT_LABEL_CAP,
+                         kafka_ports=config.kafka_ports)
+    run = FileRun(on_close=stats.add_connection)
+    # the plot's own series: by api and topic only (a p99 per api is not made of p99s per broker)
+    plotted = TrafficStats(interval, PLOT_BY, PLOT_FAMILIES) if args.plot else None
+
+    def add(ev: Any) -> None:
+        if isinstance(ev, Exchange) and (keep is None or keep(ev.row())):
+            names = run.dissector.shared.topic_names if run.dissector else None
+            stats.add(ev, names)
+            if plotted is not None:
+                plotted.add(ev, names)
+
+    interrupted = _consume(args, run, add)
+    from kwinspect.export.writers import write_rows
+
+    options = _writer_options(args, fmt)
+    if fmt == "table":  # on a terminal, only the dimensions the rows have (the files keep every column)
+        options["columns"] = stats.used_columns()
+    write_rows(stats.rows(), "stats", fmt, args.output, **options)
+    folded = stats.observer.overflowed()
+    if folded:
+        what = ", ".join(f"{plural(n, 'observation')} of {dim}" for dim, n in folded.items())
+        print(f"{PROG}: more distinct values than --max-labels: {what} counted as (other)", file=sys.stderr)
+    if plotted is not None:
+        from kwinspect.analyze.stats_plot import plot_stats
+
+        try:
+            path = plot_stats(list(plotted.rows()), args.plot, by=args.plot_by, interval=interval)
+        except RuntimeError as exc:  # matplotlib missing
+            raise UsageError(str(exc)) from None
+        print(f"plot written to {path}", file=sys.stderr)
+    return 130 if interrupted else 0
+
+
+def _comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def cmd_decode(args) -> int:
     from kwinspect.analyze.render import exchange_json
 
@@ -671,6 +786,8 @@ examples:
   kwinspect live -i lo --kafka-ports 9092 -t records -F jsonl | jq .value
   kwinspect live -i eth0 -w kafka.pcap -C 100 -W 10        # keep the packets: 10 x 100 MB ring
   kwinspect live -i eth0 --duration 60 -t errors -F csv -o errors.csv
+  kwinspect live -i eth0 --kafka-ports 9092 --metrics 0.0.0.0:9464 -t none -q
+                                                           # a Prometheus exporter
   kwinspect exchanges kafka-*.pcap                         # the same session, offline
 
 Needs root or CAP_NET_RAW (Linux AF_PACKET, via scapy). Stops on Ctrl-C, SIGTERM,
@@ -731,6 +848,13 @@ def _add_live_parser(add: Callable[..., argparse.ArgumentParser]) -> None:
     g.add_argument("--also", action="append", default=[], metavar="TABLE=FILE",
                    help="also write another table to FILE at the same time, e.g. --also records=rec.jsonl "
                         "(format from the extension: .jsonl, .csv, .txt; unfiltered; repeatable)")
+    g.add_argument("--metrics", metavar="[HOST:]PORT",
+                   help="serve Prometheus/OpenMetrics metrics at http://HOST:PORT/metrics while capturing "
+                        "(host default 127.0.0.1; 0.0.0.0:PORT for every interface); without -F/-o no rows "
+                        "are printed. Metric names: docs/live.md")
+    g.add_argument("--max-labels", type=int, default=None, metavar="N",
+                   help="--metrics: distinct values kept per api, version, broker, client_id, topic and group "
+                        "label (default 100); later new values are counted as (other)")
     g.add_argument("-q", "--quiet", action="store_true", help="no status line and no summary on stderr")
     g.add_argument("--status-interval", type=float, default=1.0, metavar="S",
                    help="seconds between status-line updates on a terminal's stderr (default 1)")
@@ -741,6 +865,23 @@ def cmd_live(args) -> int:
     from kwinspect.export.tables import CAPTURE_TABLES, TABLES
     from kwinspect.run.live_session import LiveOptions, run_live
 
+    metrics = None
+    if args.metrics is not None:
+        try:
+            from kwinspect.export.metrics import parse_listen
+        except ImportError as exc:
+            raise UsageError(f"--metrics needs the prometheus_client package: pip install 'kwinspect[live]' "
+                             f"({exc})") from None
+        try:
+            metrics = parse_listen(args.metrics)
+        except ValueError as exc:
+            raise UsageError(f"--metrics: {exc}") from None
+        if args.format is None and args.output is None:
+            args.table = "none"  # an exporter next to a broker: no rows on stdout unless asked for
+    elif args.max_labels is not None:
+        raise UsageError("--max-labels is for --metrics")
+    if args.max_labels is not None and args.max_labels < 1:
+        raise UsageError("--max-labels must be at least 1")
     keep = _compile_filter(args.filter, TABLES["exchanges" if args.table == "none" else args.table])
     for flag, value in (("--count", args.count), ("--duration", args.duration), ("-C", args.file_size),
                         ("-G", args.rotate_seconds), ("-W", args.file_count), ("--snaplen", args.snaplen),
@@ -782,7 +923,8 @@ def cmd_live(args) -> int:
         rotate_bytes=int(args.file_size * 1_000_000) if args.file_size else None,
         rotate_seconds=args.rotate_seconds, max_files=args.file_count, duration=args.duration,
         count=args.count, snaplen=args.snaplen, buffer_bytes=args.buffer_size * 1024,
-        promisc=not args.no_promiscuous_mode, quiet=args.quiet, status_interval=args.status_interval)
+        promisc=not args.no_promiscuous_mode, quiet=args.quiet, status_interval=args.status_interval,
+        metrics=metrics, metrics_label_cap=args.max_labels)
     try:
         return run_live(opts)
     except LiveFilterError as exc:
@@ -838,7 +980,7 @@ def main(argv: list[str] | None = None) -> int:
         "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
         "errors": lambda a: cmd_table(a, "errors"),
         "tui": cmd_tui, "pipeline": cmd_pipeline, "live": cmd_live,
-        "diagnose": cmd_diagnose,
+        "diagnose": cmd_diagnose, "stats": cmd_stats,
     }
     handler = handlers.get(args.command, cmd_planned)
     # Decoding makes millions of short-lived, acyclic dicts and lists that reference

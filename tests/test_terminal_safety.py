@@ -117,6 +117,8 @@ def _assert_safe(text: str, what: str) -> None:
     (("latency", "--by", "client", "-F", "table"), ["cli\\x1b[2J"]),
     (("latency", "--by", "topic", "-F", "table"), ["top\\x1b[31mic"]),
     (("summary",), ["cli\\x1b[2J", "top\\x1b[31mic"]),
+    (("stats", "-F", "table", "--series", "requests", "--by", "client"), ["cli\\x1b[2J"]),
+    (("stats", "-F", "table", "--series", "volume", "--by", "topic"), ["top\\x1b[31mic"]),
 ], ids=lambda x: " ".join(x) if isinstance(x, tuple) else None)
 def test_cli_tables_escape_control_characters(hostile_text_pcap, capsys, argv, expect):
     out = _table(capsys, argv[0], hostile_text_pcap, *argv[1:])

@@ -17,7 +17,6 @@ plots is kept -- about 50 MB for a million exchanges.
 
 from __future__ import annotations
 
-import html
 import math
 import os
 from array import array
@@ -27,6 +26,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from kwinspect.analyze.plotting import (
+    MAX_LINES,
+    PLOT_SUFFIXES,
+    html_page,
+    plot_path,
+    require_matplotlib,
+    save_figure,
+)
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import STATUS_PAIRED, Exchange
 
@@ -269,8 +276,7 @@ def render_latency(stats: LatencyStats, console: Any = None) -> None:
 # Plots (matplotlib; see docs/cli.md for why)
 # ---------------------------------------------------------------------------
 
-PLOT_SUFFIXES = (".png", ".svg", ".html", ".htm")
-_MAX_APIS = 8  # more than this share one "other" colour
+_MAX_APIS = MAX_LINES  # more than this share one "other" colour
 _MAX_POINTS = 100_000  # scatter points drawn; the slowest are always kept
 
 
@@ -358,67 +364,26 @@ def plot_latency(stats: LatencyStats, path: str | os.PathLike[str], title: str |
     page (no scripts, no network) with the percentile table and the figure
     inlined as SVG.  ``stats`` must have been built with ``keep_series=True``.
     """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in PLOT_SUFFIXES:
-        raise ValueError(f"cannot tell the plot type of {str(path)!r}: use .png, .svg or .html")
+    path = plot_path(path)
     if not stats.keep_series:
         raise ValueError("LatencyStats(keep_series=True) is needed for a plot")
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:  # pragma: no cover - depends on the install
-        raise RuntimeError("plots need matplotlib: pip install 'kwinspect[plot]'") from None
+    require_matplotlib()
     title = title or "Kafka request latency"
     fig = _figure(stats, title)
-    if suffix == ".png":
-        fig.savefig(path, format="png", dpi=110)
-    elif suffix == ".svg":
-        fig.savefig(path, format="svg")
-    else:
-        path.write_text(_html_report(stats, fig, title), encoding="utf-8")
-    return path
+    return save_figure(fig, path, lambda svg_uri: _html_report(stats, svg_uri, title))
 
 
-def _html_report(stats: LatencyStats, fig: Any, title: str) -> str:
-    import base64
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="svg")
-    # As an <img> data URI the SVG cannot run script or pull resources.
-    svg_uri = "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+def _html_report(stats: LatencyStats, svg_uri: str, title: str) -> str:
     rows = []
     for s in stats.stats():
-        cells = [html.escape(term_safe(s.group, 80))] + [f"{s.count:,}"] + [
+        cells = [term_safe(s.group, 80), f"{s.count:,}"] + [
             _ms(v) for v in (s.mean_ms, s.p50_ms, s.p95_ms, s.p99_ms, s.max_ms)
         ]
-        cls = ' class="total"' if s.group == TOTAL_GROUP else ""
-        rows.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    head = "".join(
-        f"<th>{h}</th>" for h in (html.escape(stats.by), "count", "mean", "p50", "p95", "p99", "max")
-    )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<title>{html.escape(title)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
-table {{ border-collapse: collapse; margin-bottom: 1.5em; }}
-th, td {{ padding: 0.25em 0.8em; border-bottom: 1px solid #ddd; }}
-td:not(:first-child), th:not(:first-child) {{ text-align: right; font-variant-numeric: tabular-nums; }}
-tr.total td {{ font-weight: bold; }}
-img {{ max-width: 100%; }}
-.note {{ color: #666; font-size: 0.9em; }}
-</style></head><body>
-<h1>{html.escape(title)}</h1>
-<p class="note">{stats.count:,} paired exchanges; latency = request's last byte to the
-response's first byte, in milliseconds; percentiles are nearest-rank (each is an observed value).</p>
-<table><thead><tr>{head}</tr></thead><tbody>
-{chr(10).join(rows)}
-</tbody></table>
-<img alt="latency histogram per API and latency over time" src="{svg_uri}">
-</body></html>
-"""
+        rows.append((cells, s.group == TOTAL_GROUP))
+    note = (f"{stats.count:,} paired exchanges; latency = request's last byte to the\n"
+            "response's first byte, in milliseconds; percentiles are nearest-rank (each is an observed value).")
+    return html_page(title, note, [stats.by, "count", "mean", "p50", "p95", "p99", "max"], rows, svg_uri,
+                     "latency histogram per API and latency over time")
 
 
 __all__ = [

@@ -78,6 +78,13 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "p99_ms": pa.float64(),
     "max_ms": pa.float64(),
     "long_polls": pa.int64(),
+    # stats (also: api_name, api_version, broker, client_id, topic, partition)
+    "interval_start": TIMESTAMP_TYPE,
+    "interval_s": pa.float64(),
+    "series": pa.string(),
+    "group_id": pa.string(),
+    "le_ms": pa.float64(),
+    "amount": pa.float64(),
 }
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from kwinspect.analyze.latency import LATENCY_COLUMNS
 from kwinspect.analyze.record_rows import records_from_exchange
+from kwinspect.analyze.stats import STATS_COLUMNS
 from kwinspect.model import (
     ERROR_COLUMNS,
     EXCHANGE_COLUMNS,
@@ -27,18 +28,20 @@ from kwinspect.model import (
 )
 from kwinspect.protocol.schema.api_keys import ApiKey
 
-# The capture tables, plus `latency` (not a capture table: the rows of `kwinspect latency`)
+# The capture tables, plus `latency` and `stats` (not capture tables: the rows of
+# `kwinspect latency` and `kwinspect stats`, aggregates of the exchanges)
 TABLES: dict[str, tuple[str, ...]] = {
     "exchanges": EXCHANGE_COLUMNS,
     "records": RECORD_COLUMNS,
     "errors": ERROR_COLUMNS,
     "latency": LATENCY_COLUMNS,
+    "stats": STATS_COLUMNS,
 }
 CAPTURE_TABLES = ("exchanges", "records", "errors")
 
 # Value conventions of the text formats and Parquet: these columns hold epoch seconds
 # (written as ISO-8601 UTC with microseconds, a Parquet timestamp[us, UTC]) ...
-TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts"})
+TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts", "interval_start"})
 # ... and these lists (a JSON array; in a CSV cell, the array as compact JSON text)
 LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
 

@@ -806,6 +806,10 @@ TABLE_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
         "frame", "ts", "kind", "name", "api_name", "correlation_id", "topic", "partition",
         "message", "stream",
     ),
+    "stats": (
+        "interval_start", "series", "api_name", "broker", "client_id", "topic", "partition",
+        "group_id", "le_ms", "amount",
+    ),
 }
 
 # On a narrow terminal, default columns are dropped in this order until the
@@ -815,6 +819,7 @@ TABLE_DROP_ORDER: dict[str, tuple[str, ...]] = {
                   "error_names"),
     "records": ("headers", "compression", "timestamp", "partition", "crc_ok", "frame"),
     "errors": ("stream", "correlation_id", "partition", "api_name", "topic", "message", "frame"),
+    "stats": ("group_id", "client_id", "le_ms", "partition", "broker"),
 }
 
 # Widest a cell may get before it is cut with an ellipsis.
@@ -829,7 +834,7 @@ _NUMERIC = frozenset(
     {"api_key", "api_version", "correlation_id", "latency_ms", "request_size", "response_size",
      "throttle_time_ms", "partition", "offset", "magic", "producer_id", "producer_epoch",
      "sequence", "code", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms",
-     "frame", "response_frame", "tcp_stream"}
+     "frame", "response_frame", "tcp_stream", "interval_s", "le_ms", "amount"}
 )
 
 
@@ -864,7 +869,7 @@ def _header_of(column: str) -> str:
 def _floor_width(column: str, natural: int) -> int:
     """The narrowest a column may get: times and numbers never (a cut number or a
     time cut to its first digits misleads), text down to its header or 8 cells."""
-    if column in TIMESTAMP_COLUMNS or column in _NUMERIC:
+    if column in TIMESTAMP_COLUMNS or column in _NUMERIC or column == "series":  # (a stats series name)
         return natural
     if column in _WHOLE_NAMES:  # api names, kinds, statuses: a cut name is a guess
         return min(natural, 16)

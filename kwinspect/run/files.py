@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kwinspect.capture.readers import PacketSource, open_capture
-from kwinspect.dissect import DissectConfig, Dissector, Event
+from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import ErrorRow, Issue
 from kwinspect.run.loop import PacketLoop
 
@@ -39,6 +39,8 @@ class FileRun:
     interrupted: bool = False
     # kinds of the record-batch problems the `records` table met (limits, bad records), counted
     record_problems: Counter[str] = field(default_factory=Counter)
+    # the Dissector's on_close hook (one process only: `stats` counts connections with it)
+    on_close: Callable[[ConnectionInfo], None] | None = None
 
 
 def _merged(sources: list[PacketSource]) -> Iterator:
@@ -62,7 +64,7 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     sources = [open_capture(_stdin() if p == STDIN else p) for p in run.paths]
     run.sources = sources
     run.total_bytes = sum(os.path.getsize(p) for p in run.paths if p != STDIN and os.path.isfile(p))
-    dissector = Dissector(config)
+    dissector = Dissector(config, on_close=run.on_close)
     run.dissector = dissector
     for src in sources:  # TLS secrets inside pcapng files (Decryption Secrets Blocks)
         src.on_secrets = dissector.add_tls_secrets

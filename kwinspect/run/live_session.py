@@ -25,6 +25,7 @@ from kwinspect.capture.live import (
     DEFAULT_BUFFER,
     DEFAULT_SNAPLEN,
     LiveCapture,
+    LiveCaptureError,
     PcapRotator,
 )
 from kwinspect.dissect import DissectConfig, Dissector
@@ -55,6 +56,8 @@ class LiveOptions:
     quiet: bool = False
     status_interval: float = 1.0
     also: list[tuple[str, str, str]] = field(default_factory=list)  # (table, format, path)
+    metrics: tuple[str, int] | None = None  # --metrics (host, port): serve the Prometheus endpoint
+    metrics_label_cap: int | None = None  # --max-labels for the endpoint's label values
 
 
 class LiveTally:
@@ -184,7 +187,10 @@ def run_live(opts: LiveOptions, *, stderr: IO[str] | None = None) -> int:
         cap.linktype, str(cap.linktype))
     print(f"kwinspect: listening on {cap.interface}, link-type {link}, snapshot length "
           f"{opts.snaplen} bytes, filter {opts.bpf!r}", file=err, flush=True)
-    dissector = Dissector(opts.config)
+    exporter = None
+    if opts.metrics is not None:
+        exporter = _start_metrics(opts, cap, err)
+    dissector = Dissector(opts.config, on_close=exporter.add_connection if exporter is not None else None)
     tally = LiveTally()
     status = _Status(err, opts.status_interval, not opts.quiet)
     try:
@@ -214,11 +220,15 @@ def run_live(opts: LiveOptions, *, stderr: IO[str] | None = None) -> int:
             if ev is None:
                 if pcap is not None:
                     pcap.tick()
+                if exporter is not None:
+                    cap.kernel_stats()  # the drop counter a scrape reads
                 for k in sinks:
                     k.flush()
                 status.maybe(cap, tally, dissector)
                 continue
             tally.add(ev)
+            if exporter is not None:
+                exporter.add(ev, dissector.shared.topic_names)
             if not sinks:
                 continue
             if shares_terminal and status.shown:
@@ -240,6 +250,8 @@ def run_live(opts: LiveOptions, *, stderr: IO[str] | None = None) -> int:
         cap.close()
         if pcap is not None:
             pcap.close()
+        if exporter is not None:
+            exporter.close()
         status.clear()
         try:
             for k in sinks:
@@ -248,6 +260,30 @@ def run_live(opts: LiveOptions, *, stderr: IO[str] | None = None) -> int:
             if not opts.quiet:
                 _summary(err, opts, cap, dissector, tally, pcap, stop, time.monotonic() - status.t0, sinks)
     return 0
+
+
+def _start_metrics(opts: LiveOptions, cap: LiveCapture, err: IO[str]) -> Any:
+    """The Prometheus endpoint (export/metrics.py; prometheus_client is imported only then).
+    Raises LiveCaptureError when the address cannot be bound."""
+    from kwinspect.export.metrics import METRICS_LABEL_CAP, MetricsExporter
+
+    counters = cap.counters
+
+    def capture_counts() -> dict[str, int]:
+        return {"packets": counters.packets, "dropped_packets": counters.kernel_dropped,
+                "received_packets": counters.kernel_received}
+
+    exporter = MetricsExporter(opts.metrics_label_cap or METRICS_LABEL_CAP, kafka_ports=opts.config.kafka_ports,
+                               capture=capture_counts)
+    host, port = opts.metrics  # type: ignore[misc]
+    try:
+        host, port = exporter.serve(host, port)
+    except OSError as exc:
+        cap.close()
+        raise LiveCaptureError(f"--metrics {host}:{port}: {exc.strerror or exc}") from None
+    shown = f"[{host}]" if ":" in host else host
+    print(f"kwinspect: metrics on http://{shown}:{port}/metrics", file=err, flush=True)
+    return exporter
 
 
 def _summary(err: IO[str], opts: LiveOptions, cap: LiveCapture, d: Dissector, tally: LiveTally,

@@ -53,6 +53,22 @@ def test_every_latency_column_is_defined():
     assert not [c for c in LATENCY_COLUMNS if c not in _section("latency")]
 
 
+def test_every_stats_column_and_series_is_defined(capsys):
+    """The columns, and every series name the command writes (from its output on a capture
+    with every family, not from the code's list)."""
+    from kwinspect.analyze.stats import STATS_COLUMNS
+    from kwinspect.cli import main
+
+    documented = _section("stats")
+    assert not [c for c in STATS_COLUMNS if c not in documented]
+    series: set[str] = set()
+    for pcap in ("confluent-mock-produce-consume.pcap", "confluent-mock-broker-down.pcap"):
+        assert main(["stats", "-q", "-F", "jsonl", str(CAPTURES / pcap)]) == 0
+        series |= {json.loads(line)["series"] for line in capsys.readouterr().out.splitlines()}
+    assert {"requests", "latency_bucket", "consumer_lag", "connections_refused"} <= series
+    assert not sorted(series - documented)
+
+
 def _paths(value, prefix: str = "") -> set[str]:
     """JSON paths like apis[].p50_ms; the keys of `statuses` are values, not fields."""
     out: set[str] = set()
@@ -114,7 +130,7 @@ def test_every_decode_field_is_defined(capsys):
 
 
 @pytest.mark.parametrize("command", [None, "exchanges", "records", "errors", "latency", "summary", "diagnose",
-                                     "decode"])
+                                     "decode", "stats"])
 def test_help_links_the_columns_page(command, capsys):
     from kwinspect.cli import main
 

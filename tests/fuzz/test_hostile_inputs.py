@@ -209,6 +209,9 @@ def test_cli_records_and_summary_survive(hostile_pcap, capsys):
     assert main(["summary", hostile_pcap, "-F", "json", "-q"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["exchanges"] >= 3
+    assert main(["stats", hostile_pcap, "-F", "jsonl", "-q"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sum(r["amount"] for r in rows if r["series"] == "requests") == summary["exchanges"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

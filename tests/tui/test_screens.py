@@ -125,6 +125,7 @@ VIEWS = {
     "errors": ["e"],
     "connections": ["c"],
     "latency": ["l"],
+    "timeseries": ["t"],
     "diagnosis": ["D"],
     "help": ["question_mark"],
     "export": ["x"],

@@ -34,6 +34,7 @@ HELP = """\
 | `e` | errors and anomalies (`Enter` jumps to the exchange) |
 | `c` | connections and brokers (ApiVersions negotiated per connection) |
 | `l` | latency percentiles per api and latency over time |
+| `t` | traffic over time: requests/s and p99 latency per api |
 | `D` | diagnosis: findings by severity, their detail and evidence (`Enter` jumps to the exchange) |
 | `?` | this help |
 | `Esc` / `q` | back; `q` on the main view quits |

@@ -37,6 +37,7 @@ class MainScreen(Screen):
         Binding("e", "errors", "Errors"),
         Binding("c", "connections", "Conns"),
         Binding("l", "latency", "Latency"),
+        Binding("t", "timeseries", "Traffic", show=False),
         Binding("D", "diagnosis", "Diagnosis"),
         Binding("x", "export", "Export"),
         Binding("d", "toggle_detail", "Detail", show=False),
@@ -345,6 +346,12 @@ class MainScreen(Screen):
 
         scope = self.spec.describe() or "all exchanges"
         self.app.push_screen(LatencyScreen(self.store, self.list.rows, scope))
+
+    def action_timeseries(self) -> None:
+        from kwinspect.tui.screens.timeseries import TimeSeriesScreen
+
+        scope = self.spec.describe() or "all exchanges"
+        self.app.push_screen(TimeSeriesScreen(self.store, self.list.rows, scope))
 
     def action_export(self) -> None:
         from kwinspect.tui.screens.export import ExportScreen
