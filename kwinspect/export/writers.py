@@ -806,6 +806,10 @@ TABLE_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
         "frame", "ts", "kind", "name", "api_name", "correlation_id", "topic", "partition",
         "message", "stream",
     ),
+    "deliveries": (
+        "topic", "partition", "offset", "key", "ack_ts", "produce_to_ack_ms", "times_fetched",
+        "end_to_end_ms", "fetch_groups", "commit_group", "error",
+    ),
 }
 
 # On a narrow terminal, default columns are dropped in this order until the
@@ -815,6 +819,7 @@ TABLE_DROP_ORDER: dict[str, tuple[str, ...]] = {
                   "error_names"),
     "records": ("headers", "compression", "timestamp", "partition", "crc_ok", "frame"),
     "errors": ("stream", "correlation_id", "partition", "api_name", "topic", "message", "frame"),
+    "deliveries": ("commit_group", "error", "produce_to_ack_ms", "key", "fetch_groups"),
 }
 
 # Widest a cell may get before it is cut with an ellipsis.
@@ -829,7 +834,9 @@ _NUMERIC = frozenset(
     {"api_key", "api_version", "correlation_id", "latency_ms", "request_size", "response_size",
      "throttle_time_ms", "partition", "offset", "magic", "producer_id", "producer_epoch",
      "sequence", "code", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms",
-     "frame", "response_frame", "tcp_stream"}
+     "frame", "response_frame", "tcp_stream", "value_size", "produce_attempts", "times_fetched",
+     "commit_offset", "produce_to_ack_ms", "ack_to_first_fetch_ms", "end_to_end_ms",
+     "committed_after_ms", "produce_correlation_id"}
 )
 
 
