@@ -278,8 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("diagnose", "findings about interop problems, with the exchanges as evidence",
             "Version negotiation, producer sequences/retries/transactions, consumer-group rebalances,\n"
             "fetch sessions, metadata storms, leader changes, throttling, connection churn, lost requests\n"
-            "and latency outliers; each finding has a severity and the exchanges (stream + correlation\n"
-            "id) that show it. Rules and thresholds: docs/diagnose.md; fields: docs/columns.md.")
+            "and latency outliers, and what following every record finds (records never fetched,\n"
+            "written twice, fetched twice by a group, retried, skipped); each finding has a severity\n"
+            "and the exchanges (stream + correlation id) that show it. Rules and thresholds:\n"
+            "docs/diagnose.md; fields: docs/columns.md.")
     _input_options(p)
     g = p.add_argument_group("output")
     g.add_argument("-F", "--format", choices=("text", "jsonl"), default=None,
@@ -874,7 +876,7 @@ def cmd_diagnose(args) -> int:
     from kwinspect.analyze.diagnose import Diagnoser
     from kwinspect.analyze.diagnose.render import render_text, write_jsonl
 
-    diagnoser = Diagnoser()
+    diagnoser = Diagnoser(deliveries=True)
     run = FileRun()
     interrupted = _consume(args, run, diagnoser.add)
     if run.dissector is not None:
