@@ -14,8 +14,10 @@ import pytest
 from rig.manifest import Manifest
 from tests.helpers.deliveries_oracle import (
     acknowledged,
+    allowed_unlogged,
     check_against_manifest,
     check_no_unlogged_rows,
+    check_scenario,
     deliveries_rows,
 )
 
@@ -36,8 +38,17 @@ def test_every_logged_record_is_one_row_at_its_offset_and_every_receipt_a_fetch_
     m, pcap, extra = _load(manifest.name.removesuffix(".manifest.json"))
     rows = deliveries_rows(capsys, pcap, m.kafka_ports, *extra)
     check_against_manifest(rows, m)
-    check_no_unlogged_rows(rows, m)
+    check_no_unlogged_rows(rows, m, allowed_unlogged(m))
     assert len(rows) >= len(acknowledged(m))
+
+
+@pytest.mark.parametrize("name", ["deliveries-clean", "deliveries-retry-duplicate",
+                                  "deliveries-crash-before-commit", "deliveries-unread-partition"])
+def test_shipped_deliveries_scenarios_give_their_findings(capsys, name):
+    """The committed captures of rig/deliveries_scenarios.py, checked as the e2e test checks a fresh run."""
+    m, pcap, _ = _load(name)
+    rows = deliveries_rows(capsys, pcap, m.kafka_ports)
+    check_scenario(m, rows, deliveries_rows(capsys, pcap, m.kafka_ports, "--problems"))
 
 
 def test_times_fetched_and_commits_follow_the_consumer_group(capsys):

@@ -69,3 +69,68 @@ def check_no_unlogged_rows(rows: list[dict[str, Any]], manifest: Manifest, allow
     logged |= {(r.topic, r.partition, r.offset) for r in manifest.consumed if (r.topic, r.partition) in fire_and_forget}
     extra = {(r["topic"], r["partition"], r["offset"]) for r in rows} - logged - set(allowed)
     assert not extra, f"{manifest.scenario}: rows no producer logged: {sorted(extra)[:10]}"
+
+
+# -- what each deliveries scenario (rig/deliveries_scenarios.py) must show -------------------
+
+
+def retry_originals(manifest: Manifest) -> dict[int, int]:
+    """Offset the producer logged -> the offset where a consumer received the same record
+    (key and value) first, at an offset no producer logged: the write whose answer was lost."""
+    logged = {(r.partition, r.offset) for r in manifest.produced}
+    first: dict[tuple, int] = {}
+    for r in manifest.consumed:
+        if (r.partition, r.offset) not in logged:
+            first.setdefault((r.partition, r.key, r.key_encoding, r.value, r.value_encoding), r.offset)
+    return {r.offset: first[k] for r in manifest.produced
+            if (k := (r.partition, r.key, r.key_encoding, r.value, r.value_encoding)) in first}
+
+
+def allowed_unlogged(manifest: Manifest) -> set:
+    """Rows no producer logged that a scenario makes on purpose (the lost-answer writes)."""
+    if manifest.scenario != "deliveries-retry-duplicate":
+        return set()
+    return {(manifest.topics[0]["name"], 0, o) for o in retry_originals(manifest).values()}
+
+
+def check_scenario(manifest: Manifest, rows: list[dict[str, Any]], problems: list[dict[str, Any]]) -> None:
+    """The rows and findings (`deliveries --problems -F jsonl`) a deliveries scenario must give."""
+    check_against_manifest(rows, manifest)
+    check_no_unlogged_rows(rows, manifest, allowed_unlogged(manifest))
+    name = manifest.scenario
+    if name == "deliveries-clean":
+        assert len(rows) == len(manifest.produced) == len(manifest.consumed)
+        group = manifest.group_ids[0]
+        for row in rows:
+            assert (row["times_fetched"], row["fetch_groups"], row["commit_group"]) == (1, [group], group)
+        assert problems == []
+    elif name == "deliveries-retry-duplicate":
+        assert manifest.admin[0]["dropped"], "the proxy lost no response"
+        originals = retry_originals(manifest)
+        assert originals, "the consumer received no record twice: the broker did not write the retry twice"
+        (f,) = [f for f in problems if f["kind"] == "retry_duplicate"]
+        assert f["severity"] == "warning" and f["key"]["client_id"] == "retry-producer"
+        assert {d["offset"]: d["original_offset"] for d in f["key"]["duplicates"]} == originals
+        # the evidence: the Produce whose answer the proxy lost, and the retry
+        assert len(f["evidence"]) == 2 and {e["api_name"] for e in f["evidence"]} == {"Produce"}
+    elif name == "deliveries-crash-before-commit":
+        by_client: dict[str, set] = {}
+        for r in manifest.consumed:
+            by_client.setdefault(r.client_id, set()).add(r.offset)
+        twice = sorted(by_client["crash-consumer"] & by_client["survivor-consumer"])
+        assert len(twice) == 10
+        group = manifest.group_ids[0]
+        (f,) = [f for f in problems if f["kind"] == "fetched_twice"]
+        assert (f["key"]["group_id"], f["key"]["offsets"]) == (group, twice)
+        assert f["key"]["client_ids"] == ["crash-consumer", "survivor-consumer"]
+        assert "No OffsetCommit in the capture covered them before the repeat" in f["detail"]
+        for row in rows:
+            assert row["fetch_clients"] == ["crash-consumer", "survivor-consumer"]
+            assert row["commit_group"] == group and row["commit_ts"] > row["first_fetch_ts"]
+    elif name == "deliveries-unread-partition":
+        unread = sorted(r.offset for r in manifest.produced if r.partition == 1)
+        assert [r["offset"] for r in rows if r["times_fetched"] == 0] == unread
+        assert [(f["kind"], f["key"]["partition"], f["key"]["offsets"]) for f in problems] == [
+            ("record_not_fetched", 1, unread)]
+    else:
+        raise AssertionError(f"not a deliveries scenario: {name}")
