@@ -126,6 +126,7 @@ VIEWS = {
     "connections": ["c"],
     "latency": ["l"],
     "diagnosis": ["D"],
+    "deliveries": ["J"],
     "help": ["question_mark"],
     "export": ["x"],
 }

@@ -35,6 +35,7 @@ HELP = """\
 | `c` | connections and brokers (ApiVersions negotiated per connection) |
 | `l` | latency percentiles per api and latency over time |
 | `D` | diagnosis: findings by severity, their detail and evidence (`Enter` jumps to the exchange) |
+| `J` | deliveries: every acknowledged record and its journey: produce, ack, fetches, commit (`Enter` jumps to the exchange) |
 | `?` | this help |
 | `Esc` / `q` | back; `q` on the main view quits |
 
