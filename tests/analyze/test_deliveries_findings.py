@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import struct
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as f_req
@@ -201,3 +203,44 @@ def test_tracking_stops_at_the_cap_and_a_finding_says_so():
     assert [r["offset"] for r in rows(w)] == [0, 1, 2, 3]
     (f,) = found(w, "deliveries_truncated")
     assert f.key == {"max_records": 4, "not_tracked": 2} and "truncated after 4 records" in f.title
+
+
+# -- any order of produces, fetches and commits: no exception, and the table stays consistent --------
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("produce"), st.integers(0, 3), st.sampled_from([None, 0, 2, 5, 9]), st.sampled_from([0, 0, 6]),
+              st.sampled_from([-1, 1000]), st.integers(0, 1)),
+    st.tuples(st.just("fetch"), st.integers(0, 12), st.integers(0, 4), st.sampled_from(["c1", "c2"]),
+              st.integers(0, 1)),
+    st.tuples(st.just("commit"), st.integers(0, 14), st.sampled_from(["g1", "g2"]), st.sampled_from(["c1", "c2"]),
+              st.sampled_from([0, 0, 25])),
+), max_size=14)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops)
+def test_any_sequence_keeps_the_table_consistent(seq):
+    w = wire()
+    t = 1.0
+    for op in seq:
+        t += 1.0
+        if op[0] == "produce":
+            _, n, base, error, pid, partition = op
+            produce(w, t, records(VALUES[:n + 1], pid=pid, seq=0 if pid >= 0 else -1), base=base, error=error,
+                    partition=partition)
+        elif op[0] == "fetch":
+            _, start, n, client, partition = op
+            fetch(w, t, start, records(VALUES[:n + 1], base_offset=start), client=client,
+                  port=50001 if client == "c1" else 50002, partition=partition)
+        else:
+            _, offset, group, client, error = op
+            commit(w, t, offset, group=group, client=client, port=50001 if client == "c1" else 50002, error=error)
+    out = rows(w)
+    assert len({(r["topic"], r["partition"], r["offset"]) for r in out}) == len(out)
+    for r in out:
+        assert r["times_fetched"] >= len(r["fetch_clients"]) == len(r["fetch_after_ms"])
+        assert r["commit_offset"] is None or r["commit_offset"] > r["offset"]
+        assert r["produce_to_ack_ms"] >= 0
+    for f in w.d.findings():
+        assert f.title and f.severity in ("info", "warning", "error")
+        f.as_dict()
