@@ -95,6 +95,11 @@ MAX_PENDING_FAILURES = 100_000
 # Offsets named in one finding's key.
 MAX_OFFSETS_NAMED = 100
 NO_RESPONSE = "no response"
+# A request seen twice, with the same client id and correlation id, on two connections within this
+# many seconds is one request seen on both legs of a proxy (a capture of the client's and the
+# broker's side): counted once. (A client's own retry waits for a timeout, and gets a new id.)
+MIRROR_WINDOW_S = 1.0
+MAX_RECENT_REQUESTS = 10_000
 DIGEST_CHARS = 16  # hex characters of SHA-256 kept as value_digest
 
 
@@ -206,13 +211,17 @@ class DeliveryTracker:
         self.order: list[Delivery] = []  # in acknowledgment (capture) order
         self.partitions: dict[tuple[str | None, int | None], _Partition] = {}
         self.client_group: dict[str, str] = {}
-        self.pending_failures: OrderedDict[Any, tuple[int, str, Evidence]] = OrderedDict()
+        # link key -> (failed attempts, their errors, the first one, (client id, correlation id, time, stream)
+        # of the last one)
+        self.pending_failures: OrderedDict[Any, tuple[int, str, Evidence, tuple]] = OrderedDict()
         self.fingerprints: dict[bytes, Delivery] = {}  # non-idempotent records: what a retry re-sends
         self.duplicates: list[tuple[Delivery, Delivery]] = []
         self.skips: list[tuple[str | None, str | None, int | None, int, int, Evidence]] = []
         self.positions: dict[tuple[str, Any, Any], int] = {}  # (stream, topic, partition) -> next offset
         self.fetched_topics: set[str | None] = set()
         self.fetches = 0
+        # (client id, correlation id) of recent Produce requests -> (request time, stream, acknowledged)
+        self.recent_produces: OrderedDict[tuple, tuple[float | None, str, bool]] = OrderedDict()
 
     # -- events ----------------------------------------------------------------------
     def add(self, ev: Any, topic_names: Mapping[str, str] | None = None) -> None:
@@ -232,16 +241,31 @@ class DeliveryTracker:
         answered = ex.status == STATUS_PAIRED and ex.response is not None
         errors = _produce_errors(ex.response.body, names) if answered else {}
         failed_as = NO_RESPONSE if ex.status == STATUS_RESPONSE_MISSING else None
+        mirror = self._mirror_of(ex)  # the same request on the proxy's other leg, seen first
+        acked = False
         for row in records_from_exchange(ex, values="auto", topic_names=names):
             if row.is_control or row.topic in INTERNAL_TOPICS:
                 continue
             if row.offset is None:
                 code = errors.get((row.topic, row.partition))
                 why = error_name(code) if code else failed_as
-                if why is not None:
+                # a leg that lost the answer the other leg carried is not an attempt of its own
+                if why is not None and not (mirror is not None and mirror[2]):
                     self._failed_attempt(ex, row, why)
                 continue
+            acked = True
             self._acknowledged(ex, row)
+        key = (ex.client_id, ex.correlation_id)
+        self.recent_produces.pop(key, None)
+        self.recent_produces[key] = (ex.request_ts, ex.stream, acked or bool(mirror and mirror[2]))
+        while len(self.recent_produces) > MAX_RECENT_REQUESTS:
+            self.recent_produces.popitem(last=False)
+
+    def _mirror_of(self, ex: Exchange) -> tuple[float | None, str, bool] | None:
+        prev = self.recent_produces.get((ex.client_id, ex.correlation_id))
+        if prev is None or prev[1] == ex.stream or not _near(prev[0], ex.request_ts):
+            return None
+        return prev
 
     def _acknowledged(self, ex: Exchange, row: Any) -> None:
         if self.tracked >= self.max_records:
@@ -250,7 +274,13 @@ class DeliveryTracker:
         part = self.partitions.get((row.topic, row.partition))
         if part is None:
             part = self.partitions[(row.topic, row.partition)] = _Partition()
-        if row.offset in part.by_offset:  # the same acknowledgment seen twice (a duplicated capture)
+        seen = part.by_offset.get(row.offset)
+        if seen is not None:
+            # acknowledged again at the same offset: the same request on a proxy's other leg, or an
+            # idempotent producer's retry the broker recognised (it answers with the first offset)
+            if (seen.produce_correlation_id, seen.producer_client_id) != (ex.correlation_id, ex.client_id) \
+                    or not _near(seen.produce_ts, ex.request_ts):
+                seen.produce_attempts += 1
             return
         raw = _raw(row.value, row.value_encoding)
         d = Delivery()
@@ -269,6 +299,9 @@ class DeliveryTracker:
         d.produce_stream, d.produce_correlation_id = ex.stream, ex.correlation_id
         link = self._link_key(row, raw)
         failed = self.pending_failures.pop(link, None)
+        if failed is not None and _is_mirror(failed[3], ex):
+            # the failure was this very request on the proxy's other leg (its answer lost there)
+            failed = None if failed[0] == 1 else (failed[0] - 1, failed[1], failed[2], failed[3])
         if failed is not None:
             d.produce_attempts += failed[0]
             d.error, d.failed_ev = failed[1], failed[2]
@@ -307,12 +340,13 @@ class DeliveryTracker:
     def _failed_attempt(self, ex: Exchange, row: Any, why: str) -> None:
         link = self._link_key(row, _raw(row.value, row.value_encoding))
         ev = Evidence(ex.stream, ex.correlation_id, "Produce", ex.request_ts)
+        last = (ex.client_id, ex.correlation_id, ex.request_ts, ex.stream)
         prev = self.pending_failures.pop(link, None)
         if prev is None:
-            self.pending_failures[link] = (1, why, ev)
+            self.pending_failures[link] = (1, why, ev, last)
         else:  # the errors of every failed attempt, in order, each once
             errors = prev[1] if why in prev[1].split(", ") else f"{prev[1]}, {why}"
-            self.pending_failures[link] = (prev[0] + 1, errors, prev[2])
+            self.pending_failures[link] = (prev[0] + 1, errors, prev[2], last)
         while len(self.pending_failures) > MAX_PENDING_FAILURES:
             self.pending_failures.popitem(last=False)
 
@@ -348,6 +382,9 @@ class DeliveryTracker:
             d = part.by_offset.get(off)
             if d is None:
                 continue
+            if d.fetches and any(f.client_id == ex.client_id and f.correlation_id == ex.correlation_id
+                                 and f.stream != stream and _near(f.ts, ts) for f in d.fetches):
+                continue  # this Fetch, seen on the proxy's other leg
             d.times_fetched += 1
             if d.fetches is None:
                 d.fetches = []
@@ -605,6 +642,16 @@ class DeliveryTracker:
             f.count = len(skipped)
             out.append(f)
         return out
+
+
+def _near(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and abs(a - b) <= MIRROR_WINDOW_S
+
+
+def _is_mirror(last: tuple, ex: Exchange) -> bool:
+    """Was the last failed attempt (client id, correlation id, time, stream) ``ex`` on another leg?"""
+    client_id, cid, ts, stream = last
+    return client_id == ex.client_id and cid == ex.correlation_id and stream != ex.stream and _near(ts, ex.request_ts)
 
 
 def _ranges(offsets: list[int], most: int = 6) -> str:

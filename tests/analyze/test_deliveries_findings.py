@@ -244,3 +244,40 @@ def test_any_sequence_keeps_the_table_consistent(seq):
     for f in w.d.findings():
         assert f.title and f.severity in ("info", "warning", "error")
         f.as_dict()
+
+
+def test_both_legs_of_a_proxy_count_each_request_once():
+    """A capture of the client's and the broker's side of a proxy sees every request twice, with the
+    same client id and correlation id: one acknowledgment, one fetch, and the leg that lost the
+    answer is no failed attempt of its own (in either order the events come in)."""
+    for lost_leg_first in (True, False):
+        w = wire()
+        batch = records(VALUES[:2])
+        # client -> proxy (port 40000): its answer is lost; proxy -> broker (40001): acknowledged at 0
+        produce(w, 1.0, batch, base=None, port=40000)
+        if lost_leg_first:
+            w.close(40000, 1.0003)
+        produce(w, 1.0002, batch, base=0, port=40001)
+        if not lost_leg_first:
+            w.close(40000, 1.0003)
+        # the producer's retry, 3 s later, on new connections (correlation ids start again at 1)
+        produce(w, 4.0, batch, base=2, port=40002)
+        produce(w, 4.0002, batch, base=2, port=40003)
+        # a consumer reads everything; its Fetch is seen on both legs too
+        fetch(w, 5.0, 0, records(VALUES[:2] * 2), client="c1", port=50001)
+        fetch(w, 5.0002, 0, records(VALUES[:2] * 2), client="c1", port=50002)
+        out = rows(w)
+        assert [(r["offset"], r["produce_attempts"], r["error"], r["times_fetched"]) for r in out] == [
+            (0, 1, None, 1), (1, 1, None, 1), (2, 1, None, 1), (3, 1, None, 1)]
+        (f,) = found(w, "retry_duplicate")
+        assert "offsets 2-3 repeat 0-1" in f.title
+        assert not found(w, "fetched_twice") and not found(w, "produce_retried")
+
+
+def test_an_idempotent_retry_the_broker_recognised_counts_as_an_attempt():
+    w = wire()
+    batch = records(VALUES[:2], pid=1000, seq=0)
+    produce(w, 1.0, batch, base=5)
+    produce(w, 4.0, batch, base=5, port=40001)  # the answer was lost; the broker returns the first offset
+    assert [(r["offset"], r["produce_attempts"]) for r in rows(w)] == [(5, 2), (6, 2)]
+    assert not found(w, "retry_duplicate")
