@@ -67,19 +67,22 @@ def deliveries_clean(rig: Rig, workdir: str) -> Manifest:
 
 
 class _BrokerLeg:
-    """describe() for tansu behind the dropping proxy: only the broker's port is captured."""
+    """describe() for tansu behind the dropping proxy: the broker's port is captured (with
+    ``both_legs`` the proxy's too: every request is then seen twice)."""
 
-    def __init__(self, tb: Any, proxy: Any) -> None:
-        self.tb, self.proxy = tb, proxy
+    def __init__(self, tb: Any, proxy: Any, both_legs: bool = False) -> None:
+        self.tb, self.proxy, self.both_legs = tb, proxy, both_legs
 
     def describe(self) -> dict:
         d = self.tb.describe()
+        if self.both_legs:
+            d["ports"] = [self.proxy.port, self.tb.port]
         d["proxy_port"] = self.proxy.port
         d["bootstrap_servers"] = f"127.0.0.1:{self.proxy.port} (via the proxy; tansu advertises it)"
         return d
 
 
-def deliveries_retry_duplicate(rig: Rig, workdir: str) -> Manifest:
+def deliveries_retry_duplicate(rig: Rig, workdir: str, both_legs: bool = False) -> Manifest:
     """A lost ProduceResponse: the non-idempotent producer retries and the broker writes twice."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -99,14 +102,17 @@ def deliveries_retry_duplicate(rig: Rig, workdir: str) -> Manifest:
                 fut.result(15)
             del admin
             gc.collect()
-            with recording(rig, workdir, "deliveries-retry-duplicate",
+            name = "deliveries-retry-duplicate" + ("-both-legs" if both_legs else "")
+            legs = ("Both legs are captured (client <-> proxy and proxy <-> broker): every request "
+                    "and response is in the file twice, except the lost response." if both_legs else
+                    "The capture holds the proxy <-> broker leg, where the broker acknowledges both writes.")
+            with recording(rig, workdir, name,
                            "tansu advertises the port of a proxy (rig.dropproxy) that forwards Kafka "
                            "frames and loses the response to the first Produce request; a confluent-kafka "
                            "producer with enable.idempotence=false and retries on times out "
                            "(socket.timeout.ms=2000) and sends the batch again, and the broker writes "
                            "it twice. Then 4 more records, and an assign() consumer reads the whole "
-                           "partition through the proxy. The capture holds the proxy <-> broker leg, "
-                           "where the broker acknowledges both writes.", _BrokerLeg(tb, proxy)) as m:
+                           "partition through the proxy. " + legs, _BrokerLeg(tb, proxy, both_legs)) as m:
                 m.add_topic(topic, 1, "CreateTopics (before the capture)")
                 items = standard_items(topic, 6)
                 for it in items:
@@ -235,16 +241,23 @@ def deliveries_unread_partition(rig: Rig, workdir: str) -> Manifest:
     return m
 
 
+def deliveries_retry_duplicate_both_legs(rig: Rig, workdir: str) -> Manifest:
+    """deliveries-retry-duplicate with both sides of the proxy captured (e2e only, not shipped)."""
+    return deliveries_retry_duplicate(rig, workdir, both_legs=True)
+
+
 SCENARIOS = {
     "deliveries-clean": deliveries_clean,
     "deliveries-retry-duplicate": deliveries_retry_duplicate,
     "deliveries-crash-before-commit": deliveries_crash_before_commit,
     "deliveries-unread-partition": deliveries_unread_partition,
 }
+# run by tests/e2e only: the same fault seen on both legs of the proxy
+E2E_SCENARIOS = {**SCENARIOS, "deliveries-retry-duplicate-both-legs": deliveries_retry_duplicate_both_legs}
 
 
 def unavailable_reason(name: str) -> str | None:
-    if name == "deliveries-retry-duplicate":
+    if name.startswith("deliveries-retry-duplicate"):
         from rig.tansu import tansu_path
 
         if tansu_path() is None:
@@ -264,7 +277,7 @@ def _main(argv: list[str] | None = None) -> int:
     with _Rig() as rig:
         for name in args.only or list(SCENARIOS):
             t0 = time.monotonic()
-            m = SCENARIOS[name](rig, args.out)
+            m = E2E_SCENARIOS[name](rig, args.out)
             print(f"{name}: {time.monotonic() - t0:.1f}s produced={len(m.produced)} consumed={len(m.consumed)} "
                   f"ports={m.kafka_ports}")
     return 0

@@ -15,19 +15,19 @@ import os
 
 import pytest
 
-from rig.deliveries_scenarios import SCENARIOS, unavailable_reason
+from rig.deliveries_scenarios import E2E_SCENARIOS, unavailable_reason
 from tests.helpers.deliveries_oracle import check_scenario, deliveries_rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("rig")]
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+@pytest.mark.parametrize("name", list(E2E_SCENARIOS))
 def test_deliveries_scenario_matches_the_clients_logs(rig, tmp_path_factory, capsys, name):
     why = unavailable_reason(name)
     if why:
         pytest.skip(why)
     workdir = str(tmp_path_factory.mktemp("deliveries"))
-    m = SCENARIOS[name](rig, workdir)
+    m = E2E_SCENARIOS[name](rig, workdir)
     pcap = os.path.join(workdir, m.pcap)
     rows = deliveries_rows(capsys, pcap, m.kafka_ports)
     problems = deliveries_rows(capsys, pcap, m.kafka_ports, "--problems")
