@@ -241,6 +241,66 @@ def deliveries_unread_partition(rig: Rig, workdir: str) -> Manifest:
     return m
 
 
+def deliveries_consumer_seek(rig: Rig, workdir: str) -> Manifest:
+    """A consumer seeks past records it never fetched: a skip, and a gap in what was read."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    mc = rig.mock()
+    topic = rig.name("deliveries-seek")
+    mc.create_topic(topic, 1, 1)
+    with recording(rig, workdir, "deliveries-consumer-seek",
+                   "a confluent-kafka producer writes 3 records to a 1-partition topic on the mock; an "
+                   "assign() consumer reads them and pauses the partition; the producer writes 7 more "
+                   "(offsets 3-9); the consumer seeks to offset 6, resumes and reads 6-9: offsets 3-5 are "
+                   "acknowledged and never fetched, and the consumer's fetch position jumps over them.",
+                   mc) as m:
+        m.add_topic(topic, 1, "rd_kafka_mock_topic_create (before the capture)")
+        items = standard_items(topic, 10)
+        for it in items:
+            it["partition"] = 0
+        ck_produce(m, mc.bootstrap_servers, "seek-producer", items[:3])
+        conf = {"bootstrap.servers": mc.bootstrap_servers, "client.id": "seek-consumer",
+                "group.id": "seek-consumer-assign-only", "enable.auto.commit": False, "log_level": 0}
+        ver, lib = _ck_version()
+        m.clients.append(ClientInfo("consumer", "confluent-kafka", ver, "seek-consumer",
+                                    {k: v for k, v in conf.items() if k != "bootstrap.servers"}, lib))
+        c = Consumer(conf)
+        try:
+            tp = TopicPartition(topic, 0, 0)
+            c.assign([tp])
+            got = _ck_poll(c, 3, "seek-consumer")
+            c.pause([TopicPartition(topic, 0)])
+            ck_produce(m, mc.bootstrap_servers, "seek-producer", items[3:])
+            c.seek(TopicPartition(topic, 0, 6))
+            c.resume([TopicPartition(topic, 0)])
+            got += _ck_poll(c, 4, "seek-consumer")
+        finally:
+            c.close()
+            del c
+            gc.collect()
+        m.consumed.extend(got)
+        if [r.offset for r in got] != [0, 1, 2, 6, 7, 8, 9]:
+            raise RuntimeError(f"seek-consumer read offsets {[r.offset for r in got]}")
+        _expect_mock_apiversions(m)
+        m.expect_apis("Produce", "Fetch")
+        m.notes.append("Expected: offsets_skipped (from 3 to 6) and delivery_gap naming offsets 3-5.")
+    return m
+
+
+def _ck_poll(c: Any, n: int, client_id: str, timeout: float = 20.0) -> list[RecordTruth]:
+    from rig.scenarios import _ck_record
+
+    got: list[RecordTruth] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        msg = c.poll(0.1)
+        if msg is not None and not msg.error():
+            got.append(_ck_record(msg, client_id, None))
+    if len(got) < n:
+        raise RuntimeError(f"{client_id}: consumed {len(got)} of {n} records")
+    return got
+
+
 def deliveries_retry_duplicate_both_legs(rig: Rig, workdir: str) -> Manifest:
     """deliveries-retry-duplicate with both sides of the proxy captured (e2e only, not shipped)."""
     return deliveries_retry_duplicate(rig, workdir, both_legs=True)
@@ -251,6 +311,7 @@ SCENARIOS = {
     "deliveries-retry-duplicate": deliveries_retry_duplicate,
     "deliveries-crash-before-commit": deliveries_crash_before_commit,
     "deliveries-unread-partition": deliveries_unread_partition,
+    "deliveries-consumer-seek": deliveries_consumer_seek,
 }
 # run by tests/e2e only: the same fault seen on both legs of the proxy
 E2E_SCENARIOS = {**SCENARIOS, "deliveries-retry-duplicate-both-legs": deliveries_retry_duplicate_both_legs}

@@ -43,7 +43,8 @@ def test_every_logged_record_is_one_row_at_its_offset_and_every_receipt_a_fetch_
 
 
 @pytest.mark.parametrize("name", ["deliveries-clean", "deliveries-retry-duplicate",
-                                  "deliveries-crash-before-commit", "deliveries-unread-partition"])
+                                  "deliveries-crash-before-commit", "deliveries-unread-partition",
+                                  "deliveries-consumer-seek"])
 def test_shipped_deliveries_scenarios_give_their_findings(capsys, name):
     """The committed captures of rig/deliveries_scenarios.py, checked as the e2e test checks a fresh run."""
     m, pcap, _ = _load(name)

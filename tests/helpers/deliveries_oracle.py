@@ -134,5 +134,16 @@ def check_scenario(manifest: Manifest, rows: list[dict[str, Any]], problems: lis
         assert [r["offset"] for r in rows if r["times_fetched"] == 0] == unread
         assert [(f["kind"], f["key"]["partition"], f["key"]["offsets"]) for f in problems] == [
             ("record_not_fetched", 1, unread)]
+    elif name == "deliveries-consumer-seek":
+        received = {r.offset for r in manifest.consumed}
+        skipped = sorted(r.offset for r in manifest.produced if r.offset not in received)
+        assert skipped, "the consumer received every record: it skipped nothing"
+        assert [r["offset"] for r in rows if r["times_fetched"] == 0] == skipped
+        kinds = {f["kind"]: f for f in problems}
+        assert set(kinds) == {"offsets_skipped", "delivery_gap"}, sorted(kinds)
+        skip = kinds["offsets_skipped"]["key"]
+        assert (skip["offsets"], skip["from_offset"], skip["to_offset"], skip["client_id"]) == (
+            skipped, skipped[0], skipped[-1] + 1, "seek-consumer")
+        assert kinds["delivery_gap"]["key"]["offsets"] == skipped
     else:
         raise AssertionError(f"not a deliveries scenario: {name}")
