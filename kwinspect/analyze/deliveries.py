@@ -268,13 +268,13 @@ class DeliveryTracker:
         return prev
 
     def _acknowledged(self, ex: Exchange, row: Any) -> None:
-        if self.tracked >= self.max_records:
+        part = self.partitions.get((row.topic, row.partition))
+        seen = part.by_offset.get(row.offset) if part is not None else None
+        if seen is None and self.tracked >= self.max_records:
             self.truncated += 1
             return
-        part = self.partitions.get((row.topic, row.partition))
         if part is None:
             part = self.partitions[(row.topic, row.partition)] = _Partition()
-        seen = part.by_offset.get(row.offset)
         if seen is not None:
             # acknowledged again at the same offset: the same request on a proxy's other leg, or an
             # idempotent producer's retry the broker recognised (it answers with the first offset)
