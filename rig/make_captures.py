@@ -18,6 +18,8 @@ import time
 import traceback
 
 from rig.captures_readme import write_readme
+from rig.deliveries_scenarios import SCENARIOS as DELIVERIES_SCENARIOS
+from rig.deliveries_scenarios import unavailable_reason as deliveries_unavailable
 from rig.rig import Rig
 from rig.sasl_scenarios import SCENARIOS as SASL_SCENARIOS
 from rig.scenarios import NEEDS_NETNS, unavailable_reason
@@ -25,7 +27,7 @@ from rig.scenarios import SCENARIOS as RIG_SCENARIOS
 from rig.tls_scenarios import SCENARIOS as TLS_SCENARIOS
 
 # Every capture in captures/, so `make captures` regenerates the whole corpus.
-SCENARIOS = {**RIG_SCENARIOS, **SASL_SCENARIOS, **TLS_SCENARIOS}
+SCENARIOS = {**RIG_SCENARIOS, **SASL_SCENARIOS, **TLS_SCENARIOS, **DELIVERIES_SCENARIOS}
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rig.make_captures",
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     with Rig(log_dir=tempfile.mkdtemp(prefix="kwinspect-captures-")) as rig:
         for name in names:
-            why = unavailable_reason(name)
+            why = deliveries_unavailable(name) if name in DELIVERIES_SCENARIOS else unavailable_reason(name)
             if why:
                 print(f"skipped {name}: {why}", file=sys.stderr)
                 continue

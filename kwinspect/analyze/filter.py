@@ -46,6 +46,13 @@ COLUMN_KINDS: dict[str, str] = {
     # errors
     "kind": STR, "code": INT, "name": STR, "retriable": BOOL, "path": STR,
     "message": STR, "ts": TS,
+    # deliveries
+    "value_digest": STR, "value_size": INT, "producer_client_id": STR, "produce_ts": TS, "ack_ts": TS,
+    "produce_attempts": INT, "error": STR, "times_fetched": INT, "first_fetch_ts": TS,
+    "fetch_clients": LIST_STR, "fetch_groups": LIST_STR, "fetch_streams": LIST_STR,
+    "fetch_correlation_ids": LIST_INT, "commit_group": STR, "commit_offset": INT, "commit_ts": TS,
+    "produce_to_ack_ms": FLOAT, "ack_to_first_fetch_ms": FLOAT, "end_to_end_ms": FLOAT,
+    "committed_after_ms": FLOAT, "produce_stream": STR, "produce_correlation_id": INT,
 }
 
 _NUMERIC_KINDS = (INT, FLOAT, LIST_INT, TS)

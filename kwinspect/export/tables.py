@@ -15,6 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kwinspect.analyze.deliveries import (
+    DELIVERY_COLUMNS,
+    DELIVERY_LIST_COLUMNS,
+    DELIVERY_TIMESTAMP_COLUMNS,
+)
 from kwinspect.analyze.latency import LATENCY_COLUMNS
 from kwinspect.analyze.record_rows import records_from_exchange
 from kwinspect.analyze.stats import STATS_COLUMNS
@@ -28,22 +33,24 @@ from kwinspect.model import (
 )
 from kwinspect.protocol.schema.api_keys import ApiKey
 
-# The capture tables, plus `latency` and `stats` (not capture tables: the rows of
-# `kwinspect latency` and `kwinspect stats`, aggregates of the exchanges)
+# The capture tables, plus `latency`, `stats` and `deliveries` (not capture tables:
+# the rows of `kwinspect latency`, `stats` and `deliveries`, made from the exchanges)
 TABLES: dict[str, tuple[str, ...]] = {
     "exchanges": EXCHANGE_COLUMNS,
     "records": RECORD_COLUMNS,
     "errors": ERROR_COLUMNS,
     "latency": LATENCY_COLUMNS,
     "stats": STATS_COLUMNS,
+    "deliveries": DELIVERY_COLUMNS,
 }
 CAPTURE_TABLES = ("exchanges", "records", "errors")
 
 # Value conventions of the text formats and Parquet: these columns hold epoch seconds
 # (written as ISO-8601 UTC with microseconds, a Parquet timestamp[us, UTC]) ...
-TIMESTAMP_COLUMNS = frozenset({"request_ts", "response_ts", "timestamp", "ts", "interval_start"})
+TIMESTAMP_COLUMNS = (frozenset({"request_ts", "response_ts", "timestamp", "ts", "interval_start"})
+                     | DELIVERY_TIMESTAMP_COLUMNS)
 # ... and these lists (a JSON array; in a CSV cell, the array as compact JSON text)
-LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"})
+LIST_COLUMNS = frozenset({"error_codes", "error_names", "topics", "headers"}) | DELIVERY_LIST_COLUMNS
 
 # the exchanges whose records the records table expands
 PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)

@@ -810,6 +810,10 @@ TABLE_DEFAULT_COLUMNS: dict[str, tuple[str, ...]] = {
         "interval_start", "series", "api_name", "broker", "client_id", "topic", "partition",
         "group_id", "le_ms", "amount",
     ),
+    "deliveries": (
+        "topic", "partition", "offset", "key", "ack_ts", "produce_to_ack_ms", "times_fetched",
+        "end_to_end_ms", "fetch_groups", "commit_group", "error",
+    ),
 }
 
 # On a narrow terminal, default columns are dropped in this order until the
@@ -820,6 +824,7 @@ TABLE_DROP_ORDER: dict[str, tuple[str, ...]] = {
     "records": ("headers", "compression", "timestamp", "partition", "crc_ok", "frame"),
     "errors": ("stream", "correlation_id", "partition", "api_name", "topic", "message", "frame"),
     "stats": ("group_id", "client_id", "le_ms", "partition", "broker"),
+    "deliveries": ("commit_group", "error", "produce_to_ack_ms", "key", "fetch_groups"),
 }
 
 # Widest a cell may get before it is cut with an ellipsis.
@@ -834,7 +839,10 @@ _NUMERIC = frozenset(
     {"api_key", "api_version", "correlation_id", "latency_ms", "request_size", "response_size",
      "throttle_time_ms", "partition", "offset", "magic", "producer_id", "producer_epoch",
      "sequence", "code", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms",
-     "frame", "response_frame", "tcp_stream", "interval_s", "le_ms", "amount"}
+     "frame", "response_frame", "tcp_stream", "interval_s", "le_ms", "amount", "value_size",
+     "produce_attempts", "times_fetched",
+     "commit_offset", "produce_to_ack_ms", "ack_to_first_fetch_ms", "end_to_end_ms",
+     "committed_after_ms", "produce_correlation_id"}
 )
 
 

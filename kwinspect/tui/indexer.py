@@ -50,7 +50,7 @@ class Diagnosis:
     """
 
     def __init__(self) -> None:
-        self.diagnoser = Diagnoser()
+        self.diagnoser = Diagnoser(deliveries=True)  # as `kwinspect diagnose`: the same findings
         self.dirty = False
         self.last = 0.0
         self.interval = FINDINGS_EVERY
@@ -81,6 +81,13 @@ class Diagnosis:
         self.last, self.dirty = t1, False
         self.interval = max(FINDINGS_EVERY, 5 * (t1 - t0))
         return out, self.diagnoser.exchanges
+
+    def deliveries(self) -> tuple[list[dict[str, Any]], str | None]:
+        """The deliveries table and its truncation note (at the end of indexing: it needs it all)."""
+        tracker = self.diagnoser.deliveries
+        if tracker is None:
+            return [], None
+        return list(tracker.rows()), tracker.truncation_note()
 
 
 class _Tap:
@@ -274,6 +281,7 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
         send(final=True)
         diag.connections_ended(d.connections.values())
         send_findings()
+        conn.send(("deliveries", *diag.deliveries()))
     except Exception as exc:  # noqa: BLE001 - a bug in the core; keep what was indexed
         error = f"indexing stopped: {type(exc).__name__}: {exc}"
         try:
@@ -393,6 +401,8 @@ class Indexer:
                 diag.connections_ended(getattr(d, "connections", {}).values() if d is not None else ())
             if final or diag.due():
                 self.store.set_findings(*diag.snapshot())
+            if final:
+                self.store.set_deliveries(*diag.deliveries())
         d = self.dissector
         if d is not None:
             self.store.topic_names = d.shared.topic_names
@@ -459,6 +469,9 @@ class Indexer:
                 elif kind == "findings":
                     _kind, findings, examined = msg
                     store.set_findings(findings, examined)
+                elif kind == "deliveries":
+                    _kind, deliveries, note = msg
+                    store.set_deliveries(deliveries, note)
                 elif kind == "done":
                     _kind, conns, _issues, error = msg
                     if error:

@@ -210,6 +210,9 @@ class ExchangeStore:
         self.findings: list[dict[str, Any]] = []
         self.findings_examined = 0  # exchanges the Diagnoser had seen
         self.findings_generation = 0
+        # the deliveries table (analyze.deliveries rows) once indexing has ended; bounded by its cap
+        self.deliveries: list[dict[str, Any]] | None = None
+        self.deliveries_note: str | None = None  # "truncated after N records ..." when it was
 
     # -- writing (the indexing worker) ----------------------------------------------------
 
@@ -218,6 +221,11 @@ class ExchangeStore:
             self.findings = findings
             self.findings_examined = examined
             self.findings_generation += 1
+
+    def set_deliveries(self, rows: list[dict[str, Any]], note: str | None) -> None:
+        with self.lock:
+            self.deliveries = rows
+            self.deliveries_note = note
 
     def __len__(self) -> int:
         return self.total - self.first

@@ -70,11 +70,13 @@ errors = st.builds(ErrorRow, kind=st.sampled_from(["kafka_error", "tcp_gap"]), c
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(exchanges(), errors), max_size=25))
 def test_diagnoser_never_raises(events):
-    d = Diagnoser()
+    d = Diagnoser(deliveries=True)  # as `kwinspect diagnose`: the records join too
     for ev in events:
         d.add(ev)
     for f in d.findings():
         assert f.severity in ("info", "warning", "error") and f.title
         f.as_dict()
+    for row in d.deliveries.rows():
+        assert row["offset"] is not None
     for g in d.group_timelines():
         g.as_dict()

@@ -137,3 +137,9 @@ def test_help_links_the_columns_page(command, capsys):
     with pytest.raises(SystemExit):
         main(([command] if command else []) + ["--help"])
     assert "docs/columns.md" in " ".join(capsys.readouterr().out.split())
+
+
+def test_every_deliveries_column_is_defined():
+    from kwinspect.analyze.deliveries import DELIVERY_COLUMNS
+
+    assert not [c for c in DELIVERY_COLUMNS if c not in _section("deliveries")]

@@ -27,6 +27,12 @@ FAULTY = {
     "tansu-sasl-plain-proxy": {"authentication_failed"},
     # the broker closes its connections, then refuses reconnects with RST
     "confluent-mock-broker-down": {"broker_unavailable"},
+    # a proxy lost a ProduceResponse: the non-idempotent retry wrote the records twice
+    "deliveries-retry-duplicate": {"duplicate_batch", "retry_duplicate"},
+    # a group member was killed before committing: the next member fetched its records again
+    "deliveries-crash-before-commit": {"fetched_twice"},
+    # a consumer seeked past records it never fetched
+    "deliveries-consumer-seek": {"offsets_skipped", "delivery_gap"},
 }
 CLEAN = sorted(os.path.basename(p)[: -len(".manifest.json")]
                for p in glob.glob(os.path.join(ROOT, "*.manifest.json"))
@@ -45,7 +51,7 @@ def _findings(name: str):
         pytest.skip(f"{pcap} missing")
     cfg = DissectConfig(kafka_ports=frozenset(m["kafka_ports"]) | DEFAULT_KAFKA_PORTS)
     run = FileRun()
-    d = Diagnoser().add_all(dissect_files([pcap], cfg, run=run))
+    d = Diagnoser(deliveries=True).add_all(dissect_files([pcap], cfg, run=run))
     d.connections_ended(run.dissector.connections.values(), cfg.kafka_ports)  # as `kwinspect diagnose`
     return d, m
 

@@ -47,6 +47,8 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("decode-no-redact", ["decode", "--no-redact", "--values", "base64"]),
     ("diagnose-jsonl", ["diagnose", "-F", "jsonl"]),
     ("diagnose-text", ["diagnose", "-F", "text"]),
+    ("deliveries-jsonl", ["deliveries", "-F", "jsonl"]),
+    ("deliveries-problems", ["deliveries", "--problems", "-F", "table"]),
 ]
 
 

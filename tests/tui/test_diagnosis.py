@@ -99,7 +99,7 @@ async def test_live_feed_is_diagnosed_too(errors_capture):
     from kwinspect.tui.indexer import END
 
     evs = list(dissect_file(errors_capture))
-    expected = Diagnoser().add_all(evs).findings()  # live: events only, no connection-end info
+    expected = Diagnoser(deliveries=True).add_all(evs).findings()  # live: events only, no connection-end info
     q: queue.Queue = queue.Queue()
     app = KwinspectApp(live=q, label="test feed")
     async with app.run_test(size=SIZE) as pilot:

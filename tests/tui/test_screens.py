@@ -127,6 +127,7 @@ VIEWS = {
     "latency": ["l"],
     "timeseries": ["t"],
     "diagnosis": ["D"],
+    "deliveries": ["J"],
     "help": ["question_mark"],
     "export": ["x"],
 }

@@ -41,7 +41,7 @@ from kwinspect.protocol.schema.api_keys import ApiKey
 
 __all__ = [
     "ERROR", "INFO", "MAX_EVIDENCE", "SEVERITIES", "WARNING", "Diagnoser", "Evidence", "Finding",
-    "GroupEvent", "GroupTimeline", "Generation", "diagnose",
+    "GroupEvent", "GroupTimeline", "Generation", "diagnose", "sort_findings",
 ]
 
 METADATA = int(ApiKey.METADATA)
@@ -51,7 +51,9 @@ NIL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 class Diagnoser:
     """Feed events with `add`; read `findings()` and `group_timelines()` whenever you like."""
 
-    def __init__(self) -> None:
+    def __init__(self, deliveries: bool = False) -> None:
+        """``deliveries``: also follow every record (analyze.deliveries: decodes the records of
+        every Produce and Fetch) and add the findings of that join."""
         self.topic_names: dict[str, str] = {}
         self.negotiation = NegotiationAnalyzer()
         self.producers = ProducerAnalyzer(self.topic_names)
@@ -60,6 +62,11 @@ class Diagnoser:
         self.connections = ConnectionAnalyzer()
         self.negotiation.closed_by = self.connections.closed_by  # filled by connection_ended
         self.exchanges = 0
+        self.deliveries = None
+        if deliveries:
+            from kwinspect.analyze.deliveries import DeliveryTracker
+
+            self.deliveries = DeliveryTracker()
 
     def add(self, event: Exchange | ErrorRow | Any) -> None:
         """An Exchange or ErrorRow (anything else is ignored, so a mixed stream can be fed as is)."""
@@ -69,6 +76,8 @@ class Diagnoser:
                 self._learn_topics(event.response.body)
             for a in (self.negotiation, self.producers, self.groups, self.fetch, self.connections):
                 a.on_exchange(event)
+            if self.deliveries is not None:
+                self.deliveries.add(event, self.topic_names)
         elif isinstance(event, ErrorRow):
             self.fetch.on_error(event)
             self.connections.on_error(event)
@@ -127,16 +136,22 @@ class Diagnoser:
         out += self.groups.results()
         out += self.fetch.results()
         out += self.connections.results()
-        out = [f for f in out if SEVERITY_RANK[f.severity] >= floor]
-        for f in out:
-            f.evidence.sort(key=lambda e: e.ts if e.ts is not None else 0.0)
-        out.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_ts if f.first_ts is not None else 0.0, f.kind))
-        return out
+        if self.deliveries is not None:
+            out += self.deliveries.findings()
+        return sort_findings([f for f in out if SEVERITY_RANK[f.severity] >= floor])
 
     def group_timelines(self) -> list[GroupTimeline]:
         """One timeline per consumer group: events, generations (members, subscriptions,
         assignments), commits, and lag samples per partition from Fetch high watermarks."""
         return self.groups.timelines()
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Most severe first, then by time; each finding's evidence by time."""
+    for f in findings:
+        f.evidence.sort(key=lambda e: e.ts if e.ts is not None else 0.0)
+    findings.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.first_ts if f.first_ts is not None else 0.0, f.kind))
+    return findings
 
 
 def diagnose(events, min_severity: str = INFO) -> list[Finding]:

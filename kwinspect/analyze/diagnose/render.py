@@ -38,7 +38,9 @@ def write_jsonl(findings: Iterable[Finding], out: IO[str]) -> None:
         out.write(json.dumps(finding_json(f), ensure_ascii=False, default=str) + "\n")
 
 
-def render_text(findings: list[Finding], console: Any = None, *, exchanges: int = 0, pcap: str = "PCAP") -> None:
+def render_text(findings: list[Finding], console: Any = None, *, exchanges: int = 0, pcap: str = "PCAP",
+                examined: str | None = None) -> None:
+    """``examined``: what was looked at, for the first line (default: the number of exchanges)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.text import Text
@@ -46,15 +48,16 @@ def render_text(findings: list[Finding], console: Any = None, *, exchanges: int 
     from kwinspect.analyze.termsafe import term_safe as clean
 
     console = console or Console()
+    examined = examined or f"{plural(exchanges, 'exchange')} examined"
     if not findings:
-        console.print(f"No findings ({plural(exchanges, 'exchange')} examined).")
+        console.print(f"No findings ({examined}).")
         return
     counts = {s: sum(1 for f in findings if f.severity == s) for s in (ERROR, WARNING, INFO)}
     console.print(Text.assemble(("Diagnosis: ", "bold"),
                                 (plural(counts[ERROR], "error"), STYLE[ERROR]), ", ",
                                 (plural(counts[WARNING], "warning"), STYLE[WARNING]), ", ",
                                 (f"{counts[INFO]} info", STYLE[INFO]),
-                                f"  ({plural(exchanges, 'exchange')} examined)"))
+                                f"  ({examined})"))
     for sev in (ERROR, WARNING, INFO):
         group = [f for f in findings if f.severity == sev]
         if not group:

@@ -36,6 +36,7 @@ HELP = """\
 | `l` | latency percentiles per api and latency over time |
 | `t` | traffic over time: requests/s and p99 latency per api |
 | `D` | diagnosis: findings by severity, their detail and evidence (`Enter` jumps to the exchange) |
+| `J` | deliveries: every acknowledged record and its journey: produce, ack, fetches, commit (`Enter` jumps to the exchange) |
 | `?` | this help |
 | `Esc` / `q` | back; `q` on the main view quits |
 

@@ -39,6 +39,7 @@ class MainScreen(Screen):
         Binding("l", "latency", "Latency"),
         Binding("t", "timeseries", "Traffic", show=False),
         Binding("D", "diagnosis", "Diagnosis"),
+        Binding("J", "deliveries", "Deliveries", show=False),
         Binding("x", "export", "Export"),
         Binding("d", "toggle_detail", "Detail", show=False),
         Binding("h", "hex_side", "Hex req/resp", show=False),
@@ -320,6 +321,11 @@ class MainScreen(Screen):
         from kwinspect.tui.screens.diagnosis import DiagnosisScreen
 
         self.app.push_screen(DiagnosisScreen(self.store), self.jump_to_evidence)
+
+    def action_deliveries(self) -> None:
+        from kwinspect.tui.screens.deliveries import DeliveriesScreen
+
+        self.app.push_screen(DeliveriesScreen(self.store), self.jump_to_evidence)
 
     def jump_to_evidence(self, ev: ErrorRow | None) -> None:
         if ev is None:
