@@ -112,6 +112,39 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+", jobs: bool = Tr
                             "output as one (default 1; 0 = one per CPU)")
 
 
+def _schema_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("schema registry (keys and values in the Confluent wire format)")
+    g.add_argument("--schemas", metavar="DIR|FILE",
+                   help="decode Avro, Protobuf and JSON Schema keys/values with these schemas: a "
+                        "folder of files named by schema id (42.avsc, 43.proto, 44.json, plus the "
+                        "files they reference) or a registry export (the JSON of GET /schemas)")
+    g.add_argument("--schema-registry", metavar="URL",
+                   help="fetch the schemas from this Schema Registry (GET /schemas/ids/{id}); "
+                        "basic auth from $KWINSPECT_SCHEMA_REGISTRY_AUTH (user:password); "
+                        "answers are cached, so a second run is offline")
+    g.add_argument("--schema-cache", metavar="DIR",
+                   help="where --schema-registry keeps its answers (default "
+                        "~/.cache/kwinspect/schema-registry/HOST)")
+
+
+def _schema_values(args) -> Any:
+    """The SchemaValues of --schemas / --schema-registry (None without them), made once."""
+    cached = getattr(args, "schema_values_made", None)
+    if cached is not None:
+        return cached or None
+    from kwinspect.analyze.schema_source import SchemaSourceError, open_schema_source
+    from kwinspect.analyze.schema_values import SchemaValues
+
+    try:
+        source = open_schema_source(getattr(args, "schemas", None),
+                                    getattr(args, "schema_registry", None),
+                                    getattr(args, "schema_cache", None))
+    except SchemaSourceError as exc:
+        raise UsageError(str(exc)) from None
+    args.schema_values_made = SchemaValues(source) if source is not None else False
+    return args.schema_values_made or None
+
+
 def _frame_size(text: str) -> int:
     from kwinspect.protocol.peek import MIN_REQUEST_HEADER
 
@@ -177,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("errors", "Kafka error codes and anomalies (gaps, missing requests, bad CRCs, ...)")):
         p = add(name, what, f"{what[0].upper()}{what[1:]}; every column is defined in docs/columns.md.")
         _input_options(p)
+        if name != "exchanges":
+            _schema_options(p)
         _output_options(p)
         if name == "errors":
             p.add_argument("--records", action="store_true",
@@ -379,6 +414,7 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     text = TextRenderer(fmt, table, csv_exact=getattr(args, "csv_exact", False))
     want = ErrorRow if table == "errors" else Exchange
     values = args.values
+    schemas = _schema_values(args)
 
     def render(ev: Any, topic_names: Any, as_text: bool) -> Any:
         if not isinstance(ev, want):
@@ -387,7 +423,8 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
             if not as_text:
                 return None
             issues: list = []
-            rows: list[Any] = [text(r) for r in records_of(ev, values, topic_names, issues)
+            rows: list[Any] = [text(r) for r in records_of(ev, values, topic_names, issues,
+                                                           schemas=schemas)
                                if keep is None or keep(r.row())]
             if (kinds := problem_kinds(issues)):
                 rows.append(RecordProblems(kinds))
@@ -403,6 +440,7 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
     """The rows of ``table``: model rows, or with --jobs rows already rendered in ``fmt`` (str)."""
     from kwinspect.export.tables import TABLES, problem_kinds, rows_of
 
+    schemas = _schema_values(args)
     keep = _compile_filter(getattr(args, "filter", None), TABLES[table])
     record_errors = table == "errors" and getattr(args, "records", False)
     for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
@@ -415,7 +453,7 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
         issues: list | None = [] if table == "records" else None
         names = run.dissector.shared.topic_names if run.dissector else None
         items = rows_of(table, ev, values=args.values, topic_names=names, issues=issues,
-                        record_errors=record_errors)
+                        record_errors=record_errors, schemas=schemas)
         if keep is None:
             yield from items
         else:
@@ -451,10 +489,17 @@ def cmd_table(args, table: str) -> int:
     try:
         write_rows(_rows(args, table, run, fmt), table, fmt, args.output, **_writer_options(args, fmt))
     finally:
-        if run.record_problems:  # batches the table could not (fully) expand: say so where the user looks
-            kinds = ", ".join(f"{n:,} {k}" for k, n in run.record_problems.most_common())
-            print(f"{PROG}: {plural(sum(run.record_problems.values()), 'record batch problem')} ({kinds}): "
+        schema_kinds = {k: n for k, n in run.record_problems.items() if k.startswith("schema_")}
+        batch_kinds = {k: n for k, n in run.record_problems.items() if k not in schema_kinds}
+        if batch_kinds:  # batches the table could not (fully) expand: say so where the user looks
+            kinds = ", ".join(f"{n:,} {k}" for k, n in sorted(batch_kinds.items(), key=lambda kv: -kv[1]))
+            print(f"{PROG}: {plural(sum(batch_kinds.values()), 'record batch problem')} ({kinds}): "
                   f"their records are missing or incomplete in this output; `{PROG} errors --records` lists them",
+                  file=sys.stderr)
+        if schema_kinds:  # framed keys/values left raw
+            kinds = ", ".join(f"{n:,} {k}" for k, n in sorted(schema_kinds.items(), key=lambda kv: -kv[1]))
+            print(f"{PROG}: {plural(sum(schema_kinds.values()), 'key/value')} not decoded with a schema "
+                  f"({kinds}): shown raw; `{PROG} errors --records` with the same schema options lists them",
                   file=sys.stderr)
     return 0
 

@@ -43,6 +43,7 @@ COLUMN_KINDS: dict[str, str] = {
     "value_encoding": STR, "headers": HEADERS, "compression": STR, "magic": INT,
     "crc_ok": BOOL, "producer_id": INT, "producer_epoch": INT, "sequence": INT,
     "is_transactional": BOOL, "is_control": BOOL, "control_type": STR,
+    "key_schema_id": INT, "value_schema_id": INT, "value_format": STR,
     # errors
     "kind": STR, "code": INT, "name": STR, "retriable": BOOL, "path": STR,
     "message": STR, "ts": TS,

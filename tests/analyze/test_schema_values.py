@@ -1,0 +1,205 @@
+"""Schema Registry keys and values, decoded: `records --schemas DIR|FILE` and
+`--schema-registry URL` on the shipped capture of confluent-kafka's own serializers
+(captures/confluent-mock-schemas.*), whose manifest holds the values the serializers
+were given: the oracle.  Run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from rig.manifest import Manifest
+
+pytest.importorskip("fastavro")
+pytest.importorskip("google.protobuf")
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = ROOT / "captures"
+NAME = "confluent-mock-schemas"
+PCAP = str(CAPTURES / f"{NAME}.pcap")
+FOLDER = str(CAPTURES / f"{NAME}.schemas")
+EXPORT = str(CAPTURES / f"{NAME}.registry.json")
+MANIFEST = Manifest.read(CAPTURES / f"{NAME}.manifest.json")
+GOOD = [t for t in MANIFEST.schema_values if "problem" not in t]
+BAD = [t for t in MANIFEST.schema_values if "problem" in t]
+
+
+def kwinspect(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "kwinspect.cli", *args], capture_output=True,
+                          env=full_env, timeout=300)
+
+
+def records(*args: str, env: dict | None = None) -> list[dict]:
+    proc = kwinspect("records", "-q", PCAP, "-F", "jsonl", *args, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"Traceback" not in proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def by_record(rows: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for r in rows:
+        out.setdefault((r["topic"], r["partition"], r["offset"]), []).append(r)
+    return out
+
+
+def check_against_oracle(rows: list[dict]) -> None:
+    """Every record the serializers framed, produced and fetched, decodes to the value
+    they were given; the records framed badly stay raw."""
+    got = by_record(rows)
+    assert len(GOOD) == 27 and len(BAD) == 4
+    for truth in GOOD:
+        seen = got[(truth["topic"], truth["partition"], truth["offset"])]
+        assert sorted(r["direction"] for r in seen) == ["fetch", "produce"]
+        for r in seen:
+            where = f"{r['direction']} {truth['topic']}@{truth['offset']}"
+            assert r["value_schema_id"] == truth["value_schema_id"], where
+            assert r["value_format"] == truth["value_format"], where
+            assert r["value_encoding"] == {"avro": "avro", "protobuf": "protobuf",
+                                           "json": "json_schema"}[truth["value_format"]], where
+            assert json.loads(r["value"]) == truth["value"], where
+            if truth["key_format"] == "avro":
+                assert r["key_schema_id"] == truth["key_schema_id"], where
+                assert r["key_encoding"] == "avro", where
+                assert json.loads(r["key"]) == truth["key"], where
+            else:  # a plain string key (or none): as without schemas
+                assert r["key_schema_id"] is None, where
+                assert r["key"] == truth["key"], where
+    for truth in BAD:
+        for r in got[(truth["topic"], truth["partition"], truth["offset"])]:
+            assert r["value_encoding"] in ("utf8", "base64"), r
+            # an id that does not resolve is not taken for the wire format (null)
+            known = truth["problem"] != "schema_unknown"
+            assert r["value_schema_id"] == (truth["value_schema_id"] if known else None), r
+
+
+@pytest.mark.parametrize("source", [FOLDER, EXPORT], ids=["folder", "export"])
+def test_records_show_what_the_serializers_were_given(source):
+    check_against_oracle(records("--schemas", source))
+
+
+def test_without_schemas_the_new_columns_are_null_and_values_raw():
+    for r in records():
+        assert r["key_schema_id"] is None and r["value_schema_id"] is None
+        assert r["value_format"] is None
+        assert r["value_encoding"] in (None, "utf8", "base64")
+
+
+@pytest.mark.parametrize("args", [["--schemas", "/nonexistent/schemas"],
+                                  ["--schemas", FOLDER, "--schema-registry", "http://127.0.0.1:9"],
+                                  ["--schema-registry", "ftp://x"]])
+def test_source_usage_errors(args):
+    proc = kwinspect("records", "-q", PCAP, "-F", "jsonl", *args)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err and err.startswith("kwinspect: ")
+
+
+def test_problems_are_error_rows_never_a_crash():
+    proc = kwinspect("errors", "-q", "--records", PCAP, "--schemas", EXPORT, "-F", "jsonl")
+    assert proc.returncode == 0, proc.stderr.decode()
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    schema_rows = [r for r in rows if r["kind"].startswith("schema_")]
+    found = {(r["path"].split(".", 1)[0], r["kind"], r["path"].split("@")[1]) for r in schema_rows}
+    for truth in BAD:
+        for direction in ("produce", "fetch"):
+            assert (direction, truth["problem"], f"{truth['offset']}.value") in found, found
+    assert len(schema_rows) == 2 * len(BAD)
+    messages = " ".join(r["message"] for r in schema_rows)
+    assert "schema id 999" in messages and "truncated" in messages
+    assert "'seven' is not of type 'integer'" in messages
+    # the records command says how many were left raw
+    proc = kwinspect("records", "-q", PCAP, "--schemas", EXPORT, "-F", "jsonl")
+    assert "8 key/values not decoded with a schema" in proc.stderr.decode()
+
+
+def test_proto_text_schemas_and_imports_from_the_folder(tmp_path):
+    """A registry's GET answers Protobuf schemas as .proto text: compiled with protoc,
+    the import found by its file name in the folder."""
+    from rig.schema_scenarios import CUSTOMER_PROTO, ORDER_PROTO
+
+    proto_ids = {t["value_schema_id"] for t in GOOD if t["value_format"] == "protobuf"}
+    for f in os.listdir(FOLDER):
+        if not f.endswith(".proto"):
+            shutil.copy(os.path.join(FOLDER, f), tmp_path / f)
+    for schema_id in proto_ids:
+        (tmp_path / f"{schema_id}.proto").write_text(ORDER_PROTO)
+    (tmp_path / "customer.proto").write_text(CUSTOMER_PROTO)
+    check_against_oracle(records("--schemas", str(tmp_path)))
+
+
+class Registry(http.server.BaseHTTPRequestHandler):
+    """The documented REST paths of a Schema Registry, served from the export."""
+
+    export: list[dict] = []
+    auth = "reader:s3cret"
+    hits: list[str] = []
+
+    def do_GET(self):  # noqa: N802
+        self.hits.append(self.path)
+        want = "Basic " + base64.b64encode(self.auth.encode()).decode()
+        if self.headers.get("Authorization") != want:
+            return self._send(401, {"error_code": 401, "message": "Unauthorized"})
+        parts = self.path.strip("/").split("/")
+        if parts[:2] == ["schemas", "ids"]:
+            for s in self.export:
+                if str(s["id"]) == parts[2]:
+                    body = {"schema": s["schema"], "references": s["references"]}
+                    if s["schemaType"] != "AVRO":
+                        body["schemaType"] = s["schemaType"]
+                    return self._send(200, body)
+            return self._send(404, {"error_code": 40403, "message": "Schema not found"})
+        if parts[0] == "subjects" and len(parts) == 4:
+            for s in self.export:
+                if s["subject"] == parts[1] and str(s["version"]) == parts[3]:
+                    return self._send(200, s)
+        return self._send(404, {"error_code": 40401, "message": "Subject not found"})
+
+    def _send(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_schema_registry_over_rest_with_auth_then_offline_from_the_cache(tmp_path):
+    Registry.export = json.loads(Path(EXPORT).read_text())
+    Registry.hits = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    cache = tmp_path / "cache"
+    try:
+        # without credentials: every value stays raw, the 401 is the records' problem
+        proc = kwinspect("records", "-q", PCAP, "-F", "jsonl", "--schema-registry", url,
+                         "--schema-cache", str(tmp_path / "nocache"))
+        assert proc.returncode == 0 and b"HTTP 401" not in proc.stdout
+        assert all(json.loads(x)["value_format"] is None for x in proc.stdout.splitlines())
+        rows = records("--schema-registry", url, "--schema-cache", str(cache),
+                       env={"KWINSPECT_SCHEMA_REGISTRY_AUTH": Registry.auth})
+        check_against_oracle(rows)
+        assert any(h.startswith("/subjects/") for h in Registry.hits)  # references fetched
+    finally:
+        server.shutdown()
+        server.server_close()
+    # the server is gone: the second run reads the cache only
+    again = records("--schema-registry", url, "--schema-cache", str(cache))
+    assert again == rows
+    for f in cache.iterdir():
+        assert "s3cret" not in f.read_text()
