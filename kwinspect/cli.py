@@ -390,13 +390,14 @@ class RecordProblems(NamedTuple):
     kinds: tuple[str, ...]
 
 
-def _compile_filter(expr: str | None, columns) -> Callable[[dict], bool] | None:
+def _compile_filter(expr: str | None, columns, schemas: Any = None) -> Callable[[dict], bool] | None:
     if not expr:
         return None
     from kwinspect.analyze.filter import FilterError, compile_filter
 
     try:
-        return compile_filter(expr, columns)
+        return compile_filter(expr, columns,
+                              fields=schemas.field_kinds() if schemas is not None else None)
     except FilterError as exc:
         raise UsageError(f"bad --filter expression: {exc}") from None
 
@@ -441,7 +442,8 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
     from kwinspect.export.tables import TABLES, problem_kinds, rows_of
 
     schemas = _schema_values(args)
-    keep = _compile_filter(getattr(args, "filter", None), TABLES[table])
+    keep = _compile_filter(getattr(args, "filter", None), TABLES[table],
+                           schemas if table == "records" else None)
     record_errors = table == "errors" and getattr(args, "records", False)
     for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
         if type(ev) is str:

@@ -95,14 +95,42 @@ def test_without_schemas_the_new_columns_are_null_and_values_raw():
         assert r["value_encoding"] in (None, "utf8", "base64")
 
 
-@pytest.mark.parametrize("args", [["--schemas", "/nonexistent/schemas"],
-                                  ["--schemas", FOLDER, "--schema-registry", "http://127.0.0.1:9"],
-                                  ["--schema-registry", "ftp://x"]])
-def test_source_usage_errors(args):
+@pytest.mark.parametrize("expr, want", [
+    ("value.order_id == 7", lambda t: t["value"]["order_id"] == 7),
+    ("value.order_id >= 200", lambda t: t["value"]["order_id"] >= 200),
+    ('key.customer == "bob"', lambda t: t["key_format"] == "avro" and t["key"]["customer"] == "bob"),
+    ('value.customer.name == "carol" and value.amount > 4',
+     lambda t: t["value"]["customer"]["name"] == "carol" and t["value"]["amount"] > 4),
+    ("value.paid", lambda t: bool(t["value"].get("paid"))),
+    ("value.note == null", lambda t: t["value"].get("note") is None),
+])
+def test_filter_on_decoded_fields_selects_exactly_the_matching_records(expr, want):
+    rows = records("--schemas", FOLDER, "-f", expr)
+    expected = {(t["topic"], t["offset"]) for t in GOOD if want(t)}
+    if expr == "value.note == null":  # records that are not decoded have no note either
+        expected |= {(t["topic"], t["offset"]) for t in BAD}
+    assert expected
+    assert {(r["topic"], r["offset"]) for r in rows} == expected
+    assert len(rows) == 2 * len(expected)  # produced and fetched
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--schemas", FOLDER, "-f", "value.order_idd == 7"],
+     ["unknown column 'value.order_idd'", "did you mean value.order_id?"]),
+    (["--schemas", FOLDER, "-f", 'value.order_id == "7"'],
+     ["column 'value.order_id' holds numbers"]),
+    (["-f", "value.order_id == 7"], ["unknown column 'value.order_id'", "--schemas"]),
+    (["--schemas", "/nonexistent/schemas"], ["no such folder or file"]),
+    (["--schemas", FOLDER, "--schema-registry", "http://127.0.0.1:9"], ["not both"]),
+    (["--schema-registry", "ftp://x"], ["http://"]),
+])
+def test_filter_and_source_usage_errors(args, words):
     proc = kwinspect("records", "-q", PCAP, "-F", "jsonl", *args)
     err = proc.stderr.decode()
     assert proc.returncode == 2, err
-    assert "Traceback" not in err and err.startswith("kwinspect: ")
+    assert "Traceback" not in err
+    for w in words:
+        assert w in err, err
 
 
 def test_problems_are_error_rows_never_a_crash():
