@@ -241,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--live -i IFACE captures on an interface (as `kwinspect live`; root or CAP_NET_RAW);\n"
             "--live PCAP replays a capture as a live feed.")
     _input_options(p, nargs="*", jobs=False)
+    _schema_options(p)
     p.add_argument("--live", action="store_true", help="live mode: rows stream in and the view follows the tail")
     p.add_argument("-i", "--interface", metavar="IFACE", help="capture on IFACE (with --live)")
     p.add_argument("--rate", type=float, default=None, metavar="N",
@@ -662,7 +663,7 @@ def cmd_tui(args) -> int:
         from kwinspect.tui.app import run_live  # textual is imported only here
 
         return run_live(args.interface, _config(args, watch_keys=True), kafka_ports=args.kafka_ports, values=args.values,
-                        initial_filter=args.filter)
+                        initial_filter=args.filter, schemas=_schema_values(args))
     if not args.pcap:
         raise UsageError("tui needs a PCAP file (or --live -i IFACE)")
     if "-" in args.pcap:
@@ -679,7 +680,7 @@ def cmd_tui(args) -> int:
     except ImportError as exc:
         raise UsageError(f"the TUI needs the textual package ({exc})") from None
     return run_tui(args.pcap, _config(args), values=args.values, initial_filter=args.filter,
-                   replay=args.live, rate=args.rate)
+                   replay=args.live, rate=args.rate, schemas=_schema_values(args))
 
 
 def cmd_pipeline(args) -> int:
