@@ -33,6 +33,7 @@ import decimal
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -591,8 +592,14 @@ def _json_fields(schema: Any, prefix: str, depth: int) -> Iterator[tuple[str, st
             yield path, _JSON_KINDS.get(jtype, ANY) if isinstance(jtype, str) else ANY
 
 
+_ESCAPED_BYTE = re.compile(r"\\x([0-9a-f]{2})")
+
+
 def _raw_bytes(text: Any, encoding: Any) -> bytes | None:
-    """The bytes a rendered key/value was made of (the rendering is lossless)."""
+    """The bytes a rendered key/value was made of: base64 and hex are exact, and so is
+    ``auto``'s utf8 (strict UTF-8); ``--values utf8`` escapes undecodable bytes as
+    ``\\xNN``, undone here (a payload holding those four characters literally then
+    reads differently and is reported as not matching its schema)."""
     if not isinstance(text, str) or not text:
         return None
     try:
@@ -603,7 +610,13 @@ def _raw_bytes(text: Any, encoding: Any) -> bytes | None:
         if encoding == "hex":
             return bytes.fromhex(text) if text.startswith("00") else None
         if encoding == "utf8":
-            return text.encode("utf-8") if text[0] == "\0" else None
+            if text[0] != "\0":
+                return None
+            if "\\x" not in text:
+                return text.encode("utf-8")
+            parts = _ESCAPED_BYTE.split(text)  # text, hex digits, text, ...
+            return b"".join(bytes.fromhex(p) if i % 2 else p.encode("utf-8")
+                            for i, p in enumerate(parts))
     except ValueError:
         return None
     return None

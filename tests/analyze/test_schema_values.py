@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from rig.manifest import Manifest
+from tests.helpers.schema_oracle import schema_problems
 
 pytest.importorskip("fastavro")
 pytest.importorskip("google.protobuf")
@@ -46,46 +47,22 @@ def records(*args: str, env: dict | None = None) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-def by_record(rows: list[dict]) -> dict[tuple, list[dict]]:
-    out: dict[tuple, list[dict]] = {}
-    for r in rows:
-        out.setdefault((r["topic"], r["partition"], r["offset"]), []).append(r)
-    return out
-
-
-def check_against_oracle(rows: list[dict]) -> None:
-    """Every record the serializers framed, produced and fetched, decodes to the value
-    they were given; the records framed badly stay raw."""
-    got = by_record(rows)
+def check_against_oracle(rows: list[dict], raw: str = "auto") -> None:
     assert len(GOOD) == 27 and len(BAD) == 4
-    for truth in GOOD:
-        seen = got[(truth["topic"], truth["partition"], truth["offset"])]
-        assert sorted(r["direction"] for r in seen) == ["fetch", "produce"]
-        for r in seen:
-            where = f"{r['direction']} {truth['topic']}@{truth['offset']}"
-            assert r["value_schema_id"] == truth["value_schema_id"], where
-            assert r["value_format"] == truth["value_format"], where
-            assert r["value_encoding"] == {"avro": "avro", "protobuf": "protobuf",
-                                           "json": "json_schema"}[truth["value_format"]], where
-            assert json.loads(r["value"]) == truth["value"], where
-            if truth["key_format"] == "avro":
-                assert r["key_schema_id"] == truth["key_schema_id"], where
-                assert r["key_encoding"] == "avro", where
-                assert json.loads(r["key"]) == truth["key"], where
-            else:  # a plain string key (or none): as without schemas
-                assert r["key_schema_id"] is None, where
-                assert r["key"] == truth["key"], where
-    for truth in BAD:
-        for r in got[(truth["topic"], truth["partition"], truth["offset"])]:
-            assert r["value_encoding"] in ("utf8", "base64"), r
-            # an id that does not resolve is not taken for the wire format (null)
-            known = truth["problem"] != "schema_unknown"
-            assert r["value_schema_id"] == (truth["value_schema_id"] if known else None), r
+    problems = schema_problems(rows, MANIFEST.schema_values, raw)
+    assert not problems, "\n".join(problems[:10])
 
 
 @pytest.mark.parametrize("source", [FOLDER, EXPORT], ids=["folder", "export"])
 def test_records_show_what_the_serializers_were_given(source):
     check_against_oracle(records("--schemas", source))
+
+
+@pytest.mark.parametrize("mode", ["hex", "base64", "utf8"])
+def test_every_values_mode_decodes_the_same(mode):
+    """Decoding starts from the rendered key/value: each --values rendering gives the
+    same decoded rows (utf8 escapes undecodable bytes as \\xNN)."""
+    check_against_oracle(records("--schemas", FOLDER, "--values", mode), raw=mode)
 
 
 def test_without_schemas_the_new_columns_are_null_and_values_raw():
@@ -231,3 +208,14 @@ def test_schema_registry_over_rest_with_auth_then_offline_from_the_cache(tmp_pat
     assert again == rows
     for f in cache.iterdir():
         assert "s3cret" not in f.read_text()
+
+
+def test_the_oracle_check_catches_a_wrong_decode():
+    rows = records("--schemas", EXPORT)
+    assert not schema_problems(rows, MANIFEST.schema_values)
+    broken = [dict(r) for r in rows]
+    target = next(r for r in broken if r["value_format"] == "protobuf")
+    target["value"] = target["value"].replace('"order_id":1', '"order_id":9', 1)
+    assert schema_problems(broken, MANIFEST.schema_values)
+    raw = records()  # without schemas nothing is decoded: every framed record differs
+    assert len(schema_problems(raw, MANIFEST.schema_values)) >= 2 * len(GOOD)
