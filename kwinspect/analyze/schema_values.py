@@ -167,8 +167,7 @@ class _Protobuf:
         cls = self.classes.get(key)
         if cls is None:
             desc = None
-            types = self.file.message_types_by_name
-            seq = [types[n] for n in self.order]
+            seq = [self.file.message_types_by_name[n] for n in self.order]
             for i in indexes:
                 if i >= len(seq):
                     raise ValueError(f"message index {indexes} names no message in "
@@ -178,7 +177,19 @@ class _Protobuf:
             cls = self.classes[key] = message_factory.GetMessageClass(desc)
         msg = cls()
         msg.ParseFromString(body)
+        _no_unknown_fields(msg)
         return _pb_value(msg)
+
+
+def _no_unknown_fields(msg: Any) -> None:
+    """The writer's schema knows every field it wrote: unknown ones mean the payload is
+    not of this message type."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    unknown = sorted({f.field_number for f in UnknownFieldSet(msg)})
+    if unknown:
+        raise ValueError(f"field number(s) {', '.join(map(str, unknown[:8]))} are not in "
+                         f"{msg.DESCRIPTOR.full_name}")
 
 
 def _pb_value(msg: Any) -> dict[str, Any]:

@@ -132,3 +132,16 @@ def test_bytes_that_merely_start_with_zero_are_not_taken_for_the_format(registry
     assert row.value_schema_id is None and row.value_format is None
     assert [i.kind for i in issues] == ["schema_unknown"]
     assert [i.severity for i in issues] == ["warning"]
+
+
+def test_protobuf_payload_of_another_message_is_a_mismatch(registry):
+    values, export = registry
+    framed, _oracle = values["proto-nested"]
+    header = framed[:5] + b"\x04\x00\x00"  # schema id, message indexes [0, 0]
+    assert read_message_indexes(framed[5:])[0] == [0, 0]
+    issues: list = []
+    [row] = SchemaValues(ExportSchemas(export)).apply([_row(header + b"\x38\x01")], issues)
+    assert row.value_schema_id == int.from_bytes(framed[1:5], "big")
+    assert row.value_encoding == "utf8"  # raw (these bytes are valid UTF-8), with the id shown
+    assert [i.kind for i in issues] == ["schema_mismatch"]
+    assert "field number(s) 7 are not in shop.Order.Line" in issues[0].message
