@@ -145,3 +145,31 @@ def test_protobuf_payload_of_another_message_is_a_mismatch(registry):
     assert row.value_encoding == "utf8"  # raw (these bytes are valid UTF-8), with the id shown
     assert [i.kind for i in issues] == ["schema_mismatch"]
     assert "field number(s) 7 are not in shop.Order.Line" in issues[0].message
+
+
+def test_json_schema_references_resolve_for_validation(tmp_path):
+    """A JSON Schema whose $ref names another subject's schema (the registry's
+    reference name): valid payloads decode, one the referenced schema rejects does not."""
+    customer = {"type": "object", "properties": {"name": {"type": "string"}},
+                "required": ["name"]}
+    order = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+             "properties": {"order_id": {"type": "integer"},
+                            "customer": {"$ref": "customer.json"}}}
+    export = [
+        {"subject": "customer", "version": 1, "id": 1, "schemaType": "JSON",
+         "schema": json.dumps(customer), "references": []},
+        {"subject": "orders-value", "version": 1, "id": 2, "schemaType": "JSON",
+         "schema": json.dumps(order),
+         "references": [{"name": "customer.json", "subject": "customer", "version": 1}]},
+    ]
+    path = tmp_path / "export.json"
+    path.write_text(json.dumps(export))
+    sv = SchemaValues(ExportSchemas(str(path)))
+    good = b"\x00\x00\x00\x00\x02" + b'{"order_id": 7, "customer": {"name": "x"}}'
+    bad = b"\x00\x00\x00\x00\x02" + b'{"order_id": 7, "customer": {"name": 5}}'
+    issues: list = []
+    ok, rejected = sv.apply([_row(good), _row(bad)], issues)
+    assert json.loads(ok.value) == {"order_id": 7, "customer": {"name": "x"}}
+    assert ok.value_encoding == "json_schema" and rejected.value_encoding == "utf8"
+    assert [i.kind for i in issues] == ["schema_mismatch"]
+    assert "customer/name" in issues[0].message
