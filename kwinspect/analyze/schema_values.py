@@ -28,6 +28,7 @@ resolved, and an ``Issue`` (kinds ``schema_unknown``, ``schema_mismatch``,
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import decimal
 import io
@@ -438,22 +439,34 @@ class SchemaValues:
             import jsonschema
         except ImportError:  # validation is a bonus; the payload is JSON either way
             return None
-        refs = list(self._refs(raw))
-        if refs:
+        resources = [(ref.name, sub.text) for ref, sub in self._refs(raw)]
+        folder = getattr(self.source, "references_for_import", None)
+        if folder is not None:  # a folder: its other .json files are what $ref may name
+            for name, path in folder().items():
+                if name.endswith(".json"):
+                    with contextlib.suppress(OSError, UnicodeDecodeError):
+                        with open(path, encoding="utf-8") as fh:
+                            resources.append((name, fh.read()))
+        if resources:
             try:
                 from referencing import Registry, Resource
             except ImportError:
                 return None
-            registry = Registry().with_resources(
-                (ref.name, Resource.from_contents(json.loads(sub.text),
-                                                  default_specification=_draft(schema)))
-                for ref, sub in refs)
-            validator = jsonschema.validators.validator_for(schema)(schema, registry=registry)
+            loaded = []
+            for name, text in resources:
+                with contextlib.suppress(ValueError):
+                    loaded.append((name, Resource.from_contents(
+                        json.loads(text), default_specification=_draft(schema))))
+            validator = jsonschema.validators.validator_for(schema)(
+                schema, registry=Registry().with_resources(loaded))
         else:
             validator = jsonschema.validators.validator_for(schema)(schema)
 
         def validate(value: Any) -> None:
-            err = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            try:
+                err = jsonschema.exceptions.best_match(validator.iter_errors(value))
+            except Exception:  # noqa: BLE001 (a $ref we cannot resolve: the payload is JSON, shown unchecked)
+                return
             if err is not None:
                 where = "/".join(str(p) for p in err.absolute_path) or "(root)"
                 raise ValueError(f"does not match its JSON Schema at {where}: {err.message[:200]}")

@@ -173,3 +173,24 @@ def test_json_schema_references_resolve_for_validation(tmp_path):
     assert ok.value_encoding == "json_schema" and rejected.value_encoding == "utf8"
     assert [i.kind for i in issues] == ["schema_mismatch"]
     assert "customer/name" in issues[0].message
+
+
+def test_json_schema_refs_in_a_folder_and_refs_that_do_not_resolve(tmp_path):
+    from kwinspect.analyze.schema_source import FolderSchemas
+
+    (tmp_path / "customer.json").write_text(json.dumps(
+        {"type": "object", "properties": {"name": {"type": "string"}}}))
+    (tmp_path / "2.json").write_text(json.dumps(
+        {"type": "object", "properties": {"customer": {"$ref": "customer.json"}}}))
+    (tmp_path / "3.json").write_text(json.dumps(
+        {"type": "object", "properties": {"customer": {"$ref": "missing.json"}}}))
+    sv = SchemaValues(FolderSchemas(str(tmp_path)))
+    issues: list = []
+    ok, bad, unchecked = sv.apply([
+        _row(b"\x00\x00\x00\x00\x02" + b'{"customer": {"name": "x"}}'),
+        _row(b"\x00\x00\x00\x00\x02" + b'{"customer": {"name": 5}}'),
+        _row(b"\x00\x00\x00\x00\x03" + b'{"customer": {"name": 5}}')], issues)
+    assert ok.value_encoding == "json_schema" and bad.value_encoding == "utf8"
+    # a $ref nothing defines: shown as the JSON it is, not called a mismatch
+    assert json.loads(unchecked.value) == {"customer": {"name": 5}}
+    assert [i.kind for i in issues] == ["schema_mismatch"]
