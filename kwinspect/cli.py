@@ -403,6 +403,24 @@ def _compile_filter(expr: str | None, columns, schemas: Any = None) -> Callable[
         raise UsageError(f"bad --filter expression: {exc}") from None
 
 
+# the records columns schema decoding fills in or changes
+DECODED_COLUMNS = frozenset({"key", "value", "key_encoding", "value_encoding", "key_schema_id",
+                             "value_schema_id", "value_format"})
+
+
+def _schema_passes(args, table: str, keep: Any) -> tuple[Any, Any]:
+    """(decode before the filter, decode after it): a filter that reads none of the
+    columns decoding changes runs first, so only the records written are decoded."""
+    schemas = _schema_values(args) if table in ("records", "errors") else None
+    if schemas is None or table != "records" or keep is None:
+        return schemas, None
+    from kwinspect.analyze.filter import names_read
+
+    if names_read(args.filter) & DECODED_COLUMNS:
+        return schemas, None
+    return None, schemas
+
+
 def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | None):
     """With --jobs, rows in jsonl/csv are made (records decoded), filtered and rendered to
     their text in the workers: the main process, on the same cores, only merges and
@@ -416,7 +434,7 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     text = TextRenderer(fmt, table, csv_exact=getattr(args, "csv_exact", False))
     want = ErrorRow if table == "errors" else Exchange
     values = args.values
-    schemas = _schema_values(args)
+    early, late = _schema_passes(args, table, keep)
 
     def render(ev: Any, topic_names: Any, as_text: bool) -> Any:
         if not isinstance(ev, want):
@@ -425,9 +443,9 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
             if not as_text:
                 return None
             issues: list = []
-            rows: list[Any] = [text(r) for r in records_of(ev, values, topic_names, issues,
-                                                           schemas=schemas)
-                               if keep is None or keep(r.row())]
+            kept = (r for r in records_of(ev, values, topic_names, issues, schemas=early)
+                    if keep is None or keep(r.row()))
+            rows: list[Any] = [text(r) for r in (late.apply(kept, issues) if late else kept)]
             if (kinds := problem_kinds(issues)):
                 rows.append(RecordProblems(kinds))
             return rows if rows else DROP
@@ -446,6 +464,7 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
     keep = _compile_filter(getattr(args, "filter", None), TABLES[table],
                            schemas if table == "records" else None)
     record_errors = table == "errors" and getattr(args, "records", False)
+    early, late = _schema_passes(args, table, keep)
     for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
         if type(ev) is str:
             yield ev
@@ -456,13 +475,12 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
         issues: list | None = [] if table == "records" else None
         names = run.dissector.shared.topic_names if run.dissector else None
         items = rows_of(table, ev, values=args.values, topic_names=names, issues=issues,
-                        record_errors=record_errors, schemas=schemas)
+                        record_errors=record_errors, schemas=early)
         if keep is None:
             yield from items
         else:
-            for item in items:
-                if keep(item.row()):
-                    yield item
+            kept = (item for item in items if keep(item.row()))
+            yield from (late.apply(kept, issues) if late is not None else kept)
         if issues:
             run.record_problems.update(problem_kinds(issues))
 

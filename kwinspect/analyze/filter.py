@@ -670,6 +670,12 @@ def compile_filter(expr: str, columns: Iterable[str],
     return CompiledFilter(expr, cols, pred)
 
 
+def names_read(expr: str) -> set[str]:
+    """The column names (and field-path roots: ``value`` of ``value.a``) an expression
+    names, lower-cased; the ``error`` shorthand included."""
+    return {tok.value.split(".", 1)[0].lower() for tok in tokenize(expr) if tok.kind == "IDENT"}
+
+
 def filter_rows(items: Iterable[Any], flt: Callable[[Row], bool] | None) -> Iterable[Any]:
     """Yield the model rows (anything with ``.row()``, or dicts) that match ``flt``."""
     if flt is None:
@@ -681,4 +687,5 @@ def filter_rows(items: Iterable[Any], flt: Callable[[Row], bool] | None) -> Iter
             yield item
 
 
-__all__ = ["ANY_PATH", "COLUMN_KINDS", "CompiledFilter", "FilterError", "compile_filter", "filter_rows", "tokenize"]
+__all__ = ["ANY_PATH", "COLUMN_KINDS", "CompiledFilter", "FilterError", "compile_filter", "filter_rows",
+           "names_read", "tokenize"]

@@ -219,3 +219,19 @@ def test_the_oracle_check_catches_a_wrong_decode():
     assert schema_problems(broken, MANIFEST.schema_values)
     raw = records()  # without schemas nothing is decoded: every framed record differs
     assert len(schema_problems(raw, MANIFEST.schema_values)) >= 2 * len(GOOD)
+
+
+def test_only_the_records_written_are_decoded():
+    """A filter on columns decoding does not change runs first: the problems line
+    counts only the records written (offset 9: the unknown id and the JSON its schema
+    rejects, produced and fetched), and those written are decoded as always."""
+    for jobs in ("1", "2"):
+        proc = kwinspect("records", "-q", PCAP, "-F", "jsonl", "-j", jobs, "--schemas", FOLDER,
+                         "-f", "offset >= 8 and offset <= 9")
+        assert proc.returncode == 0, proc.stderr.decode()
+        rows = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert {r["offset"] for r in rows} == {8, 9}
+        subset = [t for t in MANIFEST.schema_values if t["offset"] in (8, 9)]
+        assert not schema_problems(rows, subset)
+        assert "4 key/values not decoded with a schema (2 schema_unknown, 2 schema_mismatch)" \
+            in proc.stderr.decode()
