@@ -114,6 +114,39 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+", jobs: bool = Tr
                             "output as one (default 1; 0 = one per CPU)")
 
 
+def _schema_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("schema registry (keys and values in the Confluent wire format)")
+    g.add_argument("--schemas", metavar="DIR|FILE",
+                   help="decode Avro, Protobuf and JSON Schema keys/values with these schemas: a "
+                        "folder of files named by schema id (42.avsc, 43.proto, 44.json, plus the "
+                        "files they reference) or a registry export (the JSON of GET /schemas)")
+    g.add_argument("--schema-registry", metavar="URL",
+                   help="fetch the schemas from this Schema Registry (GET /schemas/ids/{id}); "
+                        "basic auth from $KWINSPECT_SCHEMA_REGISTRY_AUTH (user:password); "
+                        "answers are cached, so a second run is offline")
+    g.add_argument("--schema-cache", metavar="DIR",
+                   help="where --schema-registry keeps its answers (default "
+                        "~/.cache/kwinspect/schema-registry/HOST)")
+
+
+def _schema_values(args) -> Any:
+    """The SchemaValues of --schemas / --schema-registry (None without them), made once."""
+    cached = getattr(args, "schema_values_made", None)
+    if cached is not None:
+        return cached or None
+    from kwinspect.analyze.schema_source import SchemaSourceError, open_schema_source
+    from kwinspect.analyze.schema_values import SchemaValues
+
+    try:
+        source = open_schema_source(getattr(args, "schemas", None),
+                                    getattr(args, "schema_registry", None),
+                                    getattr(args, "schema_cache", None))
+    except SchemaSourceError as exc:
+        raise UsageError(str(exc)) from None
+    args.schema_values_made = SchemaValues(source) if source is not None else False
+    return args.schema_values_made or None
+
+
 def _frame_size(text: str) -> int:
     from kwinspect.protocol.peek import MIN_REQUEST_HEADER
 
@@ -189,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("errors", "Kafka error codes and anomalies (gaps, missing requests, bad CRCs, ...)")):
         p = add(name, what, f"{what[0].upper()}{what[1:]}; every column is defined in docs/columns.md.")
         _input_options(p)
+        if name != "exchanges":
+            _schema_options(p)
         _output_options(p)
         if name == "errors":
             p.add_argument("--records", action="store_true",
@@ -271,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--live -i IFACE captures on an interface (as `kwinspect live`; root or CAP_NET_RAW);\n"
             "--live PCAP replays a capture as a live feed.")
     _input_options(p, nargs="*", jobs=False)
+    _schema_options(p)
     p.add_argument("--live", action="store_true", help="live mode: rows stream in and the view follows the tail")
     p.add_argument("-i", "--interface", metavar="IFACE", help="capture on IFACE (with --live)")
     p.add_argument("--rate", type=float, default=None, metavar="N",
@@ -422,15 +458,34 @@ class RecordProblems(NamedTuple):
     kinds: tuple[str, ...]
 
 
-def _compile_filter(expr: str | None, columns) -> Callable[[dict], bool] | None:
+def _compile_filter(expr: str | None, columns, schemas: Any = None) -> Callable[[dict], bool] | None:
     if not expr:
         return None
     from kwinspect.analyze.filter import FilterError, compile_filter
 
     try:
-        return compile_filter(expr, columns)
+        return compile_filter(expr, columns,
+                              fields=schemas.field_kinds() if schemas is not None else None)
     except FilterError as exc:
         raise UsageError(f"bad --filter expression: {exc}") from None
+
+
+# the records columns schema decoding fills in or changes
+DECODED_COLUMNS = frozenset({"key", "value", "key_encoding", "value_encoding", "key_schema_id",
+                             "value_schema_id", "value_format"})
+
+
+def _schema_passes(args, table: str, keep: Any) -> tuple[Any, Any]:
+    """(decode before the filter, decode after it): a filter that reads none of the
+    columns decoding changes runs first, so only the records written are decoded."""
+    schemas = _schema_values(args) if table in ("records", "errors") else None
+    if schemas is None or table != "records" or keep is None:
+        return schemas, None
+    from kwinspect.analyze.filter import names_read
+
+    if names_read(args.filter) & DECODED_COLUMNS:
+        return schemas, None
+    return None, schemas
 
 
 def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | None):
@@ -446,6 +501,7 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     text = TextRenderer(fmt, table, csv_exact=getattr(args, "csv_exact", False))
     want = ErrorRow if table == "errors" else Exchange
     values = args.values
+    early, late = _schema_passes(args, table, keep)
 
     def render(ev: Any, topic_names: Any, as_text: bool) -> Any:
         if not isinstance(ev, want):
@@ -454,8 +510,9 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
             if not as_text:
                 return None
             issues: list = []
-            rows: list[Any] = [text(r) for r in records_of(ev, values, topic_names, issues)
-                               if keep is None or keep(r.row())]
+            kept = (r for r in records_of(ev, values, topic_names, issues, schemas=early)
+                    if keep is None or keep(r.row()))
+            rows: list[Any] = [text(r) for r in (late.apply(kept, issues) if late else kept)]
             if (kinds := problem_kinds(issues)):
                 rows.append(RecordProblems(kinds))
             return rows if rows else DROP
@@ -470,8 +527,11 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
     """The rows of ``table``: model rows, or with --jobs rows already rendered in ``fmt`` (str)."""
     from kwinspect.export.tables import TABLES, problem_kinds, rows_of
 
-    keep = _compile_filter(getattr(args, "filter", None), TABLES[table])
+    schemas = _schema_values(args)
+    keep = _compile_filter(getattr(args, "filter", None), TABLES[table],
+                           schemas if table == "records" else None)
     record_errors = table == "errors" and getattr(args, "records", False)
+    early, late = _schema_passes(args, table, keep)
     for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
         if type(ev) is str:
             yield ev
@@ -482,13 +542,12 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
         issues: list | None = [] if table == "records" else None
         names = run.dissector.shared.topic_names if run.dissector else None
         items = rows_of(table, ev, values=args.values, topic_names=names, issues=issues,
-                        record_errors=record_errors)
+                        record_errors=record_errors, schemas=early)
         if keep is None:
             yield from items
         else:
-            for item in items:
-                if keep(item.row()):
-                    yield item
+            kept = (item for item in items if keep(item.row()))
+            yield from (late.apply(kept, issues) if late is not None else kept)
         if issues:
             run.record_problems.update(problem_kinds(issues))
 
@@ -518,10 +577,17 @@ def cmd_table(args, table: str) -> int:
     try:
         write_rows(_rows(args, table, run, fmt), table, fmt, args.output, **_writer_options(args, fmt))
     finally:
-        if run.record_problems:  # batches the table could not (fully) expand: say so where the user looks
-            kinds = ", ".join(f"{n:,} {k}" for k, n in run.record_problems.most_common())
-            print(f"{PROG}: {plural(sum(run.record_problems.values()), 'record batch problem')} ({kinds}): "
+        schema_kinds = {k: n for k, n in run.record_problems.items() if k.startswith("schema_")}
+        batch_kinds = {k: n for k, n in run.record_problems.items() if k not in schema_kinds}
+        if batch_kinds:  # batches the table could not (fully) expand: say so where the user looks
+            kinds = ", ".join(f"{n:,} {k}" for k, n in sorted(batch_kinds.items(), key=lambda kv: -kv[1]))
+            print(f"{PROG}: {plural(sum(batch_kinds.values()), 'record batch problem')} ({kinds}): "
                   f"their records are missing or incomplete in this output; `{PROG} errors --records` lists them",
+                  file=sys.stderr)
+        if schema_kinds:  # framed keys/values left raw
+            kinds = ", ".join(f"{n:,} {k}" for k, n in sorted(schema_kinds.items(), key=lambda kv: -kv[1]))
+            print(f"{PROG}: {plural(sum(schema_kinds.values()), 'key/value')} not decoded with a schema "
+                  f"({kinds}): shown raw; `{PROG} errors --records` with the same schema options lists them",
                   file=sys.stderr)
     return 0
 
@@ -809,7 +875,7 @@ def cmd_tui(args) -> int:
         from kwinspect.tui.app import run_live  # textual is imported only here
 
         return run_live(args.interface, _config(args, watch_keys=True), kafka_ports=args.kafka_ports, values=args.values,
-                        initial_filter=args.filter)
+                        initial_filter=args.filter, schemas=_schema_values(args))
     if not args.pcap:
         raise UsageError("tui needs a PCAP file (or --live -i IFACE)")
     if "-" in args.pcap:
@@ -826,7 +892,7 @@ def cmd_tui(args) -> int:
     except ImportError as exc:
         raise UsageError(f"the TUI needs the textual package ({exc})") from None
     return run_tui(args.pcap, _config(args), values=args.values, initial_filter=args.filter,
-                   replay=args.live, rate=args.rate)
+                   replay=args.live, rate=args.rate, schemas=_schema_values(args))
 
 
 def cmd_pipeline(args) -> int:

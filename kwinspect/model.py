@@ -151,7 +151,7 @@ RECORD_COLUMNS = (
     "key", "key_encoding", "value", "value_encoding", "headers", "compression",
     "magic", "crc_ok", "producer_id", "producer_epoch", "sequence",
     "is_transactional", "is_control", "control_type", "correlation_id", "stream",
-    "frame", "response_frame", "tcp_stream",
+    "frame", "response_frame", "tcp_stream", "key_schema_id", "value_schema_id", "value_format",
 )
 
 ERROR_COLUMNS = (
@@ -248,6 +248,10 @@ class RecordRow:
     frame: int | None = None  # the exchange's (see Exchange)
     response_frame: int | None = None
     tcp_stream: int | None = None
+    # Schema Registry framing (analyze/schema_values.py; null unless schemas are given)
+    key_schema_id: int | None = None
+    value_schema_id: int | None = None
+    value_format: str | None = None  # "avro" | "protobuf" | "json"
 
     def row(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in RECORD_COLUMNS}

@@ -24,10 +24,12 @@ from rig.rig import Rig
 from rig.sasl_scenarios import SCENARIOS as SASL_SCENARIOS
 from rig.scenarios import NEEDS_NETNS, unavailable_reason
 from rig.scenarios import SCENARIOS as RIG_SCENARIOS
+from rig.schema_scenarios import SCENARIOS as SCHEMA_SCENARIOS
 from rig.tls_scenarios import SCENARIOS as TLS_SCENARIOS
 
 # Every capture in captures/, so `make captures` regenerates the whole corpus.
-SCENARIOS = {**RIG_SCENARIOS, **SASL_SCENARIOS, **TLS_SCENARIOS, **DELIVERIES_SCENARIOS}
+SCENARIOS = {**RIG_SCENARIOS, **SASL_SCENARIOS, **TLS_SCENARIOS, **DELIVERIES_SCENARIOS,
+             **SCHEMA_SCENARIOS}
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rig.make_captures",

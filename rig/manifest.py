@@ -161,6 +161,9 @@ class Manifest:
     duration_s: float | None = None
     notes: list[str] = field(default_factory=list)
     admin: list[dict[str, Any]] = field(default_factory=list)  # admin calls and their outcomes
+    # Schema Registry scenarios: per produced record, the schema ids and the values the
+    # serializers were given (the oracle for decoded keys/values), or the problem made on purpose
+    schema_values: list[dict[str, Any]] = field(default_factory=list)
 
     # -- building helpers --------------------------------------------------
     def add_topic(self, name: str, partitions: int, created_by: str) -> None:

@@ -14,11 +14,14 @@ a one-line message that names the 1-based character position.
 from __future__ import annotations
 
 import difflib
+import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from kwinspect.analyze.schema_values import ANY_PATH, DECODED_ENCODINGS
 
 Row = dict[str, Any]
 Predicate = Callable[[Row], bool]
@@ -43,6 +46,7 @@ COLUMN_KINDS: dict[str, str] = {
     "value_encoding": STR, "headers": HEADERS, "compression": STR, "magic": INT,
     "crc_ok": BOOL, "producer_id": INT, "producer_epoch": INT, "sequence": INT,
     "is_transactional": BOOL, "is_control": BOOL, "control_type": STR,
+    "key_schema_id": INT, "value_schema_id": INT, "value_format": STR,
     # errors
     "kind": STR, "code": INT, "name": STR, "retriable": BOOL, "path": STR,
     "message": STR, "ts": TS,
@@ -100,7 +104,7 @@ _KEYWORDS = {
     "true": "TRUE", "false": "FALSE", "null": "NULL", "none": "NULL",
 }
 _NUMBER = re.compile(r"-?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")  # a.b: a field path
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", '"': '"', "'": "'"}
 
 
@@ -263,9 +267,15 @@ def _parse_ts_literal(text: str) -> float | None:
     return dt.timestamp()
 
 
+# Roots of field paths (value.order_id): the records table's decoded keys and values.
+PATH_ROOTS = ("key", "value")
+
+
 class _Parser:
-    def __init__(self, expr: str, columns: Sequence[str]) -> None:
+    def __init__(self, expr: str, columns: Sequence[str],
+                 fields: Mapping[str, str] | None = None) -> None:
         self.expr = expr
+        self.fields = fields
         self.tokens = tokenize(expr)
         self.i = 0
         self.columns = tuple(columns)
@@ -379,7 +389,34 @@ class _Parser:
         hint = f"did you mean {close[0]}?" if close else None
         raise FilterError(f"unknown column {name!r}", tok.pos + 1, self.expr, hint)
 
+    def resolve_path(self, tok: Token) -> tuple[str, str]:
+        """``value.order_id``: a field of decoded keys/values, and its kind."""
+        name = tok.value
+        root = name.split(".", 1)[0]
+        if root.lower() not in PATH_ROOTS or self.table != "records":
+            raise FilterError(f"unknown column {name!r}", tok.pos + 1, self.expr,
+                              "fields (a.b) exist only for key and value in the records table")
+        name = root.lower() + name[len(root):]
+        if self.fields is None:
+            raise FilterError(f"unknown column {name!r}", tok.pos + 1, self.expr,
+                              "fields of keys and values need --schemas or --schema-registry")
+        kind = self.fields.get(name)
+        if kind is not None:
+            return name, kind
+        if ANY_PATH in self.fields:
+            return name, ANY
+        known = [f for f in self.fields if f.startswith(root.lower() + ".")]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else (
+            f"the schemas have no {root.lower()} fields" if not known else None)
+        raise FilterError(f"unknown column {name!r}", tok.pos + 1, self.expr, hint)
+
     def parse_comparison(self) -> Predicate:
+        if "." in self.tok.value:
+            path_tok = self.tok
+            col, kind = self.resolve_path(path_tok)
+            pred = self.parse_condition(path_tok, col, kind)
+            return _on_path(col, pred)
         name_tok = self.advance()
         if name_tok.value.lower() == "error" and "error" not in self.columns:
             if self.tok.kind in ("OP", "IN"):
@@ -393,7 +430,12 @@ class _Parser:
                 return _has_error_record
             return _always  # every row of the errors table is an error
         col = self.resolve_column(name_tok)
-        kind = COLUMN_KINDS.get(col, ANY)
+        return self.parse_condition(name_tok, col, COLUMN_KINDS.get(col, ANY), advanced=True)
+
+    def parse_condition(self, name_tok: Token, col: str, kind: str,
+                        advanced: bool = False) -> Predicate:
+        if not advanced:
+            self.advance()
         tok = self.tok
         if tok.kind == "OP":
             op = self.advance()
@@ -575,6 +617,27 @@ def _list_eq(col: str, value: Any) -> Predicate:
     return lambda row: any(_same(x, value) for x in (row.get(col) or ()))
 
 
+def _on_path(col: str, pred: Predicate) -> Predicate:
+    """A condition on ``value.a.b``, applied to that field of the decoded key/value
+    (JSON text with encoding avro/protobuf/json_schema); a missing field is null."""
+    root, *parts = col.split(".")
+    enc_col = f"{root}_encoding"
+
+    def on_path(row: Row) -> bool:
+        v: Any = None
+        if row.get(enc_col) in DECODED_ENCODINGS:
+            text = row.get(root)
+            try:
+                v = json.loads(text) if isinstance(text, str) else text
+            except ValueError:
+                v = None
+            for part in parts:
+                v = v.get(part) if isinstance(v, dict) else None
+        return pred({col: v})
+
+    return on_path
+
+
 def _null_test(col: str, kind: str) -> Predicate:
     if kind in _LIST_KINDS:
         return lambda row: not row.get(col)
@@ -598,16 +661,26 @@ class CompiledFilter:
         return f"CompiledFilter({self.expr!r})"
 
 
-def compile_filter(expr: str, columns: Iterable[str]) -> CompiledFilter:
+def compile_filter(expr: str, columns: Iterable[str],
+                   fields: Mapping[str, str] | None = None) -> CompiledFilter:
     """Compile ``expr`` for rows with these ``columns`` (e.g. ``model.EXCHANGE_COLUMNS``).
 
     The table (exchanges/records/errors) is recognised from the columns; it
     decides what the ``error`` shorthand and the ``topic``/``api`` aliases mean.
+    ``fields``: the paths of decoded keys and values the schemas define
+    (``{"value.order_id": "integer", ...}``; ``ANY_PATH`` allows any), which
+    ``value.order_id == 7`` may name; None: no schemas, so no fields.
     Raises FilterError on any problem with the expression.
     """
     cols = tuple(columns)
-    pred = _Parser(expr, cols).parse()
+    pred = _Parser(expr, cols, fields).parse()
     return CompiledFilter(expr, cols, pred)
+
+
+def names_read(expr: str) -> set[str]:
+    """The column names (and field-path roots: ``value`` of ``value.a``) an expression
+    names, lower-cased; the ``error`` shorthand included."""
+    return {tok.value.split(".", 1)[0].lower() for tok in tokenize(expr) if tok.kind == "IDENT"}
 
 
 def filter_rows(items: Iterable[Any], flt: Callable[[Row], bool] | None) -> Iterable[Any]:
@@ -621,4 +694,5 @@ def filter_rows(items: Iterable[Any], flt: Callable[[Row], bool] | None) -> Iter
             yield item
 
 
-__all__ = ["COLUMN_KINDS", "CompiledFilter", "FilterError", "compile_filter", "filter_rows", "tokenize"]
+__all__ = ["ANY_PATH", "COLUMN_KINDS", "CompiledFilter", "FilterError", "compile_filter", "filter_rows",
+           "names_read", "tokenize"]

@@ -417,8 +417,9 @@ def _row_by_name(*args: Any) -> RecordRow:
     return RecordRow(**dict(zip(_ROW_FIELDS, args, strict=True)))
 
 
-_new_row = (RecordRow if tuple(f.name for f in dataclasses.fields(RecordRow)) == _ROW_FIELDS
-            else _row_by_name)
+# (fields after these, such as the schema ids, have defaults and are filled in later)
+_new_row = (RecordRow if tuple(f.name for f in dataclasses.fields(RecordRow))[:len(_ROW_FIELDS)]
+            == _ROW_FIELDS else _row_by_name)
 
 
 def _internal_kv(topic, key, value, values, internal) -> tuple[Any, Any, Any, Any]:

@@ -60,6 +60,9 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "is_transactional": pa.bool_(),
     "is_control": pa.bool_(),
     "control_type": pa.string(),
+    "key_schema_id": pa.int64(),
+    "value_schema_id": pa.int64(),
+    "value_format": pa.string(),
     # errors
     "kind": pa.string(),
     "code": pa.int32(),

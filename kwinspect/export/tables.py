@@ -22,6 +22,7 @@ from kwinspect.analyze.deliveries import (
 )
 from kwinspect.analyze.latency import LATENCY_COLUMNS
 from kwinspect.analyze.record_rows import records_from_exchange
+from kwinspect.analyze.schema_values import SchemaValues
 from kwinspect.analyze.stats import STATS_COLUMNS
 from kwinspect.model import (
     ERROR_COLUMNS,
@@ -57,20 +58,25 @@ PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 
 
 def records_of(ex: Exchange, values: str, topic_names: Mapping[str, str] | None = None,
-               issues: list | None = None, new_issues_only: bool = False) -> Iterator[RecordRow]:
+               issues: list | None = None, new_issues_only: bool = False,
+               schemas: SchemaValues | None = None) -> Iterator[RecordRow]:
     """The records table rows of one exchange (a Produce request's or a Fetch response's
     records); ``issues`` gets the problems of their record batches once the rows are
-    exhausted (``new_issues_only``: only those decoding the records found)."""
-    return records_from_exchange(ex, values=values, topic_names=topic_names, issues=issues,
+    exhausted (``new_issues_only``: only those decoding the records found). With
+    ``schemas``, keys and values in the Schema Registry wire format are decoded as
+    the rows are made (and their problems join ``issues``)."""
+    rows = records_from_exchange(ex, values=values, topic_names=topic_names, issues=issues,
                                  new_issues_only=new_issues_only)
+    return rows if schemas is None else schemas.apply(rows, issues)
 
 
-def record_error_rows(ex: Exchange, values: str, topic_names: Mapping[str, str] | None) -> list[ErrorRow]:
+def record_error_rows(ex: Exchange, values: str, topic_names: Mapping[str, str] | None,
+                      schemas: SchemaValues | None = None) -> list[ErrorRow]:
     """`errors --records`: decode the exchange's record batches and make rows of the
     problems only decoding finds (the batch-level ones are already the exchange's own
     error rows)."""
     issues: list = []
-    for _row in records_of(ex, values, topic_names, issues, new_issues_only=True):
+    for _row in records_of(ex, values, topic_names, issues, new_issues_only=True, schemas=schemas):
         pass
     ts = ex.response_ts if ex.api_key == FETCH else ex.request_ts
     return [ErrorRow(kind=i.kind, api_name=ex.api_name, correlation_id=ex.correlation_id, path=i.path,
@@ -85,20 +91,21 @@ def problem_kinds(issues: list) -> tuple[str, ...]:
 
 
 def rows_of(table: str, ev: Any, *, values: str, topic_names: Mapping[str, str] | None,
-            issues: list | None = None, record_errors: bool = False) -> Iterable[Any]:
+            issues: list | None = None, record_errors: bool = False,
+            schemas: SchemaValues | None = None) -> Iterable[Any]:
     """The rows ``table`` makes of one event of the Dissector (none for most pairs):
     an exchange is an `exchanges` row and carries `records` rows; an error row is an
     `errors` row, and with ``record_errors`` (`errors --records`) a Produce/Fetch
     exchange adds the problems of its records. ``issues`` gets the record-batch
-    problems of a `records` expansion."""
+    problems of a `records` expansion; ``schemas`` decodes Schema Registry keys and values."""
     if table == "exchanges":
         return (ev,) if isinstance(ev, Exchange) else ()
     if table == "errors":
         if isinstance(ev, ErrorRow):
             return (ev,)
         if record_errors and isinstance(ev, Exchange) and ev.api_key in (PRODUCE, FETCH):
-            return record_error_rows(ev, values, topic_names)
+            return record_error_rows(ev, values, topic_names, schemas)
         return ()
     if table == "records":
-        return records_of(ev, values, topic_names, issues) if isinstance(ev, Exchange) else ()
+        return records_of(ev, values, topic_names, issues, schemas=schemas) if isinstance(ev, Exchange) else ()
     raise ValueError(f"unknown table {table!r}; tables: {', '.join(CAPTURE_TABLES)}")

@@ -51,8 +51,9 @@ class KwinspectApp(App):
     def __init__(self, paths: Sequence[str | os.PathLike[str]] = (), *, config: DissectConfig | None = None,
                  live: queue.Queue | Iterable[Any] | None = None, live_dissector: Any = None,
                  label: str | None = None, values: str = "auto", max_rows: int | None = None,
-                 initial_filter: str | None = None) -> None:
+                 initial_filter: str | None = None, schemas: Any = None) -> None:
         super().__init__()
+        self.schemas = schemas  # analyze.schema_values.SchemaValues: decodes the records tab's keys/values
         self.paths = [os.fspath(p) for p in paths]
         self.config = config
         self.live = live

@@ -245,3 +245,31 @@ def test_numeric_comparisons_match_python(threshold, op):
                 if (r.latency_ms is not None and py(r.latency_ms, threshold))
                 or (op == "!=" and r.latency_ms is None)}
     assert select(f"latency_ms {op} {threshold!r}") == expected
+
+
+# --- fields of decoded keys and values (value.order_id) ---------------------------
+
+def test_field_paths_need_schemas_and_reach_into_decoded_values():
+    from kwinspect.model import RECORD_COLUMNS
+
+    fields = {"value.order_id": "integer", "key.customer": "text", "value.customer.name": "text"}
+    flt = compile_filter('value.order_id == 7 and key.customer == "bob"', RECORD_COLUMNS, fields)
+    row = {"value": '{"order_id": 7}', "value_encoding": "avro",
+           "key": '{"customer": "bob"}', "key_encoding": "protobuf"}
+    assert flt(row)
+    assert not flt({**row, "value": '{"order_id": 8}'})
+    # raw (not decoded) values have no fields, even when their text looks like JSON
+    assert not flt({**row, "value_encoding": "utf8"})
+    assert compile_filter("value.customer.name == null", RECORD_COLUMNS, fields)(
+        {"value": "x", "value_encoding": "base64"})
+    with pytest.raises(FilterError, match="need --schemas"):
+        compile_filter("value.order_id == 7", RECORD_COLUMNS)
+    with pytest.raises(FilterError, match="did you mean value.order_id"):
+        compile_filter("value.orderid == 7", RECORD_COLUMNS, fields)
+    with pytest.raises(FilterError, match="holds text"):
+        compile_filter("key.customer == 7", RECORD_COLUMNS, fields)
+    with pytest.raises(FilterError, match="only for key and value in the records table"):
+        compile_filter("topic.x == 1", RECORD_COLUMNS, fields)
+    # a registry: any path (kind any) beyond the cached schemas' fields
+    assert compile_filter('value.other == "a"', RECORD_COLUMNS, {**fields, "*": "any"})(
+        {"value": '{"other": "a"}', "value_encoding": "json_schema"})

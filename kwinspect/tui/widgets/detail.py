@@ -4,11 +4,15 @@ The request and response are shown as collapsible trees built lazily (children
 are created when a node is expanded, so a Fetch response with thousands of
 records opens instantly).  Nodes on the path of a decode issue are red.
 Selecting a text/bytes field highlights where those bytes sit in the hex view
-(a byte search: the decoder does not report field offsets).
+(a byte search: the decoder does not report field offsets).  With schemas
+(``--schemas``/``--schema-registry``) Schema Registry keys and values are decoded
+in the records table, and the highlighted record's decoded key and value are
+shown as a tree below it.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +23,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
+from kwinspect.analyze.schema_values import DECODED_ENCODINGS
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import Message as KafkaMessage
 from kwinspect.protocol.schema.api_keys import ApiKey
@@ -202,6 +207,9 @@ class DetailPane(Vertical):
     DetailPane TabPane { height: 1fr; padding: 0; }
     DetailPane Tree { height: 1fr; }
     DetailPane #hex-scroll { height: 1fr; }
+    DetailPane #records { height: 1fr; }
+    DetailPane #record-tree { display: none; height: 1fr; border-top: solid $primary; }
+    DetailPane #record-tree.-decoded { display: block; }
     """
 
     def __init__(self, store: ExchangeStore, **kw) -> None:
@@ -214,6 +222,7 @@ class DetailPane(Vertical):
         self.hex_side = "request"
         self.highlight: tuple[int, int] | None = None
         self.record_count = 0
+        self.record_rows: list = []  # the records table's RecordRows (decoded trees come from them)
 
     def compose(self) -> ComposeResult:
         with TabbedContent(id="tabs"):
@@ -223,6 +232,7 @@ class DetailPane(Vertical):
                 yield MessageTree("response", id="tree-response")
             with TabPane("Records", id="tab-records"):
                 yield DataTable(id="records", zebra_stripes=True, cursor_type="row")
+                yield Tree("record", id="record-tree")
             with TabPane("Hex", id="tab-hex"), VerticalScroll(id="hex-scroll"):
                 yield Static(id="hex")
 
@@ -301,19 +311,26 @@ class DetailPane(Vertical):
         from kwinspect.analyze.record_rows import records_from_fetch, records_from_produce
 
         key = self.store.cell("api_key", row)
+        schemas = getattr(self.app, "schemas", None)
         try:
             if key == PRODUCE and req is not None and req.body:
-                return records_from_produce(req.body, resp.body if resp else None, correlation_id=None,
+                rows = records_from_produce(req.body, resp.body if resp else None, correlation_id=None,
                                             stream=None, values=self.store.values)
-            if key == FETCH and resp is not None and resp.body:
-                return records_from_fetch(resp.body, correlation_id=None, stream=None, values=self.store.values,
+            elif key == FETCH and resp is not None and resp.body:
+                rows = records_from_fetch(resp.body, correlation_id=None, stream=None, values=self.store.values,
                                           topic_names=self.store.topic_names,
                                           request_body=req.body if req is not None else None)
+            else:
+                return []
+            return list(schemas.apply(rows)) if schemas is not None else rows
         except Exception as exc:  # noqa: BLE001 - show, never crash the app
             return f"records could not be listed: {exc}"
-        return []
 
     def _fill_records(self, table: DataTable, rows: list | str) -> None:
+        tree = self.query_one("#record-tree", Tree)
+        self.record_rows = [] if isinstance(rows, str) else rows[:RECORD_LIMIT]
+        tree.set_class(any(_is_decoded(r) for r in self.record_rows), "-decoded")
+        self._show_record_tree(0)
         if isinstance(rows, str):
             table.add_column("error")
             table.add_row(term_safe(rows, 200))
@@ -341,6 +358,36 @@ class DetailPane(Vertical):
             tab.label = f"Records ({len(rows)})" if rows else "Records"
         except Exception:  # noqa: BLE001 - cosmetic
             pass
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "records":
+            self._show_record_tree(event.cursor_row)
+
+    def _show_record_tree(self, index: int) -> None:
+        """The decoded key and value of record ``index`` as a tree (Schema Registry
+        records only; the tree is hidden when no record of the exchange decoded)."""
+        tree = self.query_one("#record-tree", Tree)
+        tree.clear()
+        if not 0 <= index < len(self.record_rows) or not tree.has_class("-decoded"):
+            return
+        rec = self.record_rows[index]
+        offset = "?" if rec.offset is None else rec.offset
+        tree.root.set_label(term_safe(f"record {rec.topic}[{rec.partition}] @{offset}", 120))
+        for which in ("key", "value"):
+            text, enc = getattr(rec, which), getattr(rec, f"{which}_encoding")
+            sid = getattr(rec, f"{which}_schema_id")
+            label = f"{which} ({enc}, schema id {sid})" if sid is not None else f"{which} ({enc or 'null'})"
+            if enc in DECODED_ENCODINGS:
+                try:
+                    decoded = json.loads(text)
+                except ValueError:
+                    decoded = text
+                node = tree.root.add(term_safe(label, 120), expand=True)
+                _add_value(node, decoded, 0)
+            else:
+                shown = "null" if text is None else text
+                tree.root.add_leaf(Text.assemble(term_safe(label, 60), ": ", term_safe(shown, 120)))
+        tree.root.expand()
 
     def _render_hex(self) -> None:
         data = self.frames.get(self.hex_side)
@@ -374,6 +421,29 @@ class DetailPane(Vertical):
                 self.highlight = (pos, pos + len(event.needle))
                 self.hex_side = event.side
         self._render_hex()
+
+
+def _is_decoded(rec: Any) -> bool:
+    return rec.key_encoding in DECODED_ENCODINGS or rec.value_encoding in DECODED_ENCODINGS
+
+
+def _add_value(node: Any, value: Any, depth: int) -> None:
+    """A decoded key/value under ``node``: objects and lists as branches, the rest as
+    ``name: value`` leaves (at most MAX_CHILDREN per node, 32 levels)."""
+    items = list(value.items()) if isinstance(value, dict) else (
+        list(enumerate(value)) if isinstance(value, list) else None)
+    if items is None or depth > 32:
+        node.add_leaf(_scalar_label(value))
+        return
+    for name, child in items[:MAX_CHILDREN]:
+        label = f"[{name}]" if isinstance(name, int) else term_safe(str(name), 60)
+        if isinstance(child, dict | list) and child:
+            kind = f"{{{len(child)}}}" if isinstance(child, dict) else f"[{len(child)}]"
+            _add_value(node.add(f"{label} {kind}", expand=depth < 2), child, depth + 1)
+        else:
+            node.add_leaf(Text.assemble(label, ": ", _scalar_label(child)))
+    if len(items) > MAX_CHILDREN:
+        node.add_leaf(Text(f"... {len(items) - MAX_CHILDREN} more", style="dim"))
 
 
 def _record_time(ts: float | None) -> str:
