@@ -79,6 +79,7 @@ class PipelineOptions:
     split_bytes: int = DEFAULT_SPLIT_BYTES
     exact_idle_limit: int = DEFAULT_EXACT_IDLE_LIMIT
     spark_conf: dict[str, str] = field(default_factory=dict)
+    ship_env: bool = False
 
 
 @dataclass
@@ -127,16 +128,27 @@ def java_available() -> bool:
 
 
 def get_session(master: str | None = None, partitions: int | None = None,
-                conf: dict[str, str] | None = None, app_name: str = "kwinspect pipeline"):
-    """A SparkSession (local[*] by default) configured for the pipeline."""
+                conf: dict[str, str] | None = None, app_name: str = "kwinspect pipeline",
+                ship_env: bool = False, log: Callable[[str], None] | None = None):
+    """A SparkSession (local[*] by default) configured for the pipeline.
+
+    ``ship_env``: on a cluster, the executors run this virtualenv, packed and sent with
+    the job (kwinspect.spark.shipenv); local mode shares the driver's Python anyway.
+    """
     if not java_available():
         raise PipelineError("Java not found: the Spark pipeline needs a JDK 17+ (install one or set JAVA_HOME)")
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: it chose the master
     if not submitted:
         master = master or os.environ.get("KWINSPECT_SPARK_MASTER") or "local[*]"
+    conf = dict(conf or {})
     if master and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    elif ship_env:
+        if submitted:  # the context exists already: archives are spark-submit's to give
+            raise PipelineError("--ship-env does not work under spark-submit: give it the packed "
+                                "environment with --archives (docs/pipeline.md)")
+        _ship_env(conf, log)
     import warnings
 
     from pyspark.sql import SparkSession
@@ -154,7 +166,7 @@ def get_session(master: str | None = None, partitions: int | None = None,
     }
     if partitions:
         settings["spark.sql.shuffle.partitions"] = str(partitions)
-    settings.update(conf or {})
+    settings.update(conf)
     for k, v in settings.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -165,6 +177,21 @@ def get_session(master: str | None = None, partitions: int | None = None,
         if k.startswith("spark.sql."):
             spark.conf.set(k, v)
     return spark
+
+
+def _ship_env(conf: dict[str, str], log: Callable[[str], None] | None) -> None:
+    """spark.archives gets the packed virtualenv; executors run its Python (PySpark's venv-pack way)."""
+    from kwinspect.spark.shipenv import ALIAS, EXECUTOR_PYTHON, ShipEnvError, packed_env
+
+    try:
+        path = packed_env(log)
+    except ShipEnvError as exc:
+        raise PipelineError(str(exc)) from None
+    archives = [a for a in conf.get("spark.archives", "").split(",") if a.strip()]
+    conf["spark.archives"] = ",".join([*archives, f"{path}#{ALIAS}"])
+    # read by SparkContext when it starts: the executors' Python, relative to their working
+    # directory, where spark.archives are unpacked
+    os.environ["PYSPARK_PYTHON"] = EXECUTOR_PYTHON
 
 
 def _package_zip() -> str:
@@ -318,7 +345,7 @@ def run_pipeline(opts: PipelineOptions, spark=None, log: Callable[[str], None] |
     """Run the whole pipeline; raises PipelineError for problems the user can fix."""
     t0 = time.monotonic()
     if spark is None:
-        spark = get_session(opts.master, opts.partitions, opts.spark_conf)
+        spark = get_session(opts.master, opts.partitions, opts.spark_conf, ship_env=opts.ship_env, log=log)
     else:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
