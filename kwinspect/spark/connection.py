@@ -44,6 +44,9 @@ from kwinspect.run.loop import PacketLoop
 from kwinspect.stream.conversation import SharedState
 from kwinspect.stream.labels import iter_record_sets
 
+# The capture tables collect() writes itself (records need their exchange's capture time;
+# exchanges feed the topic volume); any other one is taken from export.tables.rows_of.
+OTHER_CAPTURE_TABLES = tuple(t for t in CAPTURE_TABLES if t not in ("exchanges", "records", "errors"))
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
 
@@ -433,6 +436,9 @@ class ConnRun(PacketLoop):
                         out.add("records", conn, rec.row(), cap_ts=cap)
             elif isinstance(ev, ErrorRow):
                 out.add("errors", conn, ev.row())
+            for table in OTHER_CAPTURE_TABLES:  # any further per-event table, as its exporter makes it
+                for row in rows_of(table, ev, values=self.values, topic_names=self.names):
+                    out.add(table, conn, row.row())
 
     def _volume(self, ex: Exchange) -> None:
         if ex.api_key == PRODUCE:
