@@ -70,7 +70,7 @@ def _staging_type(c: str) -> pa.DataType:
 
 # The one wide schema stage 2 emits: `table` says which of the tables a row belongs
 # to ("exchanges", "records", "errors", "volume", or pass-1 bookkeeping: "learn",
-# "lookup", "known", "known_lookup", "stats"); timestamps are int64 microseconds.
+# "lookup", "known", "known_lookup", "conn_counts"); timestamps are int64 microseconds.
 EVENT_SCHEMA = pa.schema(
     [("table", pa.string()), ("conn", pa.string())]
     + [(c, _staging_type(c)) for c in _ROW_COLUMNS]
@@ -470,7 +470,7 @@ class ConnRun(PacketLoop):
             out.add("decision", conn, m_key=client.ip, m_port=client.port, m_value=str(broker),
                     **_pos_meta(pos))
         st = self.d.stats
-        out.add("stats", conn, m_records=st.connections, m_port=st.kafka_connections, m_bytes=st.kafka_bytes)
+        out.add("conn_counts", conn, m_records=st.connections, m_port=st.kafka_connections, m_bytes=st.kafka_bytes)
 
 
 def dissect_partition(batches: Iterable[pa.RecordBatch], *, config: DissectConfig, values: str,

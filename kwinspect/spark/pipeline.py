@@ -512,24 +512,24 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
         extra = spark.createDataFrame(pa.Table.from_batches([buf.batch()]))
         events = events.unionByName(extra.select(*events.columns))
 
-    counts = events.filter(F.col("table").isin("exchanges", "records", "errors", "stats")).groupBy(
+    written = [t for t in OUTPUT_TABLES if t != "records" or opts.records]
+    counts = events.filter(F.col("table").isin(*written, "conn_counts")).groupBy(
         "table", "api_name").agg(F.count("*").alias("n"), F.sum("m_records").alias("c"),
                                  F.sum("m_port").alias("k")).collect()
     for r in counts:
-        if r.table == "stats":
+        if r.table == "conn_counts":
             res.connections += int(r.c or 0)
             res.kafka_connections += int(r.k or 0)
         else:
             res.counts[r.table] = res.counts.get(r.table, 0) + int(r.n)
     res.top_apis = sorted(((r.api_name or "unknown", int(r.n)) for r in counts if r.table == "exchanges"),
                           key=lambda x: (-x[1], x[0]))[:5]
-    for t in ("exchanges", "errors") + (("records",) if opts.records else ()):
+    for t in written:
         res.counts.setdefault(t, 0)
 
     # -- tables -------------------------------------------------------------------------
-    for t, parts in OUTPUT_TABLES.items():
-        if t == "records" and not opts.records:
-            continue
+    for t in written:
+        parts = OUTPUT_TABLES[t]
         df = _table(events, t)
         for name, sql in parts.items():
             df = df.withColumn(name, F.expr(sql))
