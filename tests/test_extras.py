@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.extras, pytest.mark.xdist_group("extra-venvs")]
 DEMO = str(ROOT / "captures" / "confluent-mock-produce-consume.pcap")
 
 
-def run(bin_dir: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+def run(bin_dir: Path, *args: str, timeout: float = 1800, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
                           env=clean_env(bin_dir, **env), cwd=bin_dir.parent)
 

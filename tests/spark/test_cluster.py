@@ -108,7 +108,7 @@ def captures(tmp_path_factory) -> list[str]:
     return sorted(paths)
 
 
-def kwinspect(bin_dir: Path, *args, cache: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+def kwinspect(bin_dir: Path, *args, cache: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
     # SPARK_LOCAL_IP: the driver listens on loopback too, like the cluster
     env = clean_env(bin_dir, KWINSPECT_CACHE_DIR=str(cache), SPARK_LOCAL_IP="127.0.0.1")
     return subprocess.run([str(bin_dir / "kwinspect"), *map(str, args)], capture_output=True, text=True,
