@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", action="store_true", help="also write the records table (one row per record)")
     p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
     p.add_argument("--split-mb", type=int, default=128, metavar="MB",
-                   help="read uncompressed pcap files in byte ranges of this size (default 128)")
+                   help="read uncompressed pcap and pcapng files in byte ranges of this size (default 128)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
     p.add_argument("--ship-env", action="store_true",
                    help="on a cluster, pack this virtualenv (venv-pack, cached) and run the executors' "
