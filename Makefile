@@ -29,8 +29,10 @@ $(STAMP): pyproject.toml | $(PY)
 #   tshark             the independent oracle in tests/e2e (skipped without it)
 #   jq                 required: the docs' shell examples pipe into it (tests/docs)
 #   tmux               required: the TUI test in a real terminal (tests/tui/test_real_terminal.py)
+#   java (a JRE 17+)   required: Spark, for the pipeline tests and the standalone cluster
+#                      (tests/spark; Debian's default-jre-headless is OpenJDK 17 on bookworm)
 # Only what is missing is installed; the optional ones may fail without failing the build.
-SYSDEPS_REQUIRED := tcpdump:tcpdump jq:jq tmux:tmux
+SYSDEPS_REQUIRED := tcpdump:tcpdump jq:jq tmux:tmux java:default-jre-headless
 SYSDEPS_OPTIONAL := ip:iproute2 ethtool:ethtool tshark:tshark
 sysdeps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -7,9 +7,16 @@ the packets, in time order, are cut into files of --file-mb like `tcpdump -C`,
 in the middle of connections.  Then it times:
 
   * single process: dissect_files + the Parquet exporter (exchanges, errors)
-  * the pipeline on local[1] and local[2] (`kwinspect pipeline`, a fresh JVM each)
+  * the pipeline on local[1], local[2] and a Spark standalone cluster of two
+    workers with one core each, started on loopback from the pyspark installation
+    (`kwinspect pipeline`, a fresh driver JVM each; the workers run this Python,
+    kwinspect's sources travel with the job)
 
-and prints rows/s (exchanges + errors rows) and MB/s.  Never run by `make test`.
+and prints rows/s (exchanges + errors rows) and MB/s.  Spark start-up is reported
+apart from the work: the pipeline's own split (starting the JVM and context), and
+the wall time of the same command on a near-empty capture (start-up, the fixed
+cost of every stage, executor launch on the cluster, JVM shutdown).  Never run by
+`make test`.
 
     .venv/bin/python bench/spark_bench.py --mb 300
 """
@@ -21,11 +28,13 @@ import glob
 import json
 import os
 import re
+import shutil
 import socket
 import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import dpkt
 
@@ -124,19 +133,39 @@ def single_process(files: list[str], out_dir: str) -> dict:
     return {"seconds": time.monotonic() - t, **n}
 
 
-def pipeline(files_dir: str, out_dir: str, cores: int, extra: list[str]) -> dict:
-    cmd = [os.path.join(ROOT, ".venv", "bin", "kwinspect"), "pipeline", files_dir, "-o", out_dir,
-           "--overwrite", "--master", f"local[{cores}]", "--conf", "spark.ui.enabled=false",
+TINY = os.path.join(ROOT, "captures", "tansu-errors.pcap")  # the start-up baseline's input
+
+
+def pipeline(inputs: str, out_dir: str, master: str, extra: list[str]) -> dict:
+    # this interpreter and whatever kwinspect it imports (PYTHONPATH included)
+    cmd = [sys.executable, "-m", "kwinspect.cli", "pipeline", inputs, "-o", out_dir,
+           "--overwrite", "--master", master, "--conf", "spark.ui.enabled=false",
            "--conf", "spark.driver.memory=2g", "-q", *extra]
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     t = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.monotonic() - t
     if proc.returncode:
         raise SystemExit(f"pipeline failed: {proc.stderr[-3000:]}")
     m = re.search(r"tables: (.*)", proc.stdout)
     counts = dict((k, int(v)) for k, v in (p.rsplit(" ", 1) for p in m.group(1).split(", ")))
-    inner = float(re.search(r"time: ([0-9.]+) s", proc.stdout).group(1))
-    return {"seconds": wall, "pipeline_seconds": inner, **counts, "stdout": proc.stdout}
+    m = re.search(r"time: ([0-9.]+) s \(Spark start-up ([0-9.]+) s", proc.stdout)
+    return {"seconds": wall, "pipeline_seconds": float(m.group(1)), "startup_seconds": float(m.group(2)),
+            **counts, "stdout": proc.stdout}
+
+
+def start_standalone(work: str, workers: int, memory: str):
+    """A master and `workers` one-core workers from this pyspark, running this Python."""
+    import pyspark
+
+    sys.path.insert(0, ROOT)
+    from rig.spark_cluster import start_cluster
+
+    d = os.path.join(work, "cluster")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return start_cluster(Path(os.path.dirname(pyspark.__file__)), Path(d), sys.executable, workers=workers,
+                         cores=1, memory=memory)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mb", type=int, default=300, help="total size of the generated files")
     ap.add_argument("--file-mb", type=int, default=40, help="rotation size (tcpdump -C)")
     ap.add_argument("--work", default="/tmp/kwinspect-spark-bench")
-    ap.add_argument("--cores", default="1,2")
+    ap.add_argument("--masters", default="local[1],local[2],standalone",
+                    help="comma-separated: local[N] and/or standalone (2 one-core workers)")
     ap.add_argument("--skip-single", action="store_true")
     ap.add_argument("--split-mb", type=int, default=None, help="pass --split-mb to the pipeline")
     args = ap.parse_args(argv)
@@ -158,16 +188,31 @@ def main(argv: list[str] | None = None) -> int:
         results["single process"] = r
         print(f"single process: {r['seconds']:.1f} s, {r['exchanges'] + r['errors']:,} rows", flush=True)
     extra = ["--split-mb", str(args.split_mb)] if args.split_mb else []
-    for cores in (int(c) for c in args.cores.split(",")):
-        r = pipeline(os.path.join(args.work, "in"), os.path.join(args.work, f"out{cores}"), cores, extra)
-        results[f"pipeline local[{cores}]"] = r
-        print(f"local[{cores}]: {r['seconds']:.1f} s wall ({r['pipeline_seconds']:.1f} s in the pipeline), "
-              f"{r['exchanges'] + r['errors']:,} rows", flush=True)
+    for name in args.masters.split(","):
+        cluster = None
+        if name == "standalone":
+            cluster = start_standalone(args.work, 2, "2g")
+            master, label = cluster.url, "pipeline, standalone 2 workers x 1 core"
+            conf = ["--conf", "spark.executor.memory=1536m"]
+        else:
+            master, label, conf = name, f"pipeline {name}", []
+        try:
+            base = pipeline(TINY, os.path.join(args.work, "tiny"), master, conf)
+            r = pipeline(os.path.join(args.work, "in"), os.path.join(args.work, "out"), master, conf + extra)
+        finally:
+            if cluster is not None:
+                cluster.stop()
+        r["baseline_seconds"] = base["seconds"]
+        results[label] = r
+        print(f"{label}: {r['seconds']:.1f} s wall ({r['pipeline_seconds']:.1f} s in the pipeline, "
+              f"of which {r['startup_seconds']:.1f} s Spark start-up); near-empty capture: "
+              f"{base['seconds']:.1f} s wall; {r['exchanges'] + r['errors']:,} rows", flush=True)
         print(r.pop("stdout"), flush=True)
-    print("\n| run | wall s | rows | rows/s | MB/s |\n|---|---|---|---|---|")
+    print("\n| run | wall s | start-up s | near-empty run s | rows | rows/s | MB/s |\n|---|---|---|---|---|---|---|")
     for name, r in results.items():
         rows = r["exchanges"] + r["errors"]
-        print(f"| {name} | {r['seconds']:.1f} | {rows:,} | {rows / r['seconds']:,.0f} | "
+        print(f"| {name} | {r['seconds']:.1f} | {r.get('startup_seconds', 0):.1f} | "
+              f"{r.get('baseline_seconds', 0):.1f} | {rows:,} | {rows / r['seconds']:,.0f} | "
               f"{total / 1e6 / r['seconds']:.2f} |")
     with open(os.path.join(args.work, "results.json"), "w") as f:
         json.dump(results, f, indent=2, default=str)

@@ -327,8 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", action="store_true", help="also write the records table (one row per record)")
     p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
     p.add_argument("--split-mb", type=int, default=128, metavar="MB",
-                   help="read uncompressed pcap files in byte ranges of this size (default 128)")
+                   help="read uncompressed pcap and pcapng files in byte ranges of this size (default 128)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)")
+    p.add_argument("--ship-env", action="store_true",
+                   help="on a cluster, pack this virtualenv (venv-pack, cached) and run the executors' "
+                        "Python from it, so workers need no kwinspect or pyarrow of their own")
     g = p.add_argument_group("reading")
     g.add_argument("--kafka-ports", type=parse_ports, metavar="PORTS",
                    help="broker ports, e.g. 9092,19092-19094 (default: 9092, plus detection on any port)")
@@ -912,7 +915,7 @@ def cmd_pipeline(args) -> int:
     opts = PipelineOptions(inputs=args.pcap, output=args.output, master=args.master,
                            partitions=args.partitions, records=args.records, overwrite=args.overwrite,
                            config=_config(args), values=args.values, split_bytes=args.split_mb << 20,
-                           spark_conf=conf)
+                           spark_conf=conf, ship_env=args.ship_env)
     if args.quiet:
         conf.setdefault("spark.ui.showConsoleProgress", "false")
     log = None if args.quiet else (lambda line: print(f"{PROG} pipeline: {line}", file=sys.stderr))

@@ -89,3 +89,27 @@ def scenario_run(rig: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable
         return m, pcap, decoded
 
     return get
+
+
+@pytest.fixture(scope="session")
+def kwinspect_wheel(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """kwinspect's wheel, built once per session (tests/helpers/wheel.py)."""
+    from tests.helpers.wheel import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def extra_venv(kwinspect_wheel: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Any]:
+    """`extra_venv("spark")` -> bin/ of a fresh `python3 -m venv` holding kwinspect[spark] and
+    nothing else; one venv per extra per session (pip's cache makes the installs quick)."""
+    from tests.helpers.wheel import venv_with
+
+    made: dict[str, Any] = {}
+
+    def get(extra: str) -> Any:
+        if extra not in made:
+            made[extra] = venv_with(kwinspect_wheel, extra, tmp_path_factory.mktemp(f"venv-{extra}"))
+        return made[extra]
+
+    return get

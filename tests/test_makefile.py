@@ -56,6 +56,11 @@ def test_jq_is_a_sysdep():
     assert "jq:jq" in (ROOT / "Makefile").read_text()
 
 
+def test_java_is_a_sysdep():
+    """Spark (tests/spark, the standalone cluster test among them) needs a JRE in CI."""
+    assert "java:default-jre-headless" in (ROOT / "Makefile").read_text()
+
+
 def test_license_is_an_spdx_string():
     import tomllib
 

@@ -1,71 +1,23 @@
 """The wheel ships the product only: kwinspect/, never the rig, the generator, tests or bench.
 
-Builds the wheel the way a release would (`pip wheel . --no-deps --no-build-isolation`)
-from a clean copy of the repository (a stale build/ in the work tree could leak old
-files into a wheel) and reads its file list. Without setuptools>=77 in this
-interpreter (pyproject's build requirement) the build runs with build isolation,
-which needs the package index; the test is skipped when that cannot be reached.
+Builds the wheel the way a release would (tests/helpers/wheel.py: `pip wheel . --no-deps`
+from a clean copy of the repository) and reads its file list; skipped when the build
+needs the package index and it cannot be reached.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 import zipfile
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SETUPTOOLS_MIN = 77  # [build-system] requires in pyproject.toml
-# Not needed to build, and large or machine-made: left out of the copy.
-_SKIP = {".git", ".venv", "build", "dist", "captures", "bench/data", "bench/out",
-         "spark-warehouse", "metastore_db"}
-# What pip prints when it cannot fetch the build requirements (offline, no index).
-_OFFLINE = ("Could not find a version that satisfies", "No matching distribution found",
-            "Failed to establish a new connection", "Network is unreachable",
-            "Temporary failure in name resolution", "Could not fetch URL")
-
-
-def _setuptools_new_enough() -> bool:
-    try:
-        major = version("setuptools").split(".")[0]
-    except PackageNotFoundError:
-        return False
-    return major.isdigit() and int(major) >= SETUPTOOLS_MIN
-
-
-def _ignore(folder: str, names: list[str]) -> set[str]:
-    rel = Path(folder).relative_to(ROOT)
-    return {n for n in names
-            if (rel / n).as_posix() in _SKIP or n == "__pycache__" or n.endswith((".egg-info", "_cache"))
-            or n == ".hypothesis"}
+from tests.helpers.wheel import ROOT, build_wheel
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("wheel")
-    src, out = tmp / "src", tmp / "out"
-    shutil.copytree(ROOT, src, ignore=_ignore)
-    cmd = [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-w", str(out),
-           "--disable-pip-version-check", "--no-input", "--retries", "0", "--timeout", "15"]
-    if _setuptools_new_enough():
-        cmd.append("--no-build-isolation")
-    env = {**os.environ, "PIP_NO_INPUT": "1"}
-    try:
-        res = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=600, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot build a wheel here: {exc}")
-    text = res.stdout + res.stderr
-    if res.returncode != 0 and ("No module named pip" in text or any(s in text for s in _OFFLINE)):
-        pytest.skip(f"cannot build a wheel offline:\n{text[-2000:]}")
-    assert res.returncode == 0, text[-4000:]
-    wheels = sorted(out.glob("kwinspect-*.whl"))
-    assert len(wheels) == 1, wheels
-    return wheels[0]
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def _names(wheel: Path) -> list[str]:

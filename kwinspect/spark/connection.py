@@ -44,6 +44,9 @@ from kwinspect.run.loop import PacketLoop
 from kwinspect.stream.conversation import SharedState
 from kwinspect.stream.labels import iter_record_sets
 
+# The capture tables collect() writes itself (records need their exchange's capture time;
+# exchanges feed the topic volume); any other one is taken from export.tables.rows_of.
+OTHER_CAPTURE_TABLES = tuple(t for t in CAPTURE_TABLES if t not in ("exchanges", "records", "errors"))
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
 
@@ -67,7 +70,7 @@ def _staging_type(c: str) -> pa.DataType:
 
 # The one wide schema stage 2 emits: `table` says which of the tables a row belongs
 # to ("exchanges", "records", "errors", "volume", or pass-1 bookkeeping: "learn",
-# "lookup", "known", "known_lookup", "stats"); timestamps are int64 microseconds.
+# "lookup", "known", "known_lookup", "conn_counts"); timestamps are int64 microseconds.
 EVENT_SCHEMA = pa.schema(
     [("table", pa.string()), ("conn", pa.string())]
     + [(c, _staging_type(c)) for c in _ROW_COLUMNS]
@@ -433,6 +436,9 @@ class ConnRun(PacketLoop):
                         out.add("records", conn, rec.row(), cap_ts=cap)
             elif isinstance(ev, ErrorRow):
                 out.add("errors", conn, ev.row())
+            for table in OTHER_CAPTURE_TABLES:  # any further per-event table, as its exporter makes it
+                for row in rows_of(table, ev, values=self.values, topic_names=self.names):
+                    out.add(table, conn, row.row())
 
     def _volume(self, ex: Exchange) -> None:
         if ex.api_key == PRODUCE:
@@ -464,7 +470,7 @@ class ConnRun(PacketLoop):
             out.add("decision", conn, m_key=client.ip, m_port=client.port, m_value=str(broker),
                     **_pos_meta(pos))
         st = self.d.stats
-        out.add("stats", conn, m_records=st.connections, m_port=st.kafka_connections, m_bytes=st.kafka_bytes)
+        out.add("conn_counts", conn, m_records=st.connections, m_port=st.kafka_connections, m_bytes=st.kafka_bytes)
 
 
 def dissect_partition(batches: Iterable[pa.RecordBatch], *, config: DissectConfig, values: str,

@@ -5,11 +5,17 @@ Spark).  A task reads one *range* of one file with the project's own readers
 and packet parser and emits Arrow record batches of serialised ``TcpSegment``
 values, each with its position in the merged capture order.
 
-Splitting: an uncompressed classic pcap file larger than the split size is cut
-into byte ranges.  Every cut point is moved forward to the first offset where a
-chain of plausible record headers starts (``align_pcap``); the task before a cut
-reads up to the same aligned offset, so every record is read exactly once.
-pcapng and .gz files are read whole by one task.
+Splitting: an uncompressed capture file larger than the split size is cut into
+byte ranges.  Every cut point is moved forward to the first offset where a chain
+of plausible record headers (classic pcap, ``align_pcap``) or blocks (pcapng,
+``align_pcapng``) starts; the task before a cut reads up to the same aligned
+offset, so every record is read exactly once.  A pcapng range also needs the
+section header and interface description blocks in effect where it starts: a
+first, light pass (``scan_pcapng_range``) walks each range's block headers and
+returns those blocks, the driver checks that the walks join up (each range ends
+exactly where the next one starts, in the same byte order), and each range is
+then read with them in front (``read_range(..., prefix=...)``).  .gz files are
+read whole by one task.
 
 Capture order: ``dissect_files`` merges the files with ``heapq.merge`` on the
 packet timestamp.  For inputs whose timestamps are not monotonic that merge is
@@ -54,7 +60,7 @@ SEGMENT_SCHEMA = pa.schema([
     ("payload", pa.binary()),
     ("missing", pa.int64()),
     ("ikind", pa.string()),      # "issue" rows: issue kind (conn: "reader" | "parser" | "parser_end")
-    ("imsg", pa.string()),       # "issue" rows: message (without the path; seq: the range's start offset)
+    ("imsg", pa.string()),       # "issue" rows: message (without the path; seq: the range's offset delta)
     ("npackets", pa.int64()),    # "range" rows: packets read; "issue" rows: snaplen count
 ])
 
@@ -180,8 +186,170 @@ def align_pcap(f: IO[bytes], h: PcapHeader, pos: int, window: int = 1 << 20) -> 
     return size
 
 
+# ---------------------------------------------------------------------------
+# pcapng byte ranges
+# ---------------------------------------------------------------------------
+
+PCAPNG_SHB = 0x0A0D0D0A  # palindromic: the same in both byte orders
+PCAPNG_IDB = 0x00000001
+_PCAPNG_BOM = 0x1A2B3C4D
+_PCAPNG_MAX_BLOCK = 1 << 26  # what the reader takes for a corrupt length
+# Block types a cut point may start at: the standard ones and the custom blocks.
+_PCAPNG_TYPES = frozenset({PCAPNG_SHB, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0x0A, 0x00000BAD, 0x40000BAD})
+
+
+class _Window:
+    """Forward-only random access over a file: bytes [off, off+n) through one growing buffer."""
+
+    def __init__(self, f: IO[bytes], size: int, chunk: int = 4 << 20) -> None:
+        self.f, self.size, self.chunk = f, size, chunk
+        self.base, self.data = 0, b""
+
+    def get(self, off: int, n: int) -> bytes:
+        end = self.base + len(self.data)
+        if off < self.base or off + n > end:
+            if off < self.base or off > end:
+                self.base, self.data = off, b""
+                self.f.seek(off)
+            else:
+                self.data, self.base = self.data[off - self.base:], off
+            want = max(n, self.chunk) - len(self.data)
+            if want > 0:
+                self.f.seek(self.base + len(self.data))
+                self.data += self.f.read(want)
+        return self.data[off - self.base:off - self.base + n]
+
+
+def _block_len(win: _Window, off: int, e: str) -> tuple[int, str] | None:
+    """(length, byte order after it) of a plausible pcapng block at off in byte order e, or None.
+
+    Plausible: a known type, a length the reader accepts, inside the file, and the same
+    length repeated in the block's last four bytes.
+    """
+    head = win.get(off, 12)
+    if len(head) < 12:
+        return None
+    btype = struct.unpack_from(e + "I", head)[0]
+    if btype not in _PCAPNG_TYPES:
+        return None
+    if btype == PCAPNG_SHB:
+        bom = head[8:12]
+        e = "<" if struct.unpack("<I", bom)[0] == _PCAPNG_BOM else (
+            ">" if struct.unpack(">I", bom)[0] == _PCAPNG_BOM else "")
+        if not e:
+            return None
+    blen = struct.unpack_from(e + "I", head, 4)[0]
+    if blen < 12 or blen % 4 or blen > _PCAPNG_MAX_BLOCK or off + blen > win.size:
+        return None
+    tail = win.get(off + blen - 4, 4)
+    if len(tail) < 4 or struct.unpack(e + "I", tail)[0] != blen:
+        return None
+    return blen, e
+
+
+def align_pcapng(f: IO[bytes], size: int, pos: int) -> tuple[int, str]:
+    """The first offset >= pos where a chain of plausible pcapng blocks starts, with its byte
+    order (else the file size).  Blocks start at multiples of four (every block length is
+    one).  Deterministic for a given file and pos, so the tasks on both sides of a cut
+    agree on it; the range walks (``scan_pcapng_range``) then prove it a real boundary."""
+    win = _Window(f, size)
+    off = (pos + 3) & ~3
+    while off < size:
+        for e in ("<", ">"):
+            at, order, ok = off, e, True
+            for _ in range(_CHAIN):
+                if at == size:
+                    break  # a chain may end exactly at the end of the file
+                got = _block_len(win, at, order)
+                if got is None:
+                    ok = False
+                    break
+                at, order = at + got[0], got[1]
+            if ok:
+                return off, e
+        off += 4
+    return size, "<"
+
+
+def scan_pcapng_range(path: str, rng: int, nranges: int, split_bytes: int) -> dict[str, Any] | None:
+    """Walk the block headers of one range of a pcapng file, as the reader would.
+
+    Returns None for a file that is not pcapng; else the range's aligned ``start`` and
+    ``end``, the byte order assumed at the start (``order``) and reached at the end
+    (``order_end``), whether the walk landed exactly on ``end`` without a block the
+    reader would stop at (``ok``), and the section header and interface description
+    blocks met on the way (``blocks``: [(offset, bytes)]).
+    """
+    f = open_input(path)
+    try:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(0)
+        head = f.read(12)
+        if len(head) < 12 or struct.unpack_from("<I", head)[0] != PCAPNG_SHB:
+            return None
+        if rng == 0:
+            start, order = 0, "<"
+        else:
+            start, order = align_pcapng(f, size, rng * split_bytes)
+        end = size if rng == nranges - 1 else align_pcapng(f, size, (rng + 1) * split_bytes)[0]
+        win = _Window(f, size)
+        off, e, ok = start, order, True
+        blocks: list[tuple[int, bytes]] = []
+        while off < end:
+            head = win.get(off, 12)
+            if len(head) < 8:
+                ok = rng == nranges - 1  # the file ends inside a header: the reader's issue, once
+                break
+            btype = struct.unpack_from(e + "I", head)[0]
+            if btype == PCAPNG_SHB:
+                bom = head[8:12]
+                e = "<" if bom == struct.pack("<I", _PCAPNG_BOM) else (">" if bom == struct.pack(
+                    ">I", _PCAPNG_BOM) else "")
+                if not e:
+                    ok = False  # the reader stops here: read the file whole
+                    break
+            blen = struct.unpack_from(e + "I", head, 4)[0]
+            if blen < 12 or blen % 4 or blen > _PCAPNG_MAX_BLOCK:
+                ok = False
+                break
+            if off + blen > end:
+                ok = end == size and rng == nranges - 1  # cut short at the end of the file
+                break
+            if btype in (PCAPNG_SHB, PCAPNG_IDB):
+                blocks.append((off, win.get(off, blen)))
+            off += blen
+        else:
+            ok = off == end
+        return {"start": start, "end": end, "order": order, "order_end": e, "ok": ok, "blocks": blocks}
+    finally:
+        f.close()
+
+
+def pcapng_spans(scans: list[dict[str, Any]]) -> list[tuple[int, int, bytes]] | None:
+    """Per range of one pcapng file (scans in range order): (start, end, prefix), where the
+    prefix is the section header in effect at the start and the interface blocks of that
+    section before it.  None when the walks do not join up (the file is read whole)."""
+    for prev, cur in zip(scans, scans[1:], strict=False):
+        if not prev["ok"] or prev["end"] != cur["start"] or prev["order_end"] != cur["order"]:
+            return None
+    if not scans[-1]["ok"]:
+        return None
+    spans = []
+    section: list[bytes] = []  # the current section's header and interfaces, in file order
+    for scan in scans:
+        spans.append((scan["start"], scan["end"], b"".join(section) if scan["start"] else b""))
+        for _off, block in scan["blocks"]:
+            if struct.unpack_from("<I", block)[0] == PCAPNG_SHB:
+                section = [block]
+            else:
+                section.append(block)
+    return spans
+
+
 class _RangeFile(io.RawIOBase):
-    """The 24-byte pcap file header followed by bytes [start, end) of the file."""
+    """Header bytes (the pcap file header; for pcapng, the section and interface blocks
+    in effect) followed by bytes [start, end) of the file."""
 
     def __init__(self, f: IO[bytes], header: bytes, start: int, end: int) -> None:
         self._f = f
@@ -237,15 +405,24 @@ class _Columns:
 
 
 def read_range(path: str, file_rank: int, rng: int, nranges: int, split_bytes: int,
-               batch_rows: int = 8192) -> Iterator[pa.RecordBatch]:
+               batch_rows: int = 8192, span: tuple[int, int, bytes] | None = None) -> Iterator[pa.RecordBatch]:
     """Segments of range `rng` (of `nranges`, each `split_bytes` long) of one capture file.
 
-    Range 0 of a file that cannot be split reads the whole file; its other
-    ranges emit nothing.  Unreadable input raises CaptureFormatError (the run fails
-    with that message, as the single-process CLI exits 1).
+    ``span``: a pcapng range as planned by the driver, (start, end, the section
+    header and interface blocks to read first).  Range 0 of a file that cannot be
+    split reads the whole file; its other ranges emit nothing.  Unreadable input
+    raises CaptureFormatError (the run fails with that message, as the
+    single-process CLI exits 1).
     """
     f = open_input(path)
     try:
+        if span is not None:
+            start, end, prefix = span
+            if start >= end and rng != 0:
+                return
+            source = io.BufferedReader(_RangeFile(f, prefix, start, end), 1 << 20)
+            yield from _segments(path, source, file_rank, rng, batch_rows, offset_delta=start - len(prefix))
+            return
         h = pcap_header(f) if nranges > 1 else None
         if h is None:
             if rng != 0:
@@ -261,13 +438,15 @@ def read_range(path: str, file_rank: int, rng: int, nranges: int, split_bytes: i
             header = f.read(24)
             source_file = io.BufferedReader(_RangeFile(f, header, start, end), 1 << 20)
         yield from _segments(path, source_file, file_rank, rng, batch_rows,
-                             start=0 if h is None else start)
+                             offset_delta=0 if h is None else start - 24)
     finally:
         f.close()
 
 
 def _segments(path: str, fobj: IO[bytes], file_rank: int, rng: int, batch_rows: int,
-              batch_bytes: int = 16 << 20, start: int = 0) -> Iterator[pa.RecordBatch]:
+              batch_bytes: int = 16 << 20, offset_delta: int = 0) -> Iterator[pa.RecordBatch]:
+    """``offset_delta``: what turns a file offset the reader reports into one of the real
+    file (the range's start minus the bytes put in front of it); kept in issue rows' seq."""
     try:
         source = open_capture(fobj)
     except CaptureFormatError as exc:
@@ -290,7 +469,7 @@ def _segments(path: str, fobj: IO[bytes], file_rank: int, rng: int, batch_rows: 
             if len(parser.issues) > issues_seen:  # as Dissector.feed_packet reports them
                 for issue in parser.issues[issues_seen:]:
                     cols.add(kind="issue", conn="parser", file=file_rank, rng=rng, ts=raw.ts,
-                             ikind=issue.kind, imsg=issue.message, seq=start)
+                             ikind=issue.kind, imsg=issue.message, seq=offset_delta)
                 issues_seen = len(parser.issues)
             if seg is None:
                 continue
@@ -306,13 +485,13 @@ def _segments(path: str, fobj: IO[bytes], file_rank: int, rng: int, batch_rows: 
         parser.finish()
         for issue in parser.issues[issues_seen:]:  # at the end of the capture: ts of its last segment
             cols.add(kind="issue", conn="parser_end", file=file_rank, rng=rng, ikind=issue.kind,
-                     imsg=issue.message, seq=start)
+                     imsg=issue.message, seq=offset_delta)
         for issue in source.issues:
             snap = None
             if issue.message.endswith(SNAPLEN_TRUNCATED_SUFFIX):
                 snap = source.stats.snaplen_truncated  # summed over the file's ranges later
             cols.add(kind="issue", conn="reader", file=file_rank, rng=rng, ikind=issue.kind,
-                     imsg=issue.message, npackets=snap, seq=start)
+                     imsg=issue.message, npackets=snap, seq=offset_delta)
     cols.add(kind="range", file=file_rank, rng=rng, lpm=lpm if count else None, npackets=count,
              idx=parser.stats.tcp)
     yield cols.batch()

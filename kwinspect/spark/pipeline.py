@@ -53,12 +53,26 @@ from kwinspect.spark.connection import (
     idle_checks,
     pos_of,
 )
-from kwinspect.spark.fragments import SEGMENT_SCHEMA, SNAPLEN_TRUNCATED_SUFFIX, read_range
+from kwinspect.spark.fragments import (
+    SEGMENT_SCHEMA,
+    SNAPLEN_TRUNCATED_SUFFIX,
+    pcapng_spans,
+    read_range,
+    scan_pcapng_range,
+)
 
 DEFAULT_SPLIT_BYTES = 128 << 20
 DEFAULT_EXACT_IDLE_LIMIT = 20_000_000  # segments; above it idle checks are per connection
 DATA_TABLES = {t: TABLES[t] for t in CAPTURE_TABLES}
 AGGREGATE_TABLES = ("latency_by_minute", "error_counts", "topic_volume")
+# The row tables written to DIR/<table>: hive partition columns (SQL over the table's
+# columns; records also see `cap_ts`, the capture time of their exchange). A table whose
+# rows stage 2 emits (export.tables.CAPTURE_TABLES) is written by adding its line here.
+OUTPUT_TABLES: dict[str, dict[str, str]] = {
+    "exchanges": {"date": "to_date(coalesce(request_ts, response_ts))", "api": "coalesce(api_name, 'unknown')"},
+    "errors": {"date": "to_date(ts)"},
+    "records": {"date": "to_date(timestamp_micros(cap_ts))"},  # with --records
+}
 MARKER = "_KWINSPECT_PIPELINE"
 
 
@@ -79,6 +93,7 @@ class PipelineOptions:
     split_bytes: int = DEFAULT_SPLIT_BYTES
     exact_idle_limit: int = DEFAULT_EXACT_IDLE_LIMIT
     spark_conf: dict[str, str] = field(default_factory=dict)
+    ship_env: bool = False
 
 
 @dataclass
@@ -94,6 +109,7 @@ class PipelineResult:
     exact_idle: bool = True
     counts: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    startup_seconds: float = 0.0  # of `seconds`: starting Spark (JVM, context), before any work
     top_apis: list[tuple[str, int]] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -104,9 +120,10 @@ class PipelineResult:
             f"{plural(self.connections, 'connection')} "
             f"({self.kafka_connections} Kafka)",
             "tables: " + ", ".join(f"{t} {n}" for t, n in self.counts.items()),
-            f"time: {self.seconds:.1f} s ({rate:,.0f} exchanges/s); "
+            f"time: {self.seconds:.1f} s (Spark start-up {self.startup_seconds:.1f} s, work "
+            f"{self.seconds - self.startup_seconds:.1f} s), {rate:,.0f} exchanges/s",
             f"{plural(self.rerun_connections, 'connection')} re-run for cross-connection names"
-            + ("" if self.exact_idle else "; idle checks per connection (capture above the exact limit)"),
+            + ("" if self.exact_idle else "; idle checks per connection (above the exact limit)"),
         ]
         if self.top_apis:
             out.append("top APIs: " + ", ".join(f"{a} {n}" for a, n in self.top_apis))
@@ -127,16 +144,27 @@ def java_available() -> bool:
 
 
 def get_session(master: str | None = None, partitions: int | None = None,
-                conf: dict[str, str] | None = None, app_name: str = "kwinspect pipeline"):
-    """A SparkSession (local[*] by default) configured for the pipeline."""
+                conf: dict[str, str] | None = None, app_name: str = "kwinspect pipeline",
+                ship_env: bool = False, log: Callable[[str], None] | None = None):
+    """A SparkSession (local[*] by default) configured for the pipeline.
+
+    ``ship_env``: on a cluster, the executors run this virtualenv, packed and sent with
+    the job (kwinspect.spark.shipenv); local mode shares the driver's Python anyway.
+    """
     if not java_available():
         raise PipelineError("Java not found: the Spark pipeline needs a JDK 17+ (install one or set JAVA_HOME)")
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # under spark-submit: it chose the master
     if not submitted:
         master = master or os.environ.get("KWINSPECT_SPARK_MASTER") or "local[*]"
+    conf = dict(conf or {})
     if master and master.startswith("local"):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    elif ship_env:
+        if submitted:  # the context exists already: archives are spark-submit's to give
+            raise PipelineError("--ship-env does not work under spark-submit: give it the packed "
+                                "environment with --archives (docs/pipeline.md)")
+        _ship_env(conf, log)
     import warnings
 
     from pyspark.sql import SparkSession
@@ -154,7 +182,7 @@ def get_session(master: str | None = None, partitions: int | None = None,
     }
     if partitions:
         settings["spark.sql.shuffle.partitions"] = str(partitions)
-    settings.update(conf or {})
+    settings.update(conf)
     for k, v in settings.items():
         b = b.config(k, v)
     spark = b.getOrCreate()
@@ -165,6 +193,21 @@ def get_session(master: str | None = None, partitions: int | None = None,
         if k.startswith("spark.sql."):
             spark.conf.set(k, v)
     return spark
+
+
+def _ship_env(conf: dict[str, str], log: Callable[[str], None] | None) -> None:
+    """spark.archives gets the packed virtualenv; executors run its Python (PySpark's venv-pack way)."""
+    from kwinspect.spark.shipenv import ALIAS, EXECUTOR_PYTHON, ShipEnvError, packed_env
+
+    try:
+        path = packed_env(log)
+    except ShipEnvError as exc:
+        raise PipelineError(str(exc)) from None
+    archives = [a for a in conf.get("spark.archives", "").split(",") if a.strip()]
+    conf["spark.archives"] = ",".join([*archives, f"{path}#{ALIAS}"])
+    # read by SparkContext when it starts: the executors' Python, relative to their working
+    # directory, where spark.archives are unpacked
+    os.environ["PYSPARK_PYTHON"] = EXECUTOR_PYTHON
 
 
 def _package_zip() -> str:
@@ -317,8 +360,10 @@ def _user_error(exc: BaseException) -> str | None:
 def run_pipeline(opts: PipelineOptions, spark=None, log: Callable[[str], None] | None = None) -> PipelineResult:
     """Run the whole pipeline; raises PipelineError for problems the user can fix."""
     t0 = time.monotonic()
+    startup = 0.0
     if spark is None:
-        spark = get_session(opts.master, opts.partitions, opts.spark_conf)
+        spark = get_session(opts.master, opts.partitions, opts.spark_conf, ship_env=opts.ship_env, log=log)
+        startup = time.monotonic() - t0
     else:
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
@@ -338,6 +383,7 @@ def run_pipeline(opts: PipelineOptions, spark=None, log: Callable[[str], None] |
         raise
     out.commit()
     result.seconds = time.monotonic() - t0
+    result.startup_seconds = startup
     return result
 
 
@@ -351,22 +397,32 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
 
     # -- stage 1: read files / ranges -------------------------------------------------
-    tasks = []
+    ranges = []
     for rank, (path, size) in enumerate(files):
         lower = path.lower()
         n = 1 if lower.endswith((".gz", ".gzip")) else max(1, math.ceil(size / split))
-        tasks.extend((path, rank, r, n) for r in range(n))
+        ranges.append((path, rank, n))
+    spans = _pcapng_spans(spark, [r for r in ranges if r[2] > 1], split)
+    tasks = []
+    for path, rank, n in ranges:
+        if rank in spans:
+            tasks.extend((path, rank, r, n, *span) for r, span in enumerate(spans[rank]))
+        else:
+            tasks.extend((path, rank, r, n, None, None, None) for r in range(n))
     res.tasks = len(tasks)
     log(f"stage 1: {plural(len(files), 'file')} in {plural(len(tasks), 'task')}")
     seg_schema = _spark_schema(SEGMENT_SCHEMA)
 
     def read_tasks(batches):
         for b in batches:
-            for path, rank, rng, n in zip(*(b.column(i).to_pylist() for i in range(4)), strict=True):
-                yield from read_range(path, rank, rng, n, split)
+            for path, rank, rng, n, start, end, prefix in zip(*(b.column(i).to_pylist() for i in range(7)),
+                                                               strict=True):
+                span = None if start is None else (start, end, prefix)
+                yield from read_range(path, rank, rng, n, split, span=span)
 
     task_df = spark.createDataFrame(spark.sparkContext.parallelize(tasks, len(tasks)),
-                                    "path string, file int, rng int, n int")
+                                    "path string, file int, rng int, n int, start long, end long, "
+                                    "prefix binary")
     seg_dir = f"{out.tmp}/stage-segments"
     task_df.mapInArrow(read_tasks, seg_schema).write.parquet(seg_dir)
     raw = spark.read.parquet(seg_dir)
@@ -456,42 +512,65 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
         extra = spark.createDataFrame(pa.Table.from_batches([buf.batch()]))
         events = events.unionByName(extra.select(*events.columns))
 
-    counts = events.filter(F.col("table").isin("exchanges", "records", "errors", "stats")).groupBy(
+    written = [t for t in OUTPUT_TABLES if t != "records" or opts.records]
+    counts = events.filter(F.col("table").isin(*written, "conn_counts")).groupBy(
         "table", "api_name").agg(F.count("*").alias("n"), F.sum("m_records").alias("c"),
                                  F.sum("m_port").alias("k")).collect()
     for r in counts:
-        if r.table == "stats":
+        if r.table == "conn_counts":
             res.connections += int(r.c or 0)
             res.kafka_connections += int(r.k or 0)
         else:
             res.counts[r.table] = res.counts.get(r.table, 0) + int(r.n)
     res.top_apis = sorted(((r.api_name or "unknown", int(r.n)) for r in counts if r.table == "exchanges"),
                           key=lambda x: (-x[1], x[0]))[:5]
-    for t in ("exchanges", "errors") + (("records",) if opts.records else ()):
+    for t in written:
         res.counts.setdefault(t, 0)
 
     # -- tables -------------------------------------------------------------------------
-    tables = ["exchanges", "errors"] + (["records"] if opts.records else [])
-    for t in tables:
+    for t in written:
+        parts = OUTPUT_TABLES[t]
         df = _table(events, t)
-        if t == "exchanges":
-            df = df.withColumn("date", F.to_date(F.coalesce("request_ts", "response_ts"))) \
-                   .withColumn("api", F.coalesce("api_name", F.lit("unknown")))
-            parts = ["date", "api"]
-        elif t == "errors":
-            df = df.withColumn("date", F.to_date("ts"))
-            parts = ["date"]
-        else:
-            df = df.withColumn("date", F.to_date(F.expr("timestamp_micros(cap_ts)"))).drop("cap_ts")
-            parts = ["date"]
+        for name, sql in parts.items():
+            df = df.withColumn(name, F.expr(sql))
         log(f"writing {t}")
-        df.repartition(*parts).write.partitionBy(*parts).parquet(f"{out.tmp}/{t}")
+        df.drop("cap_ts").repartition(*parts).write.partitionBy(*parts).parquet(f"{out.tmp}/{t}")
     ex = spark.read.parquet(f"{out.tmp}/exchanges")
     er = spark.read.parquet(f"{out.tmp}/errors")
     vol = events.filter(F.col("table") == "volume")
     for name, df in _aggregates(ex, er, vol).items():
         df.coalesce(1).write.parquet(f"{out.tmp}/{name}")
     return res
+
+
+def _pcapng_spans(spark, big: list[tuple[str, int, int]], split: int) -> dict[int, list]:
+    """For each big pcapng file (rank -> per range: start, end, the blocks to read first).
+
+    A light first pass: one task per range walks its block headers (scan_pcapng_range).
+    A file whose walks do not join up exactly (corrupt lengths, an unknown byte order)
+    is left out, so it is read whole, as the single-process reader reads it.
+    """
+    if not big:
+        return {}
+    jobs = [(path, rank, r, n) for path, rank, n in big for r in range(n)]
+
+    def scan(job):
+        path, rank, rng, n = job
+        got = scan_pcapng_range(path, rng, n, split)
+        return [] if got is None else [(rank, rng, got)]
+
+    found: dict[int, list] = {}
+    for rank, _rng, got in sorted(spark.sparkContext.parallelize(jobs, len(jobs)).flatMap(scan).collect(),
+                                 key=lambda x: (x[0], x[1])):
+        found.setdefault(rank, []).append(got)
+    spans = {}
+    for _path, rank, n in big:
+        scans = found.get(rank)
+        if scans and len(scans) == n:
+            planned = pcapng_spans(scans)
+            if planned is not None:
+                spans[rank] = planned
+    return spans
 
 
 def _with_capture_secrets(config: DissectConfig, secrets: list) -> DissectConfig:
@@ -567,7 +646,7 @@ def _aggregates(ex, er, vol) -> dict[str, Any]:
 
 
 _NUMBERED = re.compile(r"\b(frame|packet|record) (\d+)")
-_OFFSET = re.compile(r"\bfile offset (\d+)")
+_OFFSET = re.compile(r"\b(offset )(\d+)")
 
 
 def _issue_rows(side, files: list[tuple[str, int]], packets_before: dict[tuple[int, int], int],
@@ -586,7 +665,7 @@ def _issue_rows(side, files: list[tuple[str, int]], packets_before: dict[tuple[i
         if r.rng:
             before = packets_before.get((r.file, r.rng), 0)
             msg = _NUMBERED.sub(lambda m, b=before: f"{m[1]} {int(m[2]) + b}", msg)
-            msg = _OFFSET.sub(lambda m, d=(r.seq or 24) - 24: f"file offset {int(m[1]) + d}", msg)
+            msg = _OFFSET.sub(lambda m, d=r.seq or 0: f"{m[1]}{int(m[2]) + d}", msg)
         if r.conn == "parser":
             rows.append(ErrorRow(kind=r.ikind, message=msg, ts=r.ts))
         elif r.conn == "parser_end":
