@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_stage(args.child, path, ports or [9092])))
         return 0
-    from kwinspect.compiled import core_name
+    from kwinspect.core import core_name
 
     stages = [s for s in args.stages.split(",") if s]
     print(f"{path} ({os.path.getsize(path) / 1e6:.0f} MB), core: {core_name()}, load {os.getloadavg()[0]:.1f}")
