@@ -9,17 +9,20 @@ DEMO_STAMP := $(VENV)/.demo-stamp
 STAMP      := $(VENV)/.dev-stamp
 DEMO_CAPTURE ?= captures/confluent-mock-produce-consume.pcap
 
-.PHONY: demo test lint sysdeps bench fuzz schema captures clean
+.PHONY: demo test lint sysdeps bench fuzz fuzz-asan schema captures clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(DEMO_STAMP): pyproject.toml | $(PY)
+# setup.py and the C sources: a changed extension is compiled again by the next install
+C_SOURCES := setup.py $(wildcard kwinspect/*/_c*.c)
+
+$(DEMO_STAMP): pyproject.toml $(C_SOURCES) | $(PY)
 	$(PY) -m pip install -q -e .
 	touch $(DEMO_STAMP)
 
-$(STAMP): pyproject.toml | $(PY)
+$(STAMP): pyproject.toml $(C_SOURCES) | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP) $(DEMO_STAMP)
 
@@ -74,5 +77,24 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) bench/fuzz.py
 
+# The fuzz targets that reach the C extension (pcap, dissect, core) with the extension
+# built under AddressSanitizer, preloaded (the interpreter itself is not instrumented;
+# PYTHONMALLOC=malloc puts every Python buffer under ASan's eye). A report does not stop
+# the run (-fsanitize-recover, halt_on_error=0): each goes to build/asan/report.*, and
+# any report fails the target. The ordinary build is put back afterwards, always.
+# FUZZ_ASAN_ARGS: anything bench/fuzz.py takes.
+FUZZ_ASAN_ARGS ?= --inputs 20000 --targets pcap,dissect,core
+fuzz-asan: $(STAMP)
+	rm -rf build/asan && mkdir -p build/asan
+	CFLAGS="-fsanitize=address -fsanitize-recover=address -fno-omit-frame-pointer -g -O1" \
+	  LDFLAGS="-fsanitize=address" $(PY) setup.py -q build_ext --inplace --force --build-temp build/asan
+	status=0; PYTHONMALLOC=malloc LD_PRELOAD="$$($${CC:-gcc} -print-file-name=libasan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:halt_on_error=0:log_path=build/asan/report \
+	  $(PY) bench/fuzz.py $(FUZZ_ASAN_ARGS) || status=$$?; \
+	$(PY) setup.py -q build_ext --inplace --force; \
+	if ls build/asan/report.* >/dev/null 2>&1; then \
+	  cat build/asan/report.*; echo "fuzz-asan: AddressSanitizer reports above"; exit 1; fi; \
+	echo "fuzz-asan: no AddressSanitizer report"; exit $$status
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache kwinspect/*/_c*.so

@@ -8,7 +8,12 @@ bounded tests use the same code): decode (decode_request/decode_response for
 every api/version), records (parse_record_set + full record decoding, codecs),
 framing (FrameSplitter with gaps and any chunking), tcp (TcpReassembler on
 mangled real segments), pcap (open_capture + PacketParser on mutated files),
-dissect (the whole Dissector and every output row on mutated captures).
+dissect (the whole Dissector and every output row on mutated captures), core
+(the compiled readers, parser and Dissector against the pure-Python ones on the
+same mutated captures: they must agree exactly).
+
+`make fuzz-asan` builds the C extension with AddressSanitizer and runs this with
+it preloaded, over the targets that reach the C code (pcap, dissect, core).
 
 A failure is any exception escaping the code under test, the decoder's
 ``internal_error`` issue, a broken accounting identity, an input running longer
@@ -38,7 +43,8 @@ sys.modules.pop("fuzz", None)
 from fuzz import harness  # noqa: E402
 
 # Share of the inputs per target (the cheap decoder gets the most; every target gets many).
-WEIGHTS = {"decode": 0.50, "records": 0.17, "pcap": 0.12, "framing": 0.08, "tcp": 0.08, "dissect": 0.05}
+WEIGHTS = {"decode": 0.50, "records": 0.17, "pcap": 0.12, "framing": 0.08, "tcp": 0.08, "dissect": 0.05,
+           "core": 0.05}
 CHUNK = 2000
 
 

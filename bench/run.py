@@ -23,6 +23,14 @@ packets/s, exchanges/s and records/s (from wall time), and the largest peak RSS
 Ratio = kwinspect wall / tshark wall (<= 1.0: kwinspect is as fast or faster).
 Numbers on a shared machine are noisy: the load average before and after each
 input is recorded, and CPU time is shown next to wall time.
+
+Which tshark: ``KWINSPECT_BENCH_TSHARK`` names the program to run (a path or a
+command on PATH, e.g. a wrapper that runs a newer tshark in a chroot), else
+``tshark`` on PATH; its version is printed and stored with the results, and
+every ratio is against it. Which kwinspect core: ``--cores compiled,python``
+(default: both when the compiled core is built) times each kwinspect command
+once per core; the rows of the pure-Python core are labelled ``[python core]``
+(run with KWINSPECT_PURE=1).
 """
 
 from __future__ import annotations
@@ -65,17 +73,41 @@ TSHARK_RECORD_FIELDS = ["kafka.topic_name", "kafka.partition_id", "kafka.message
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
+TSHARK_ENV = "KWINSPECT_BENCH_TSHARK"
+PYTHON_CORE = " [python core]"  # label suffix of the rows timed with KWINSPECT_PURE=1
+
+
+def tshark_program() -> str | None:
+    """The tshark to compare with: $KWINSPECT_BENCH_TSHARK, else tshark on PATH."""
+    named = os.environ.get(TSHARK_ENV)
+    if named:
+        found = shutil.which(named)
+        if found is None:
+            raise SystemExit(f"{TSHARK_ENV}={named}: no such program")
+        return found
+    return shutil.which("tshark")
+
+
+def tshark_version(program: str | None) -> str:
+    """'TShark (Wireshark) 4.6.9' (the first line of `tshark -v`), or '-'."""
+    if not program:
+        return "-"
+    res = subprocess.run([program, "-v"], capture_output=True, text=True, timeout=600)
+    lines = res.stdout.splitlines()
+    return lines[0].rstrip(".") if lines else "-"
+
+
 def compile_bytecode() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "kwinspect")],
                    check=True, env=CHILD_ENV)
 
 
-def measure(cmd: list[str], stdout_path: str | None = None) -> dict:
+def measure(cmd: list[str], stdout_path: str | None = None, env: dict | None = None) -> dict:
     """Run `cmd`; wall time, CPU time (user+sys) and peak RSS of that child alone."""
     out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL  # noqa: SIM115
     try:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=ROOT, env=CHILD_ENV)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, cwd=ROOT, env=env or CHILD_ENV)
         stderr = proc.stderr.read() if proc.stderr else b""
         _pid, status, ru = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
@@ -126,8 +158,10 @@ def kw_supports_jobs() -> bool:
     return "--jobs" in res.stdout
 
 
-def commands(path: str, ports: list[int], jobs: list[int]) -> list[tuple[str, list[str], str | None, str]]:
-    """(label, argv, what its stdout/output counts, kind) for one input."""
+def commands(path: str, ports: list[int], jobs: list[int], cores: tuple[str, ...] = ("compiled",)
+             ) -> list[tuple[str, list[str], str | None, str]]:
+    """(label, argv, what its stdout/output counts, kind) for one input; kind "kw" (the
+    compiled core, or whatever is built), "kw-python" (KWINSPECT_PURE=1) or "tshark"."""
     p = ",".join(map(str, ports))
     common = ["-q", "--kafka-ports", p, path]
     cmds = [
@@ -141,7 +175,10 @@ def commands(path: str, ports: list[int], jobs: list[int]) -> list[tuple[str, li
         cmds.append((f"summary -j {j}", [*KWINSPECT, "summary", "-j", str(j), "-F", "json", *common], None, "kw"))
         cmds.append((f"records -j {j}", [*KWINSPECT, "records", "-j", str(j), "-F", "jsonl", "-o", "{out}",
                                          *common], "records", "kw"))
-    tshark = shutil.which("tshark")
+    if "python" in cores:
+        own = [(label + PYTHON_CORE, argv, counted, "kw-python") for label, argv, counted, _kind in cmds]
+        cmds = (cmds if "compiled" in cores else []) + own
+    tshark = tshark_program()
     if tshark:
         decode_as = [x for port in ports for x in ("-d", f"tcp.port=={port},kafka")]
         base = [tshark, "-r", path, *decode_as, "-Y", "kafka", "-T", "fields"]
@@ -152,8 +189,12 @@ def commands(path: str, ports: list[int], jobs: list[int]) -> list[tuple[str, li
     return cmds
 
 
+PURE_ENV = {**CHILD_ENV, "KWINSPECT_PURE": "1"}
+COMPILED_ENV = {k: v for k, v in CHILD_ENV.items() if k != "KWINSPECT_PURE"}
+
+
 def run_input(key: str, runs: int, jobs: list[int], log=print, with_tshark: bool = True,
-              only: set[str] | None = None) -> dict:
+              only: set[str] | None = None, cores: tuple[str, ...] = ("compiled",)) -> dict:
     path = make_inputs.path_of(key)
     meta = make_inputs.meta_of(key)
     size = os.path.getsize(path)
@@ -163,18 +204,20 @@ def run_input(key: str, runs: int, jobs: list[int], log=print, with_tshark: bool
     os.makedirs(OUT, exist_ok=True)
     result = {"input": key, "file": os.path.basename(path), "bytes": size, "meta": meta,
               "load_before": loadavg(), "rows": []}
-    for label, argv, counted, kind in commands(path, meta["kafka_ports"], jobs):
+    for label, argv, counted, kind in commands(path, meta["kafka_ports"], jobs, cores):
         if kind == "tshark" and not with_tshark:
             continue
-        if only and label.split(" (")[0] not in only and label not in only:
+        base = label.removesuffix(PYTHON_CORE)
+        if only and base.split(" (")[0] not in only and base not in only:
             continue
+        env = PURE_ENV if kind == "kw-python" else COMPILED_ENV
         samples = []
         loads = []
         for i in range(runs):
             out = os.path.join(OUT, f"{key}-{re.sub(r'[^A-Za-z0-9.-]+', '_', label)}.out")
             cmd = [a.replace("{out}", out) for a in argv]
             stdout_path = out if "{out}" not in " ".join(argv) else None
-            m = measure(cmd, stdout_path)
+            m = measure(cmd, stdout_path, env)
             if i == 0 and kind == "tshark":
                 counts.setdefault("tshark_lines_" + label.split("(")[1].rstrip(")"), count_lines(out))
             if i == 0 and counted:
@@ -218,11 +261,8 @@ def machine() -> str:
     except OSError:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    tshark = shutil.which("tshark")
-    tver = (subprocess.run([tshark, "-v"], capture_output=True, text=True).stdout.splitlines()[0].rstrip(".")
-            if tshark else "-")
     return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, {platform.platform()}, "
-            f"Python {platform.python_version()}, {tver}")
+            f"Python {platform.python_version()}")
 
 
 def table(results: list[dict]) -> str:
@@ -235,7 +275,7 @@ def table(results: list[dict]) -> str:
         for r in res["rows"]:
             wall = r["wall"]
             ref = None
-            if r["kind"] == "kw":
+            if r["kind"] in ("kw", "kw-python"):
                 ref = tsh.get("tshark (records)" if r["command"].startswith("records")
                               else "tshark (exchanges/summary)")
             ratio_w = f"{wall / ref['wall']:.2f}" if ref else ""
@@ -288,8 +328,8 @@ def update_docs(section: str, body: str) -> None:
 
 
 STORE = os.path.join(OUT, "results.json")
-ORDER = ["exchanges", "summary", "records", "exchanges -j 2", "summary -j 2", "records -j 2",
-         "tshark (exchanges/summary)", "tshark (records)"]
+ORDER = ["exchanges", "summary", "records", "exchanges -j 2", "summary -j 2", "records -j 2"]
+ORDER += [label + PYTHON_CORE for label in ORDER] + ["tshark (exchanges/summary)", "tshark (records)"]
 
 
 def merge_store(results: list[dict], started: str, desc: str) -> dict:
@@ -357,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-memory", action="store_true", help="skip the memory run on (c)")
     ap.add_argument("--memory-runs", type=int, default=1, help="runs per command on (c) (default 1)")
     ap.add_argument("--only", default="", help="only these commands (e.g. exchanges,tshark)")
+    ap.add_argument("--cores", default=None,
+                    help="kwinspect cores to time: compiled,python (default: both when the compiled one is built)")
     ap.add_argument("--update-docs", action="store_true",
                     help="rewrite the generated part of two sections of docs/benchmarks.md from bench/out/results.json")
     ap.add_argument("--docs-only", action="store_true", help="only --update-docs from the stored results")
@@ -371,9 +413,19 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [int(j) for j in args.jobs.split(",") if j] if kw_supports_jobs() else []
     only = set(args.only.split(",")) - {""} or None
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    desc = machine()
-    print(f"machine: {desc}\nload average: {loadavg()}")
-    results = [run_input(k, args.runs, jobs, only=only) for k in keys]
+    from kwinspect.core import core_name
+
+    built = core_name() == "compiled"
+    cores = tuple(c for c in (args.cores or ("compiled,python" if built else "python")).split(",") if c)
+    if "compiled" in cores and not built:
+        raise SystemExit("--cores compiled: the compiled core is not built (pip install -e . or "
+                         "python setup.py build_ext --inplace)")
+    tshark = tshark_program()
+    tver = tshark_version(tshark)
+    desc = f"{machine()}, {tver}"
+    print(f"machine: {desc}\nload average: {loadavg()}\nkwinspect cores: {', '.join(cores)}")
+    print(f"every ratio is against {tver} ({tshark or 'no tshark'})")
+    results = [run_input(k, args.runs, jobs, only=only, cores=cores) for k in keys]
     mem = None
     if not args.no_memory:
         mem = run_input("c", args.memory_runs, jobs, with_tshark=False,

@@ -195,6 +195,21 @@ def _output_options(p: argparse.ArgumentParser, formats=TABLE_FORMATS, filterabl
                             "'topic ~ \"orders.*\"', 'error' (see docs/filter.md)")
 
 
+class _Version(argparse.Action):
+    """--version: the version, and which core runs (asked only when --version is given)."""
+
+    def __init__(self, option_strings, version: str, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+        self.version = version
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from kwinspect.core import describe
+
+        print(f"{self.version}, {describe()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kwinspect import __version__
 
@@ -202,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Kafka wire-protocol analyzer: decode Kafka traffic in pcap/pcapng captures.",
         epilog=EXAMPLES)
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action=_Version, version=f"{PROG} {__version__}",
+                        help="show the version and which core runs (compiled or python), then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, help_text: str, description: str) -> argparse.ArgumentParser:

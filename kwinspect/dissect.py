@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from typing import Any
 
+from kwinspect.capture import fastpath
 from kwinspect.capture.keylog import KeyLog
 from kwinspect.capture.packets import IP4_HEADER, TCP_HEADER, PacketParser, TcpSegment
 from kwinspect.capture.tcp import (
@@ -183,6 +184,8 @@ class Dissector:
                  on_close: Callable[[ConnectionInfo], None] | None = None, keep_conversations: bool = True, idle_checks: bool = True) -> None:
         self.config = config or DissectConfig()
         self.parser = PacketParser()
+        # the compiled packet fast path (capture/fastpath.py), None for the Python one
+        self._c_segment = fastpath.tcp_segment
         self.tcp = TcpReassembler(idle_timeout=self.config.idle_timeout)
         if self.direct_data:
             self.tcp.data_sink = self._on_data
@@ -241,6 +244,14 @@ class Dissector:
         # PacketParser.parse's fast path inlined (a call less per packet, no issues to
         # look for): Ethernet, IPv4 without options or fragments, TCP, nothing cut.
         # Everything else takes parse, which re-checks everything.
+        c_segment = self._c_segment
+        if c_segment is not None:  # the compiled core's fast path (capture/_cpackets.c)
+            seg = c_segment(raw, parser.endpoints, TcpSegment)
+            if seg is not None:
+                pstats.packets += 1
+                pstats.tcp += 1
+                self.feed_segment(seg, 1)
+                return
         ts, linktype, data, _wire, index = raw
         if linktype == 1 and data[12:14] == b"\x08\x00" and len(data) >= 54:
             vihl, _tos, total, _id, frag, _ttl, proto, _sum, src, dst = IP4_HEADER(data, 14)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -66,3 +67,24 @@ def test_license_is_an_spdx_string():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0"
+
+
+def test_a_changed_c_source_is_compiled_by_the_next_demo(tmp_path):
+    venv = tmp_path / "venv"
+    _fake_venv(venv, ".demo-stamp", ".dev-stamp")
+    source = ROOT / "kwinspect" / "capture" / "_cpackets.c"
+    older = source.stat().st_mtime - 60  # the install happened before the source changed
+    for stamp in (".demo-stamp", ".dev-stamp"):
+        os.utime(venv / stamp, (older, older))
+    out = _dry_run("demo", venv)
+    assert "pip install -q -e .\n" in out
+
+
+def test_fuzz_asan_builds_with_asan_runs_the_c_targets_and_restores_the_build(tmp_path):
+    venv = tmp_path / "venv"
+    _fake_venv(venv, ".demo-stamp", ".dev-stamp")
+    out = _dry_run("fuzz-asan", venv)
+    asan_build, run, restore = out.index("-fsanitize=address"), out.index("bench/fuzz.py"), out.rindex(
+        "build_ext --inplace --force")
+    assert asan_build < run < restore
+    assert "--targets pcap,dissect,core" in out and "halt_on_error=0" in out and "report" in out

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from kwinspect import model
+from kwinspect.capture import fastpath
 
 if TYPE_CHECKING:  # packets.py and tcp.py stay importable without the file readers
     from .readers import RawPacket
@@ -138,6 +139,8 @@ class PacketParser:
         self._unknown_lt: set[int] = set()
         self._u16 = struct.Struct("!H").unpack_from
         self._tcp_hdr = struct.Struct("!HHIIBB").unpack_from
+        # the compiled fast path, as the facade has it when the parser is made (None: Python)
+        self._c_segment = fastpath.tcp_segment
 
     # ------------------------------------------------------------------
     def _issue(self, kind: str, message: str, severity: str = model.SEVERITY_WARNING) -> None:
@@ -175,6 +178,12 @@ class PacketParser:
         """Parse one packet; None when it is not (yet) a TCP segment. Never raises."""
         st = self.stats
         st.packets += 1
+        c_segment = self._c_segment
+        if c_segment is not None:  # the compiled core's fast path (capture/_cpackets.c)
+            seg = c_segment(raw, self.endpoints, TcpSegment)
+            if seg is not None:
+                st.tcp += 1
+                return seg
         data = raw.data
         # Fast path for the bulk of real traffic: Ethernet, IPv4 without options or
         # fragmentation, TCP, nothing cut by the snaplen.  Anything else (or anything

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
 
 from kwinspect import model
+from kwinspect.capture import fastpath
 
 __all__ = [
     "CaptureFormatError",
@@ -290,10 +291,33 @@ class _PcapSource(PacketSource):
         blen = len(buf)
         pos = 0
         bytes_wire = trunc = 0
+        # The compiled core takes the records wholly inside the buffer, a batch at a time;
+        # the record crossing the chunk's end (and everything odd) takes the loop below.
+        scan = fastpath.scan_pcap
+        big = e == ">"
+        batch_max = fastpath.BATCH
         # The hot loop: one unpack_from, one slice, one tuple per packet.  Refills
         # (and the corrupt-length check) only happen when a record crosses the chunk.
         try:
             while True:
+                if scan is not None:
+                    batch, end_pos, batch_wire, batch_trunc = scan(
+                        buf, pos, big, self._nano, rec_len, linktype, index, RawPacket, batch_max)
+                    if batch:
+                        given = 0
+                        try:
+                            for pkt in batch:
+                                given += 1
+                                yield pkt
+                        finally:
+                            if given < len(batch):  # closed mid-batch: count what was handed out
+                                _b, end_pos, batch_wire, batch_trunc = scan(
+                                    buf, pos, big, self._nano, rec_len, linktype, index, RawPacket, given)
+                            index += given
+                            pos = end_pos
+                            bytes_wire += batch_wire
+                            trunc += batch_trunc
+                        continue
                 start = pos + rec_len
                 if start > blen:
                     base += pos
@@ -404,11 +428,40 @@ class _PcapngSource(PacketSource):
         hdr2 = struct.Struct(e + "II").unpack_from
         epb5 = struct.Struct(e + "IIIII").unpack_from
         n_pk = n_cap = n_wire = n_trunc = 0  # fast-path counters, added to stats at the end
+        # The compiled core takes the Enhanced Packet Blocks wholly inside the buffer, a batch
+        # at a time; any other block, or one crossing the chunk's end, takes the loop below.
+        scan = fastpath.scan_pcapng
+        batch_max = fastpath.BATCH
+        iface_info: tuple | None = None  # the interfaces as scan_pcapng takes them
         try:
             while True:
-                # Fast path: an Enhanced Packet Block wholly inside the read buffer.
                 buf = r.buf
                 pos = r.pos
+                if scan is not None:
+                    if iface_info is None:
+                        iface_info = tuple((itf.linktype, itf.div, itf.tsoffset) for itf in ifaces)
+                    batch, end_pos, b_cap, b_wire, b_trunc, b_ts = scan(
+                        buf, pos, e == ">", iface_info, index, RawPacket, batch_max)
+                    if batch:
+                        given = 0
+                        try:
+                            for pkt in batch:
+                                given += 1
+                                yield pkt
+                        finally:
+                            if given < len(batch):  # closed mid-batch: count what was handed out
+                                _b, end_pos, b_cap, b_wire, b_trunc, b_ts = scan(
+                                    buf, pos, e == ">", iface_info, index, RawPacket, given)
+                            r.pos = end_pos
+                            offset += end_pos - pos
+                            index += given
+                            n_pk += given
+                            n_cap += b_cap
+                            n_wire += b_wire
+                            n_trunc += b_trunc
+                            last_ts = b_ts
+                        continue
+                # Fast path: an Enhanced Packet Block wholly inside the read buffer.
                 if len(buf) - pos >= 32:
                     btype, blen = hdr2(buf, pos)
                     if btype == epb and 32 <= blen <= len(buf) - pos and not blen & 3:
@@ -434,6 +487,7 @@ class _PcapngSource(PacketSource):
                 self._index, self._offset, self._last_ts = index, offset, last_ts
                 go_on, pkt = self._block(r)
                 index, offset, last_ts = self._index, self._offset, self._last_ts
+                iface_info = None  # the block may have been an interface or a section header
                 if self._e != e:
                     e = self._e
                     hdr2 = struct.Struct(e + "II").unpack_from

@@ -389,8 +389,11 @@ class TcpReassembler:
         self._closed: OrderedDict[tuple[model.Endpoint, model.Endpoint], tuple[_TcpConnection, float]] = (
             OrderedDict())
         self._buffered_total = 0
-        self._buffering: set[_Half] = set()
-        self._holes: set[_Half] = set()  # halves waiting out ack_gap_delay
+        # Halves holding out-of-order bytes / waiting out ack_gap_delay. Dicts, not sets:
+        # iteration in insertion order, so the rows of a flush (and the direction the total
+        # cap skips first, among equals) do not depend on where objects sit in memory.
+        self._buffering: dict[_Half, None] = {}
+        self._holes: dict[_Half, None] = {}
         self._serial = 0
         self.streams = TcpStreamNumbers()  # tshark's tcp.stream numbers (see StreamOpened.tcp_stream)
         # Optional callable(conn_id, src, dst, data, ts): takes the data of an in-order
@@ -553,7 +556,7 @@ class TcpReassembler:
         for h in list(self._holes):
             entry = self._dirs.get((h.src, h.dst))
             if entry is None or h.hole_since is None:
-                self._holes.discard(h)
+                self._holes.pop(h, None)
             else:
                 self._hole_timer(entry[0], h, now, out)
         limit = now - self.idle_timeout
@@ -698,7 +701,7 @@ class TcpReassembler:
             h.recent = None
             h.recent_bytes = 0
             h.hole_since = None
-            self._holes.discard(h)
+            self._holes.pop(h, None)
             for f in _SUM_FIELDS:
                 setattr(tot, f, getattr(tot, f) + getattr(h.st, f))
         self.stats.closed += 1
@@ -947,7 +950,7 @@ class TcpReassembler:
         if not pieces:
             return
         if not starts:
-            self._buffering.add(h)
+            self._buffering[h] = None
         for ps, pd in pieces:
             i = bisect_right(starts, ps)
             starts.insert(i, ps)
@@ -979,7 +982,7 @@ class TcpReassembler:
         h.st.buffered -= total
         self._buffered_total -= total
         if not starts:
-            self._buffering.discard(h)
+            self._buffering.pop(h, None)
         if parts:
             self._deliver(conn, h, parts[0] if len(parts) == 1 else b"".join(parts), ts, out)
 
@@ -1007,7 +1010,7 @@ class TcpReassembler:
             return
         if h.hole_since is None:
             h.hole_since = ts
-            self._holes.add(h)
+            self._holes[h] = None
         if limit > h.hole_limit:
             h.hole_limit = limit
 
@@ -1015,10 +1018,10 @@ class TcpReassembler:
         limit = h.hole_limit if h.fin_at is None else min(h.hole_limit, h.fin_at)
         if h.nxt >= limit:  # the hole was filled after all
             h.hole_since = None
-            self._holes.discard(h)
+            self._holes.pop(h, None)
         elif now - h.hole_since >= self.ack_gap_delay:
             h.hole_since = None
-            self._holes.discard(h)
+            self._holes.pop(h, None)
             self._skip_to(conn, h, limit, now, out, "acked")
 
     def _check_fin(self, h: _Half) -> None:
@@ -1030,7 +1033,7 @@ class TcpReassembler:
             h = max(self._buffering, key=lambda x: x.st.buffered)
             entry = self._dirs.get((h.src, h.dst))
             if entry is None:  # pragma: no cover - closed halves never keep buffers
-                self._buffering.discard(h)
+                self._buffering.pop(h, None)
                 continue
             conn = entry[0]
             self.stats.cap_skips += 1

@@ -587,3 +587,23 @@ def test_closed_by_names_the_side_whose_fin_or_rst_came_first():
     segs = conversation(C, S, MSGS[:2], mss=1000, close=None)
     closed = [e for e in run(segs)[0] if isinstance(e, StreamClosed)]
     assert [(c.reason, c.closed_by) for c in closed] == [("end", None)]
+
+
+def test_holes_flushed_together_come_out_in_the_order_they_opened():
+    """flush_idle declares the waiting holes of many connections at once: their gaps come
+    in the order the holes opened, not in an order set by where objects sit in memory
+    (the rows of a capture were not the same from one run to the next)."""
+    from kwinspect.capture.tcp import StreamGap
+
+    r = TcpReassembler(ack_gap_delay=0.5)
+    opened = []
+    for k in range(60):
+        c = model.Endpoint(f"10.1.{k // 250}.{k % 250 + 1}", 40000 + k)
+        s = model.Endpoint("10.0.0.2", 9092)
+        # data [0, 100), a hole [100, 150), data [150, 200), then the broker acknowledges 200
+        for seq, payload, src, dst, flags in ((1000, b"a" * 100, c, s, ACK), (1150, b"c" * 50, c, s, ACK),
+                                              (5000, b"", s, c, ACK)):
+            r.feed(TcpSegment(1.0 + k / 1000, src, dst, seq, 1200 if src is s else 5000, flags, payload, k))
+        opened.append(c)
+    gaps = [ev.src for ev in r.flush_idle(10.0) if isinstance(ev, StreamGap)]
+    assert gaps == opened

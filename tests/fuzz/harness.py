@@ -17,7 +17,10 @@ raises ``FuzzFailure`` when an invariant breaks:
 - bounded memory is checked by the runner (tracemalloc peak on sampled inputs),
   bounded work by the runner's per-input alarm.
 
-Targets: decode, records, framing, tcp, pcap, dissect.
+Targets: decode, records, framing, tcp, pcap, dissect, and core: the compiled
+core (readers, packet parser, Dissector) against the pure-Python one on the same
+mutated file, which must agree exactly (packets, counters, issues, segments, rows);
+with the compiled core not built, both sides are the Python one.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PUBLIC = os.path.join(os.path.dirname(ROOT), "shared", "captures-public")
 REGRESSIONS = os.path.join(ROOT, "tests", "fuzz_regressions")
 
-TARGETS = ("decode", "records", "framing", "tcp", "pcap", "dissect")
+TARGETS = ("decode", "records", "framing", "tcp", "pcap", "dissect", "core")
 
 
 class FuzzFailure(Exception):
@@ -606,6 +609,50 @@ def check_pcap(case: dict) -> None:
         raise FuzzFailure(f"parser saw {parser.stats.packets} of {n} packets")
 
 
+def gen_core(rng: random.Random, c: Corpus) -> dict:
+    case = gen_pcap(rng, c) if rng.random() < 0.5 else gen_dissect(rng, c)
+    return {**case, "target": "core"}
+
+
+def _core_run(data: bytes, config: DissectConfig) -> Any:
+    """What the readers, the parser and the Dissector make of a file, for comparison."""
+    try:
+        src = open_capture(io.BytesIO(data))
+    except CaptureFormatError as exc:
+        return str(exc)
+    parser = PacketParser(max_frag_datagrams=8, max_frag_bytes=1 << 16)
+    with src:
+        packets = list(src)
+    segs = [parser.parse(raw) for raw in packets]
+    parser.finish()
+    d = Dissector(config)
+    rows = []
+    for raw in packets:
+        d.feed_packet(raw)
+        rows += [e.row() for e in d.drain()]
+    d.finish()
+    rows += [e.row() for e in d.drain()]
+    return ([tuple(p) for p in packets], repr(src.stats), [(i.kind, i.message, i.offset) for i in src.issues],
+            [None if s is None else tuple(s) for s in segs], repr(parser.stats),
+            [(i.kind, i.message) for i in parser.issues], rows, d.packet_counts(), d.byte_counts())
+
+
+def check_core(case: dict) -> None:
+    from helpers.cores import python_core
+
+    data = unb64(case["data"])
+    config = _config(case.get("config", {}))
+    compiled = _core_run(data, config)
+    with python_core():
+        python = _core_run(data, config)
+    if compiled != python:
+        where = "the reader" if type(compiled) is not tuple or type(python) is not tuple else next(
+            name for name, a, b in zip(("packets", "reader stats", "reader issues", "segments", "parser stats",
+                                        "parser issues", "rows", "packet counts", "byte counts"),
+                                       compiled, python, strict=True) if a != b)
+        raise FuzzFailure(f"compiled and Python cores differ: {where}")
+
+
 def gen_dissect(rng: random.Random, c: Corpus) -> dict:
     cfg = {"ports": rng.choice(([9092], [], None)), "max_frame_size": rng.choice((None, 4096)),
            "redact": rng.random() < 0.8}
@@ -716,11 +763,11 @@ def check_dissect(case: dict) -> None:
 
 GENERATORS: dict[str, Callable[[random.Random, Corpus], dict]] = {
     "decode": gen_decode, "records": gen_records, "framing": gen_framing,
-    "tcp": gen_tcp, "pcap": gen_pcap, "dissect": gen_dissect,
+    "tcp": gen_tcp, "pcap": gen_pcap, "dissect": gen_dissect, "core": gen_core,
 }
 CHECKS: dict[str, Callable[[dict], None]] = {
     "decode": check_decode, "records": check_records, "framing": check_framing,
-    "tcp": check_tcp, "pcap": check_pcap, "dissect": check_dissect,
+    "tcp": check_tcp, "pcap": check_pcap, "dissect": check_dissect, "core": check_core,
 }
 
 

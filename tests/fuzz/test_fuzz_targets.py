@@ -32,7 +32,7 @@ def fuzz(n: int) -> settings:
     return settings(max_examples=n, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-EXAMPLES = {"decode": 400, "records": 150, "framing": 50, "tcp": 50, "pcap": 150, "dissect": 25}
+EXAMPLES = {"decode": 400, "records": 150, "framing": 50, "tcp": 50, "pcap": 150, "dissect": 25, "core": 40}
 
 
 @pytest.fixture(scope="module")

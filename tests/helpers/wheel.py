@@ -30,7 +30,7 @@ OFFLINE = ("Could not find a version that satisfies", "No matching distribution 
 PIP_QUIET = ["--disable-pip-version-check", "--no-input", "--retries", "1", "--timeout", "30"]
 
 
-def _setuptools_new_enough() -> bool:
+def setuptools_new_enough() -> bool:
     try:
         major = version("setuptools").split(".")[0]
     except PackageNotFoundError:
@@ -38,7 +38,7 @@ def _setuptools_new_enough() -> bool:
     return major.isdigit() and int(major) >= SETUPTOOLS_MIN
 
 
-def _ignore(folder: str, names: list[str]) -> set[str]:
+def copy_ignore(folder: str, names: list[str]) -> set[str]:
     rel = Path(folder).relative_to(ROOT)
     return {n for n in names
             if (rel / n).as_posix() in _SKIP or n == "__pycache__" or n.endswith((".egg-info", "_cache"))
@@ -54,9 +54,9 @@ def _skip_if_offline(res: subprocess.CompletedProcess, what: str) -> None:
 def build_wheel(tmp: Path) -> Path:
     """kwinspect-*.whl built from a clean copy of the repository into tmp/out."""
     src, out = tmp / "src", tmp / "out"
-    shutil.copytree(ROOT, src, ignore=_ignore)
+    shutil.copytree(ROOT, src, ignore=copy_ignore)
     cmd = [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-w", str(out), *PIP_QUIET]
-    if _setuptools_new_enough():
+    if setuptools_new_enough():
         cmd.append("--no-build-isolation")
     try:
         res = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=600,

@@ -1,0 +1,42 @@
+"""The optional C extension modules (the project's metadata is in pyproject.toml).
+
+`pip install .` / `pip install -e .` / `make demo` compile them where a C compiler
+and the Python headers are found. Without them the build warns and goes on: the
+package installs without the extensions and runs its pure-Python core (the same
+outputs, slower). `kwinspect --version` says which core runs. Listed modules must
+match kwinspect/core.py's EXTENSIONS (tests/test_core.py).
+"""
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+EXTENSIONS = [
+    Extension("kwinspect.capture._cpackets", ["kwinspect/capture/_cpackets.c"],
+              extra_compile_args=["-O2", "-std=c99"]),
+]
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that never fails the install: a module that does not compile is left out."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - no compiler at all, broken toolchain, ...
+            self._skip("the C extensions", exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001 - compile or link error, missing headers
+            self._skip(ext.name, exc)
+
+    @staticmethod
+    def _skip(what: str, exc: Exception) -> None:
+        import sys
+
+        print(f"WARNING: kwinspect: {what} could not be built ({type(exc).__name__}: {exc}); "
+              "installing the pure-Python core (same results, slower)", file=sys.stderr)
+
+
+setup(ext_modules=EXTENSIONS, cmdclass={"build_ext": OptionalBuildExt})

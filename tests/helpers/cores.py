@@ -1,0 +1,49 @@
+"""Run code on the pure-Python core or the compiled one, in one process.
+
+The capture fast paths read their C functions from kwinspect.capture.fastpath when a
+reader is iterated or a PacketParser/Dissector is made, so setting them to None there
+gives the Python reference path (what KWINSPECT_PURE=1 gives a new process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sysconfig
+from collections.abc import Iterator
+
+from kwinspect.capture import fastpath
+
+_NAMES = ("scan_pcap", "scan_pcapng", "tcp_segment")
+
+
+def compiled_available() -> bool:
+    return all(getattr(fastpath, n) is not None for n in _NAMES)
+
+
+def require_compiled() -> None:
+    """Skip where no C compiler could have built the extension; fail where one could
+    (the compiled core must be tested wherever it can exist)."""
+    import pytest
+
+    if compiled_available():
+        return
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc}): the compiled core cannot be built here")
+    pytest.fail("the compiled core is not built (or KWINSPECT_PURE is set): run "
+                "`pip install -e .` or `python setup.py build_ext --inplace`")
+
+
+@contextlib.contextmanager
+def python_core() -> Iterator[None]:
+    """The pure-Python fast paths inside the block (readers, parsers and dissectors made
+    or iterated inside it)."""
+    saved = {n: getattr(fastpath, n) for n in _NAMES}
+    try:
+        for n in _NAMES:
+            setattr(fastpath, n, None)
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(fastpath, n, v)
