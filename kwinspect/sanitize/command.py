@@ -26,6 +26,7 @@ frames, rebuilt streams); see docs/limits.md.
 from __future__ import annotations
 
 import heapq
+import ipaddress
 import struct
 from bisect import bisect_right
 from collections import Counter, defaultdict
@@ -159,6 +160,7 @@ class Sanitizer:
         self.streams: dict[str, dict[str, list[bytes]]] = defaultdict(lambda: {"request": [], "response": []})
         self.connections: dict[tuple[Endpoint, Endpoint], _Connection] = {}
         self.macs: dict[bytes, bytes] = {}
+        self.original_v4: set[bytes] = set()
 
     # ------------------------------------------------------------------ pass 1
 
@@ -346,6 +348,7 @@ class Sanitizer:
         # a retransmission that differs from what the dissector framed makes its frames
         # unfindable below: the connection is then dropped, never guessed at
         stream = bytearray()
+        covered: list[list[int]] = []  # [start, end) ranges the capture holds, merged
         for seq, payload in sorted(d.segments.items(), key=lambda kv: d.offset(kv[0])):
             x = d.offset(seq)
             if x < 0:
@@ -353,6 +356,10 @@ class Sanitizer:
             if x + len(payload) > len(stream):
                 stream.extend(bytes(x + len(payload) - len(stream)))
             stream[x:x + len(payload)] = payload
+            if covered and x <= covered[-1][1]:
+                covered[-1][1] = max(covered[-1][1], x + len(payload))
+            else:
+                covered.append([x, x + len(payload)])
         pos = new_pos = 0
         data = bytes(stream)
         for frame, new in zip(d.frames, d.new, strict=True):
@@ -360,15 +367,16 @@ class Sanitizer:
             at = data.find(blob, pos)
             if at < 0:
                 return "frames_not_found"
-            if at > pos:  # bytes no frame holds: zeroed
-                d.tiles.append((pos, at - pos, new_pos, None))
+            if at > pos:  # bytes no frame holds: blanked
+                d.tiles.append((pos, at - pos, new_pos, self._blank(data, pos, at, covered, pos > 0 or d.syn is not None)))
                 self.report.bytes["zeroed_outside_frames"] += at - pos
                 new_pos += at - pos
             d.tiles.append((at, len(blob), new_pos, new))
             new_pos += len(new)
             pos = at + len(blob)
         if pos < len(data):
-            d.tiles.append((pos, len(data) - pos, new_pos, None))
+            d.tiles.append((pos, len(data) - pos, new_pos, self._blank(data, pos, len(data), covered,
+                                                                  pos > 0 or d.syn is not None)))
             self.report.bytes["zeroed_outside_frames"] += len(data) - pos
             new_pos += len(data) - pos
         d.starts = [t[0] for t in d.tiles]
@@ -377,6 +385,21 @@ class Sanitizer:
         self.report.bytes["kafka_in"] += len(data)
         self.report.bytes["kafka_out"] += new_pos
         return None
+
+    def _blank(self, data: bytes, start: int, end: int, covered: list[list[int]], at_boundary: bool) -> bytes:
+        """Bytes no frame holds (a frame a gap cut, a cut-off last frame), blanked: when the
+        region starts where a frame starts (after a frame, or at a SYN), the size prefixes
+        that chain from there are kept (the dissector skips a cut frame by its size, and
+        must land where it did); everything else is zeroed."""
+        out = bytearray(end - start)
+        pos = start
+        while at_boundary and pos + 4 <= end and any(a <= pos and pos + 4 <= b for a, b in covered):
+            size = struct.unpack_from(">i", data, pos)[0]
+            if size < 0 or size > self.config.max_frame_size:
+                break
+            out[pos - start:pos - start + 4] = data[pos:pos + 4]
+            pos += 4 + size
+        return bytes(out)
 
     # ------------------------------------------------------------------ pass 3
 
@@ -390,6 +413,10 @@ class Sanitizer:
         return mapped
 
     def write(self, linktypes: set[int]) -> None:
+        # an original IPv4 address must not appear even by chance: a TCP checksum ending in
+        # 0x7f, then urgent pointer 0 and a NOP, reads 7f 00 00 01 (see move_leading_nops)
+        self.original_v4 = {ipaddress.ip_address(ep.ip).packed for conn in self._kafka_connections()
+                            for ep in (conn.client, conn.broker) if ":" not in ep.ip}
         with open(self.output, "wb") as f:
             writer = open_writer(f, self.output, linktypes)
             count = self.report.packets
@@ -427,9 +454,12 @@ class Sanitizer:
         out = []
         chunks = [payload[i:i + MAX_PAYLOAD] for i in range(0, len(payload), MAX_PAYLOAD)] or [b""]
         for i, chunk in enumerate(chunks):
-            out.append(pk.build(p, linktype, src=src, dst=dst, seq=d.base + start + i * MAX_PAYLOAD, ack=ack,
-                                payload=chunk, map_sack=sack, map_link=self._mac,
-                                clear_fin=i < len(chunks) - 1))
+            data = pk.build(p, linktype, src=src, dst=dst, seq=d.base + start + i * MAX_PAYLOAD, ack=ack,
+                            payload=chunk, map_sack=sack, map_link=self._mac, clear_fin=i < len(chunks) - 1)
+            if any(a in data for a in self.original_v4):
+                data = pk.move_leading_nops(data, p)
+                self.report.packets["address_look_alike_moved"] += 1
+            out.append(data)
         return out
 
     def run(self) -> Report:

@@ -174,3 +174,18 @@ def _rewrite_link(linktype: int, link: bytearray, map_link: Callable[[bytes], by
     elif linktype == LINUX_SLL2 and len(link) == 20:  # v2: address length at 11, address at 12
         n = min(link[11], 8)
         link[12:12 + n] = map_link(bytes(link[12:12 + n]))
+
+
+def move_leading_nops(packet: bytes, p: Packet) -> bytes:
+    """The same packet with a leading pair of NOP options moved to the end of the options.
+
+    The options mean the same and, the pair staying 16-bit aligned, the TCP checksum
+    does not change; what changes is the bytes after the checksum (urgent pointer 0,
+    then a NOP: ``00 00 01``), which with a checksum ending in 0x7f read as 127.0.0.1's
+    address bytes.  Used only when a packet would hold an original address that way.
+    """
+    start = p.tcp_offset  # build() keeps the link and IP header lengths
+    options = packet[start + 20:start + p.tcp_header_len]
+    if options[:2] != b"\x01\x01":
+        return packet
+    return packet[:start + 20] + options[2:] + b"\x01\x01" + packet[start + p.tcp_header_len:]
