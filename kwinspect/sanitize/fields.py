@@ -19,7 +19,8 @@ the api key where a name means different things:
   that do not decode as the consumer protocol, and any other bytes field, are
   removed;
 - every other string (error messages, config values, reasons) keeps its text
-  with the names replaced so far replaced in it (Pseudonyms.scrub).
+  with the names replaced so far replaced in it (Pseudonyms.scrub), except the
+  names of software, SASL mechanisms and group protocols (KEPT).
 
 Numbers, uuids, booleans, error codes and the structure stay as they are.  A
 message that holds what these rules cannot see into (tagged fields unknown to
@@ -72,6 +73,15 @@ GROUP_PROTOCOL = {
 }
 
 
+# strings that name software and protocols, not people or systems: kept as they are
+# (free text is scrubbed, and a client id such as librdkafka's default "rdkafka" must
+# not turn "librdkafka" into something else)
+KEPT = frozenset({
+    "client_software_name", "client_software_version", "mechanism", "mechanisms", "protocol_type",
+    "protocol_name", "assignor_name", "server_assignor", "cluster_id",
+})
+
+
 class Unsanitizable(Exception):  # noqa: N818 - a verdict on a frame, not a bug
     """A message holds something the rules cannot see into."""
 
@@ -104,6 +114,8 @@ def _walk(d: dict[str, Any], ps: Pseudonyms, api_key: int | None, parent: str | 
         raise Unsanitizable("tagged fields the tables do not know")
     key_kind = "transactional" if d.get("key_type") == 1 else "group"  # FindCoordinator
     for name, value in d.items():
+        if name in KEPT:
+            continue
         if isinstance(value, str):
             kind = _name_kind(name, parent, api_key)
             if kind == "coordinator_key":

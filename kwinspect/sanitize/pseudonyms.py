@@ -65,8 +65,8 @@ class Pseudonyms:
 
     def name(self, kind: str, original: str | None) -> str | None:
         """A stable pseudonym such as ``topic-3fa2b1c0`` for a name of one kind."""
-        if original is None or original == "":
-            return original
+        if original is None or original in ("", "*"):
+            return original  # nothing, or an ACL's wildcard
         if kind == "topic" and (self.keep_topics or original.startswith("__")):
             return original  # internal topics (__consumer_offsets) name no one
         if kind == "host":

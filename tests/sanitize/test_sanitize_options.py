@@ -7,6 +7,7 @@ import json
 import struct
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from helpers.pcapgen import conversation, write_pcap
@@ -138,3 +139,24 @@ def test_usage_errors_are_one_line_and_status_2(tmp_path):
         assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
     proc = sanitize(str(tmp_path / "missing.pcap"), "-o", str(tmp_path / "x.pcap"))
     assert proc.returncode == 1 and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def _summary(path: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "kwinspect", "summary", "-F", "json", str(path)],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_summary_tells_the_same_story(tmp_path):
+    """`summary` of the original is the oracle: the same api mix, versions, errors, statuses,
+    record counts and client libraries (library names are not pseudonymized)."""
+    for name in ("tansu-produce-consume.pcap", "confluent-mock-transactions.pcap", "kafka-python-mock-group.pcap"):
+        capture = ROOT / "captures" / name
+        out = tmp_path / name
+        assert sanitize(str(capture), "-o", str(out)).returncode == 0
+        before, after = _summary(capture), _summary(out)
+        for section in ("apis", "kafka_errors", "statuses", "exchanges"):
+            assert after[section] == before[section], (name, section)
+        assert Counter(c["library"] for c in after["clients"]) == Counter(c["library"] for c in before["clients"])
+        assert not {c["client_id"] for c in after["clients"]} & {c["client_id"] for c in before["clients"]}
