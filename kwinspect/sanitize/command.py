@@ -161,6 +161,7 @@ class Sanitizer:
         self.connections: dict[tuple[Endpoint, Endpoint], _Connection] = {}
         self.macs: dict[bytes, bytes] = {}
         self.original_v4: set[bytes] = set()
+        self.tls: set[tuple[Endpoint, Endpoint]] = set()  # TLS connections: never written
 
     # ------------------------------------------------------------------ pass 1
 
@@ -181,9 +182,12 @@ class Sanitizer:
         for info in infos.values():
             if info.kind != "kafka" or info.client is None or info.broker is None:
                 self.report.connections["not_kafka" if info.kind != "tls" else "tls"] += 1
+                if info.kind == "tls":
+                    self.tls.update({(info.a, info.b), (info.b, info.a)})
                 continue
             if info.tls is not None:
                 self.report.connections["tls"] += 1
+                self.tls.update({(info.client, info.broker), (info.broker, info.client)})
                 continue
             conn = _Connection(info)
             frames = self.streams.pop(info.stream, {"request": [], "response": []})
@@ -423,7 +427,11 @@ class Sanitizer:
             for raw in _merged(self.paths):
                 count["read"] += 1
                 p = pk.parse(raw.linktype, raw.data)
-                conn = None if p is None else self.connections.get((Endpoint(p.src, p.sport), Endpoint(p.dst, p.dport)))
+                key = None if p is None else (Endpoint(p.src, p.sport), Endpoint(p.dst, p.dport))
+                conn = None if key is None else self.connections.get(key)
+                if key in self.tls:
+                    count["dropped_tls"] += 1
+                    continue
                 if conn is None or conn.unsafe is not None:
                     if conn is not None:
                         count["dropped_unsafe_connection"] += 1

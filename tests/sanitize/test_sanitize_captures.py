@@ -138,7 +138,7 @@ def test_the_report_adds_up(path, sanitized):
     assert frames["requests"] + frames["responses"] == (
         frames["sanitized"] + frames["undecodable_dropped"] + frames["undecodable_zeroed"]
         + frames["sasl_tokens_blanked"] + frames["responses_without_request_blanked"])
-    assert packets["read"] == (packets["kafka"] + packets["dropped_unsafe_connection"]
+    assert packets["read"] == (packets["kafka"] + packets["dropped_unsafe_connection"] + packets["dropped_tls"]
                                + packets["dropped_other"] + packets["kept_other"])
     assert packets["written"] >= packets["kafka"] + packets["kept_other"]
     # the text on stdout says the same numbers

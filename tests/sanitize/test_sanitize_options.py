@@ -160,3 +160,12 @@ def test_summary_tells_the_same_story(tmp_path):
             assert after[section] == before[section], (name, section)
         assert Counter(c["library"] for c in after["clients"]) == Counter(c["library"] for c in before["clients"])
         assert not {c["client_id"] for c in after["clients"]} & {c["client_id"] for c in before["clients"]}
+
+
+def test_tls_connections_are_left_out_even_with_keep_other(tmp_path):
+    capture = ROOT / "captures" / "tansu-tls-proxy.pcap"  # TLS to a proxy, plaintext Kafka behind it
+    out, report = tmp_path / "o.pcap", tmp_path / "r.json"
+    assert sanitize(str(capture), "-o", str(out), "--report", str(report), "--keep-other").returncode == 0
+    packets = json.loads(report.read_text())["packets"]
+    assert packets["dropped_tls"] > 0 and packets["kafka"] > 0
+    assert packets["written"] == packets["read"] - packets["dropped_tls"]
