@@ -377,6 +377,44 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-severity", choices=("info", "warning", "error"), default="info",
                    help="leave out findings below this severity (default info: everything)")
     _add_live_parser(add)
+
+    p = add("sanitize", "a copy of a capture safe to share: values hashed, names replaced",
+            "Write OUT (.pcap or .pcapng) with record keys, values and header values\n"
+            "replaced by keyed hashes of the same length; client ids, topics, groups,\n"
+            "members, transactional ids, principals and hosts by stable pseudonyms; SASL\n"
+            "tokens and token HMACs removed; IP and MAC addresses mapped. Every length,\n"
+            "CRC, checksum and TCP sequence number is recomputed, so kwinspect and\n"
+            "Wireshark decode it as the original. TLS connections, non-Kafka packets and\n"
+            "frames that cannot be decoded are left out. Prints what was replaced, per\n"
+            "kind. See docs/sanitize.md.\n\n"
+            "  kwinspect sanitize prod.pcap -o shareable.pcapng --report report.json\n"
+            "  kwinspect sanitize a.pcap b.pcap -o out.pcap --keep-topics --mapping map.json")
+    p.add_argument("pcap", nargs="+", metavar="PCAP", help="pcap or pcapng file(s), optionally .gz")
+    p.add_argument("-o", "--output", required=True, metavar="OUT",
+                   help="the sanitized capture: .pcapng, else pcap")
+    g = p.add_argument_group("what is replaced")
+    g.add_argument("--values", default="hash", metavar="hash|truncate:N|keep",
+                   help="record keys, values and header values: a keyed hash of the same length "
+                        "(default), their first N bytes, or kept")
+    g.add_argument("--secret", metavar="TEXT",
+                   help="key of the hashes and pseudonyms: the same secret gives the same pseudonyms "
+                        "across captures (default: random for this run)")
+    g.add_argument("--keep-topics", action="store_true", help="keep topic names")
+    g.add_argument("--keep-other", action="store_true",
+                   help="also copy packets that are not Kafka over TCP (as they are: not sanitized)")
+    g.add_argument("--undecodable", choices=("drop", "zero"), default="drop",
+                   help="a Kafka frame that cannot be decoded: left out (default) or kept as zeros")
+    g = p.add_argument_group("output")
+    g.add_argument("--report", metavar="FILE.json", help="write the report as JSON to FILE (- for stdout)")
+    g.add_argument("--mapping", metavar="FILE",
+                   help="write original -> pseudonym per kind as JSON (it holds the originals: keep it)")
+    g = p.add_argument_group("reading")
+    g.add_argument("--kafka-ports", type=parse_ports, metavar="PORTS",
+                   help="broker ports, e.g. 9092,19092-19094 (default: 9092, plus detection on any port)")
+    g.add_argument("--no-detect", action="store_true",
+                   help="only treat --kafka-ports as Kafka; do not look for Kafka on other ports")
+    g.add_argument("--max-frame-size", type=_frame_size, default=None, metavar="BYTES",
+                   help="largest Kafka frame accepted (default 100 MiB, as brokers use)")
     return parser
 
 
@@ -1125,6 +1163,20 @@ def cmd_diagnose(args) -> int:
     return 130 if interrupted else 0
 
 
+def cmd_sanitize(args) -> int:
+    from kwinspect.sanitize.command import run_command
+
+    kw: dict[str, Any] = {"detect": not args.no_detect}
+    if args.kafka_ports:
+        kw["kafka_ports"] = args.kafka_ports if args.no_detect else args.kafka_ports | DEFAULT_KAFKA_PORTS
+    if args.max_frame_size is not None:
+        kw["max_frame_size"] = args.max_frame_size
+    try:
+        return run_command(args, DissectConfig(**kw))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_planned(args) -> int:
     print(f"{PROG} {args.command}: not available in this version yet", file=sys.stderr)
     return 2
@@ -1144,7 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
         "exchanges": lambda a: cmd_table(a, "exchanges"), "records": lambda a: cmd_table(a, "records"),
         "errors": lambda a: cmd_table(a, "errors"), "deliveries": cmd_deliveries,
         "tui": cmd_tui, "pipeline": cmd_pipeline, "live": cmd_live,
-        "diagnose": cmd_diagnose, "stats": cmd_stats,
+        "diagnose": cmd_diagnose, "stats": cmd_stats, "sanitize": cmd_sanitize,
     }
     handler = handlers.get(args.command, cmd_planned)
     # Decoding makes millions of short-lived, acyclic dicts and lists that reference

@@ -1,6 +1,7 @@
 """Kafka compression codecs with bounded output.
 
 ``decompress(codec_id, data, limit) -> (bytes | None, Issue | None)``
+``compress(codec_id, data, like=b"") -> bytes`` (re-compressing a rewritten batch)
 
 Codec ids (the low three bits of a batch's or message's attributes):
 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.
@@ -50,7 +51,7 @@ except ImportError:  # pragma: no cover
 
 __all__ = [
     "CODEC_NAMES", "NONE", "GZIP", "SNAPPY", "LZ4", "ZSTD", "Limits", "DEFAULT_LIMITS",
-    "decompress", "codec_name", "xxh32", "lz4_fix_legacy_header",
+    "decompress", "compress", "codec_name", "xxh32", "lz4_fix_legacy_header",
 ]
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
@@ -437,3 +438,44 @@ def _zstd_output_bound(data: bytes, limit: int) -> int | None:
 
 
 _DECODERS = {GZIP: _gunzip, SNAPPY: _unsnappy, LZ4: _unlz4, ZSTD: _unzstd}
+
+
+# --------------------------------------------------------------------------- compression
+
+
+def _xerial(data: bytes) -> bytes:
+    """Java's xerial snappy framing: magic, version 1, compatible version 1, then blocks."""
+    out = bytearray(XERIAL_MAGIC + struct.pack(">ii", 1, 1))
+    for pos in range(0, len(data), XERIAL_BLOCK):
+        block = bytes(_cramjam.snappy.compress_raw(data[pos:pos + XERIAL_BLOCK]))
+        out += struct.pack(">i", len(block)) + block
+    return bytes(out)
+
+
+XERIAL_BLOCK = 32 * 1024  # the block size Kafka's Java client writes
+
+
+def compress(codec_id: int, data: bytes, like: bytes = b"") -> bytes:
+    """``data`` compressed with a codec, in the framing ``like`` (the original payload) used.
+
+    Only the framing follows the original (snappy raw or xerial); the compressed
+    bytes themselves are this library's.  Raises ValueError for a codec this
+    build cannot write (a missing compression library, an unknown id).
+    """
+    if codec_id == NONE:
+        return data
+    if codec_id == GZIP:
+        c = zlib.compressobj(wbits=31)  # gzip container, as Kafka writes it
+        return c.compress(data) + c.flush()
+    if codec_id == SNAPPY and _cramjam is not None:
+        if like[:8] == XERIAL_MAGIC:
+            return _xerial(data)
+        return bytes(_cramjam.snappy.compress_raw(data))
+    if codec_id == LZ4 and _lz4frame is not None:
+        # as Kafka's Java producer writes it: 64 KiB independent blocks, no content
+        # size, no checksums (older Java readers refuse linked blocks)
+        return _lz4frame.compress(data, block_size=_lz4frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                                  content_checksum=False, store_size=False)
+    if codec_id == ZSTD and _zstd is not None:
+        return _zstd.ZstdCompressor().compress(data)
+    raise ValueError(f"cannot compress with codec {codec_id} ({codec_name(codec_id)})")
