@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kwinspect.capture.keylog import KeyLog
 from kwinspect.dissect import DissectConfig
 from kwinspect.protocol import decode as D
 from kwinspect.protocol import layout
@@ -31,6 +32,7 @@ from kwinspect.protocol.schema.index import APIS
 from kwinspect.protocol.schema.structs import STRUCTS
 from kwinspect.run.files import dissect_file
 from kwinspect.stream import conversation
+from rig.verify import keylog_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "captures"
@@ -415,7 +417,11 @@ def capture_frames(path: Path, ports, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(conversation, "decode_request", record_request)
         m.setattr(conversation, "decode_response", record_response)
-        cfg = DissectConfig(kafka_ports=frozenset(ports)) if ports else DissectConfig()
+        keys = None
+        if keylog_of(path):  # TLS captures ship their key log: decode what is inside
+            keys = KeyLog()
+            keys.add_file(keylog_of(path))
+        cfg = DissectConfig(kafka_ports=frozenset(ports), tls_keys=keys) if ports else DissectConfig(tls_keys=keys)
         dissect_file(path, cfg)
     return requests, responses
 
@@ -441,7 +447,7 @@ def test_capture_frames_match_the_reference(path, ports, monkeypatch):
         if i < 150:
             for variant in mutations(frame, rnd, 2):
                 check_response(variant, key, version)
-    if path.parent == SHIPPED and "tls" not in path.name:
+    if path.parent == SHIPPED and (keylog_of(path) or "tls" not in path.name):
         assert requests and responses
     # Every frame the reference decodes without an issue is decoded by the fast path.
     assert taken == clean, (taken, clean)
