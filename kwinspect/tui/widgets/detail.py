@@ -20,6 +20,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
@@ -278,10 +279,17 @@ class DetailPane(Vertical):
     def _apply(self, row: int | None, data: dict | None) -> None:
         if row != self.pending_row:
             return  # the user moved on
+        try:
+            req_tree = self.query_one("#tree-request", MessageTree)
+            resp_tree = self.query_one("#tree-response", MessageTree)
+            table = self.query_one("#records", DataTable)
+        except NoMatches:
+            # The decode finished while the pane has no children: still being composed
+            # (try again after the next refresh) or being torn down as the app closes.
+            if self.is_attached:
+                self.call_after_refresh(self._apply, row, data)
+            return
         self.row = row
-        req_tree = self.query_one("#tree-request", MessageTree)
-        resp_tree = self.query_one("#tree-response", MessageTree)
-        table = self.query_one("#records", DataTable)
         table.clear(columns=True)
         self.record_count = 0
         self.highlight = None
