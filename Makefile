@@ -62,8 +62,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check kwinspect tests bench rig codegen
 	$(VENV)/bin/lint-imports
 
+# One pytest worker per core, 2 to 4: the Spark and broker tests hold ~1 GB each, and two
+# workers are needed for the serial groups to overlap the rest. --durations names the
+# slowest tests in every log, so the next trim starts from numbers.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -lt 2 ] && n=2; [ $$n -gt 4 ] && n=4; echo $$n)
 test: $(STAMP) sysdeps lint
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 schema: $(STAMP)
 	$(PY) -m codegen.schema

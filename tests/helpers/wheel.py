@@ -87,7 +87,9 @@ def venv_with(wheel: Path, extra: str | None, dest: Path) -> Path:
     spec = f"{wheel}[{extra}]" if extra else str(wheel)
     # PYTHONPATH and a virtualenv of ours must not leak into the new environment
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    res = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", spec, *PIP_QUIET],
+    # --no-compile: byte-compiling every installed module (pyspark's thousands) is half of
+    # the install's CPU; a user's first run compiles only what it imports
+    res = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-compile", spec, *PIP_QUIET],
                          capture_output=True, text=True, timeout=900, env=env)
     _skip_if_offline(res, f"installing kwinspect[{extra}]")
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
