@@ -5,8 +5,8 @@
    every complete frame of each direction, which goes to a spool file on disk;
    every TCP payload goes to another spool, and memory keeps only where each
    one is (positions and lengths).
-2. The frames are walked twice, from their spool in the order the dissector
-   found them: the first walk only learns the names, so free text met early (an
+2. The frames are walked twice, from their spool, a connection at a time (each
+   request before the responses found after it): the first walk only learns the names, so free text met early (an
    error message naming a topic seen later) is cleaned too; the second decodes
    each frame, checks it encodes back to its own bytes (what does not is
    "undecodable": dropped or zeroed), replaces its fields (fields.py), encodes
@@ -59,6 +59,8 @@ MAX_PAYLOAD = 65000  # an IP packet holds at most 65535 bytes: larger new payloa
 SASL_HANDSHAKE, API_VERSIONS = int(ApiKey.SASL_HANDSHAKE), int(ApiKey.API_VERSIONS)
 FRAME_HEADER = struct.Struct("<iBi")  # spooled frame: stream number, is a request, length
 FIND_CHUNK = 1 << 20  # bytes read at a time when a frame is not where the last one ended
+LOOKAHEAD = 1024  # requests looked through for a response's, when it was found before it
+SASL_HANDSHAKE_V0 = struct.pack(">hh", SASL_HANDSHAKE, 0)
 
 
 @dataclass
@@ -173,8 +175,9 @@ class _Connection:
         self.client, self.broker = info.client, info.broker
         self.to_broker, self.to_client = to_broker, to_client
         self.unsafe: str | None = None
-        self.pending: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version)
-        self.raw_sasl = False  # after a SaslHandshake v0: raw SASL tokens follow
+        # a SaslHandshake v0 among its requests: the SASL exchange follows as raw
+        # size-prefixed tokens, not Kafka messages; what does not decode is a token
+        self.raw_sasl = False
 
     def direction(self, src: Endpoint) -> tuple[_Direction, _Direction]:
         if src == self.client:
@@ -234,10 +237,13 @@ class Sanitizer:
         infos: dict[str, ConnectionInfo] = {}
         numbers = self.stream_numbers
         where: dict[tuple[int, bool], tuple[array, array]] = {}
+        raw_sasl: set[int] = set()
 
         def on_frame(stream: str, direction: str, frame: bytes) -> None:
             n = numbers.setdefault(stream, len(numbers))
             is_request = direction == "request"
+            if is_request and frame[:4] == SASL_HANDSHAKE_V0:
+                raw_sasl.add(n)
             at = self.frames.add(FRAME_HEADER.pack(n, is_request, len(frame)) + frame)
             pos, lens = where.setdefault((n, is_request), (array("q"), array("q")))
             pos.append(at + FRAME_HEADER.size)
@@ -265,6 +271,7 @@ class Sanitizer:
             n = numbers.get(info.stream)
             if n is not None:
                 self.by_stream[n] = conn
+                conn.raw_sasl = n in raw_sasl
                 for is_request, dd in ((True, conn.to_broker), (False, conn.to_client)):
                     dd.frame_pos, dd.frame_len = where.pop((n, is_request), (array("q"), array("q")))
             self.connections[(info.client, info.broker)] = conn
@@ -281,20 +288,6 @@ class Sanitizer:
 
     # ------------------------------------------------------------------ the frames
 
-    def _spooled_frames(self):
-        """(connection, is a request, frame) in the order the dissector found them."""
-        with open(self.frames.path, "rb") as f:
-            self.frames.f.flush()
-            while True:
-                head = f.read(FRAME_HEADER.size)
-                if len(head) < FRAME_HEADER.size:
-                    return
-                n, is_request, length = FRAME_HEADER.unpack(head)
-                frame = f.read(length)
-                conn = self.by_stream.get(n)
-                if conn is not None:
-                    yield conn, bool(is_request), frame
-
     def sanitize_frames(self) -> None:
         conns = self._kafka_connections()
         for conn in conns:  # addresses first, so host fields holding them get the same ones
@@ -308,17 +301,44 @@ class Sanitizer:
 
     def _walk_frames(self, keep: bool) -> None:
         for conn in self._kafka_connections():
-            conn.pending, conn.raw_sasl = {}, False
-        for conn, is_request, frame in self._spooled_frames():
-            if is_request and len(frame) >= 4 and struct.unpack_from(">hh", frame) == (SASL_HANDSHAKE, 0):
-                # SaslHandshake v0: the SASL exchange follows as raw size-prefixed tokens, not
-                # Kafka messages; what does not decode on such a connection is a token
-                conn.raw_sasl = True
-            new = self._frame(frame, is_request, conn.pending, keep, conn.raw_sasl)
-            if keep:
-                d = conn.to_broker if is_request else conn.to_client
-                d.new_pos.append(self.new_frames.add(new) if new else -1)
-                d.new_len.append(len(new))
+            self._walk_connection(conn, keep)
+
+    def _walk_connection(self, conn: _Connection, keep: bool) -> None:
+        """A connection's frames, each request before the responses the dissector found after
+        it (a response needs its request's api key and version); a response whose request
+        comes later (packets captured out of order) finds it up to LOOKAHEAD requests on.
+        So only the requests in flight are held, not the connection's."""
+        reqs, resps = conn.to_broker, conn.to_client
+        pending: dict[int, tuple[int, int]] = {}  # correlation id -> (api key, version)
+        n_req, i = len(reqs.frame_pos), 0
+
+        def request(k: int) -> None:
+            frame = self.frames.read(reqs.frame_pos[k], reqs.frame_len[k])
+            self._emit(reqs, self._frame(frame, True, pending, keep, conn.raw_sasl), keep)
+
+        for j in range(len(resps.frame_pos)):
+            while i < n_req and reqs.frame_pos[i] < resps.frame_pos[j]:
+                request(i)
+                i += 1
+            frame = self.frames.read(resps.frame_pos[j], resps.frame_len[j])
+            if len(frame) >= 4 and (cid := struct.unpack_from(">i", frame)[0]) not in pending:
+                for k in range(i, min(n_req, i + LOOKAHEAD)):
+                    head = self.frames.read(reqs.frame_pos[k], min(reqs.frame_len[k], 8))
+                    if len(head) == 8 and struct.unpack_from(">i", head, 4)[0] == cid:
+                        while i <= k:
+                            request(i)
+                            i += 1
+                        break
+            self._emit(resps, self._frame(frame, False, pending, keep, conn.raw_sasl), keep)
+        while i < n_req:
+            request(i)
+            i += 1
+
+    def _emit(self, d: _Direction, new: bytes, keep: bool) -> None:
+        """What a frame became, spooled (the walk that only learns names keeps nothing)."""
+        if keep:
+            d.new_pos.append(self.new_frames.add(new) if new else -1)
+            d.new_len.append(len(new))
 
     @staticmethod
     def _plausible_request(frame: bytes) -> bool:
