@@ -550,6 +550,11 @@ class Sanitizer:
         if self.options.addresses != "keep":
             self.original_v4 = {ipaddress.ip_address(ep.ip).packed for conn in self._kafka_connections()
                                 for ep in (conn.client, conn.broker) if ":" not in ep.ip}
+        for conn in self._kafka_connections():  # the connections' ports mapped, one per end
+            if conn.unsafe is None:
+                for port, is_client in ((conn.client.port, True), (conn.broker.port, False)):
+                    if self._port(port, is_client) != port:
+                        self.report.replaced["tcp_port"] += 1
         with open(self.output, "wb") as f:
             writer = open_writer(f, self.output, linktypes)
             count = self.report.packets

@@ -52,8 +52,8 @@ def _brokers(path: Path) -> set[tuple[str, int]]:
 @pytest.mark.parametrize("name", CAPTURES)
 def test_client_ports_are_mapped_broker_ports_kept(tmp_path, name):
     capture = ROOT / "captures" / name
-    out = tmp_path / "out.pcap"
-    proc = sanitize(str(capture), "-o", str(out), "--secret", SECRET)
+    out, report = tmp_path / "out.pcap", tmp_path / "r.json"
+    proc = sanitize(str(capture), "-o", str(out), "--secret", SECRET, "--report", str(report))
     assert proc.returncode == 0, proc.stderr
     broker_ports = {port for _ip, port in _brokers(capture)}
     clients: dict[int, int] = {}  # original client port -> sanitized client port
@@ -66,8 +66,10 @@ def test_client_ports_are_mapped_broker_ports_kept(tmp_path, name):
                 assert pb != pa and pb not in broker_ports and pb >= 32768
                 assert clients.setdefault(pa, pb) == pb  # the same port, the same pseudonym
     assert len(set(clients.values())) == len(clients) > 1  # no two connections on one 4-tuple
-    # and kwinspect sees as many connections as before
-    assert len({r["stream"] for r in rows("exchanges", out)}) == len({r["stream"] for r in rows("exchanges", capture)})
+    # and kwinspect sees as many connections as before; the report counts one port per connection
+    connections = len({r["stream"] for r in rows("exchanges", capture)})
+    assert len({r["stream"] for r in rows("exchanges", out)}) == connections
+    assert json.loads(report.read_text())["replaced"]["tcp_port"] == connections
 
 
 def test_keep_ports_keeps_every_port(tmp_path):
@@ -114,7 +116,9 @@ def test_all_ports_mapped_in_packets_and_in_kafka_bodies(tmp_path):
     # tshark reads only some of them (not Metadata v12's): `kwinspect decode` reads them all
     before, after = decoded_ports(capture), decoded_ports(out)
     assert len(after) == len(before) >= 6 and set(before) == {broker} and set(after) == {new_broker}
-    assert json.loads(report.read_text())["replaced"]["port"] == len(before)
+    replaced = json.loads(report.read_text())["replaced"]
+    assert replaced["port"] == len(before)
+    assert replaced["tcp_port"] == 2 * len({r["stream"] for r in rows("exchanges", capture)})
     assert json.loads(mapping.read_text())["port"][str(broker)] == str(new_broker)
 
 
