@@ -167,8 +167,8 @@ class Pseudonyms:
     def _permute_port(self, port: int) -> int:
         """A 4-round Feistel network over 16 bits, walked until it lands back in the
         port's own half: 1024-32767 or 32768-65535 (where systems take ephemeral ports).
-        A client's port stays above the broker's, and Wireshark, which tries the lower
-        port of a connection first, still picks the broker's port to decode by."""
+        An ephemeral port stays ephemeral-looking: it does not land on the low ports
+        where services (and Wireshark's port-based dissectors) mostly live."""
         low, high = (PORT_LOW, 0x7FFF) if port < 0x8000 else (0x8000, 0xFFFF)
         x = port
         while True:
