@@ -2,10 +2,11 @@
 
 - `kwinspect sanitize - -o OUT` (a pipe, as `tcpdump -w - | ...`) writes the same
   bytes as the file given by name, with the same secret.
-- The peak resident memory of a sanitize of a large capture (tens of MB of Kafka
-  bytes, many connections) exceeds that of a small one by much less than the
-  Kafka bytes: a design that holds the capture (stage 1 held it about three
-  times) cannot pass.  The peak is the child's own (os.wait4), no wall clock.
+- The peak resident memory of a sanitize of a large capture (33 MB of Kafka
+  bytes, 700 connections) exceeds that of a small one by less than half the
+  Kafka bytes: a design that holds the capture even once cannot pass (stage 1
+  held it about three times).  The peak is the child's own (os.wait4), no wall
+  clock.
 """
 
 from __future__ import annotations
@@ -55,8 +56,11 @@ def test_memory_does_not_grow_with_the_capture(tmp_path):
     kafka = report["bytes"]["kafka_in"]
     assert kafka > 30_000_000 and report["connections"]["kafka"] >= 100 * small["connections"]["kafka"]
     assert report["packets"]["written"] == report["packets"]["read"]
+    # holding the Kafka bytes even once would grow it by more than `kafka`; stage 1 held
+    # them about three times (107 MB more here); what grows now is per connection
+    # (~12 KB each: 10 MB for these 700)
     grown = (big_peak - small_peak) * 1024
-    assert grown < kafka / 3, (small_peak, big_peak, kafka)
+    assert grown < kafka / 2, (small_peak, big_peak, kafka)
 
 
 def _run_measured(capture: Path, out: Path) -> tuple[int, dict]:
