@@ -382,14 +382,18 @@ def build_parser() -> argparse.ArgumentParser:
             "Write OUT (.pcap or .pcapng) with record keys, values and header values\n"
             "replaced by keyed hashes of the same length; client ids, topics, groups,\n"
             "members, transactional ids, principals and hosts by stable pseudonyms; SASL\n"
-            "tokens and token HMACs removed; IP and MAC addresses mapped. Every length,\n"
-            "CRC, checksum and TCP sequence number is recomputed, so kwinspect and\n"
-            "Wireshark decode it as the original. TLS connections, non-Kafka packets and\n"
-            "frames that cannot be decoded are left out. Prints what was replaced, per\n"
-            "kind. See docs/sanitize.md.\n\n"
+            "tokens and token HMACs removed; IP and MAC addresses and client ports\n"
+            "mapped. Every length, CRC, checksum and TCP sequence number is recomputed,\n"
+            "so kwinspect and Wireshark decode it as the original. TLS connections,\n"
+            "non-Kafka packets and frames that cannot be decoded are left out. Prints\n"
+            "what was replaced, per kind. Memory stays small whatever the capture's size\n"
+            "(the bytes go through temporary files in $TMPDIR). See docs/sanitize.md.\n\n"
             "  kwinspect sanitize prod.pcap -o shareable.pcapng --report report.json\n"
-            "  kwinspect sanitize a.pcap b.pcap -o out.pcap --keep-topics --mapping map.json")
-    p.add_argument("pcap", nargs="+", metavar="PCAP", help="pcap or pcapng file(s), optionally .gz")
+            "  kwinspect sanitize a.pcap b.pcap -o out.pcap --keep-topics --mapping map.json\n"
+            "  tcpdump -i any -w - port 9092 | kwinspect sanitize - -o shareable.pcapng\n"
+            "  kwinspect sanitize a.pcap -o a.pcapng --secret-file key --addresses prefix")
+    p.add_argument("pcap", nargs="+", metavar="PCAP",
+                   help="pcap or pcapng file(s), optionally .gz; - reads standard input")
     p.add_argument("-o", "--output", required=True, metavar="OUT",
                    help="the sanitized capture: .pcapng, else pcap")
     g = p.add_argument_group("what is replaced")
@@ -398,7 +402,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default), their first N bytes, or kept")
     g.add_argument("--secret", metavar="TEXT",
                    help="key of the hashes and pseudonyms: the same secret gives the same pseudonyms "
-                        "across captures (default: random for this run)")
+                        "across captures (default: random for this run). Visible in `ps`: prefer "
+                        "--secret-file or $KWINSPECT_SANITIZE_SECRET")
+    g.add_argument("--secret-file", metavar="FILE",
+                   help="read the secret from the first line of FILE (else $KWINSPECT_SANITIZE_SECRET "
+                        "is used when set)")
+    g.add_argument("--addresses", choices=("map", "prefix", "keep"), default="map",
+                   help="IP addresses: numbered into documentation ranges in order of appearance "
+                        "(map, default), mapped keeping shared prefixes (prefix: keyed, subnets stay "
+                        "subnets), or kept")
+    g.add_argument("--ports", choices=("clients", "all", "keep"), default="clients",
+                   help="TCP ports: clients' (ephemeral) ports mapped, broker ports kept so Wireshark "
+                        "knows Kafka (clients, default); broker ports too, in packets and in Kafka "
+                        "bodies (all: decode with -d tcp.port==PORT,kafka); or kept")
+    g.add_argument("--keep-ports", action="store_true", help="keep every port (the same as --ports keep)")
     g.add_argument("--keep-topics", action="store_true", help="keep topic names")
     g.add_argument("--keep-other", action="store_true",
                    help="also copy packets that are not Kafka over TCP (as they are: not sanitized)")

@@ -9,6 +9,8 @@ the api key where a name means different things:
   members (member ids, group instance ids, a JoinGroup's leader), transactional
   ids, principals and users, hosts (a broker's, a coordinator's, a group
   member's client host; address literals become the mapped addresses);
+- broker ports (``port`` fields) are mapped as the TCP ports are when broker
+  ports are mapped (--map-broker-ports), else kept;
 - secrets are removed (empty bytes): SASL tokens (SaslAuthenticate, which
   carries PLAIN passwords, SCRAM exchanges and OAuth tokens), delegation token
   HMACs, SCRAM salts and salted passwords;
@@ -116,7 +118,9 @@ def _walk(d: dict[str, Any], ps: Pseudonyms, api_key: int | None, parent: str | 
     for name, value in d.items():
         if name in KEPT:
             continue
-        if isinstance(value, str):
+        if name == "port" and type(value) is int:  # a broker's (Metadata, FindCoordinator, ...)
+            d[name] = ps.body_port(value)
+        elif isinstance(value, str):
             kind = _name_kind(name, parent, api_key)
             if kind == "coordinator_key":
                 kind = key_kind

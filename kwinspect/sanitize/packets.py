@@ -3,7 +3,7 @@
 ``parse(linktype, data) -> Packet | None`` finds the IP and TCP headers of a
 captured frame (the link types kwinspect reads: Ethernet with VLAN tags, Linux
 cooked v1/v2, raw IPv4/IPv6, BSD loopback); ``build(packet, ...)`` writes it
-again with other addresses, sequence and acknowledgement numbers, SACK edges
+again with other addresses, ports, sequence and acknowledgement numbers, SACK edges
 and payload, every length and checksum (IPv4 header, TCP) computed anew.  Link
 addresses (MACs) are replaced through the same kind of mapping as IP addresses.
 
@@ -136,13 +136,14 @@ def _map_sack(options: bytes, map_edge: Callable[[int], int]) -> bytes:
 
 def build(p: Packet, linktype: int, *, src: str, dst: str, seq: int, ack: int, payload: bytes,
           map_sack: Callable[[int], int] | None, map_link: Callable[[bytes], bytes],
-          clear_fin: bool = False) -> bytes:
-    """The packet again with these addresses, numbers and payload; lengths and checksums anew."""
+          clear_fin: bool = False, sport: int | None = None, dport: int | None = None) -> bytes:
+    """The packet again with these addresses, ports, numbers and payload; lengths and checksums anew."""
     link = bytearray(p.data[:p.ip_offset])
     _rewrite_link(linktype, link, map_link)
     ip = bytearray(p.data[p.ip_offset:p.ip_offset + p.ip_header_len])
     tcp = bytearray(p.data[p.tcp_offset:p.tcp_offset + p.tcp_header_len])
     struct.pack_into(">II", tcp, 4, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF)
+    struct.pack_into(">HH", tcp, 0, p.sport if sport is None else sport, p.dport if dport is None else dport)
     if clear_fin:  # a payload split over several packets: only the last one ends the stream
         tcp[13] &= 0xFE
     if map_sack is not None and p.tcp_header_len > 20:

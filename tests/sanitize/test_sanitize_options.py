@@ -169,3 +169,38 @@ def test_tls_connections_are_left_out_even_with_keep_other(tmp_path):
     packets = json.loads(report.read_text())["packets"]
     assert packets["dropped_tls"] > 0 and packets["kafka"] > 0
     assert packets["written"] == packets["read"] - packets["dropped_tls"]
+
+
+def test_the_secret_from_a_file_or_the_environment_never_in_any_output(tmp_path):
+    secret = "Kw1nspect-s3cret-value"
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(secret + "\n")
+    outputs = {}
+    for name, extra, env in (("flag", ["--secret", secret], ENV), ("file", ["--secret-file", str(secret_file)], ENV),
+                             ("env", [], {**ENV, "KWINSPECT_SANITIZE_SECRET": secret}),
+                             ("other", ["--secret", "another"], ENV)):
+        out, report, mapping = tmp_path / f"{name}.pcapng", tmp_path / f"{name}.json", tmp_path / f"{name}.map"
+        proc = subprocess.run([sys.executable, "-m", "kwinspect", "sanitize", str(CAPTURE), "-o", str(out),
+                               "--report", str(report), "--mapping", str(mapping), *extra],
+                              capture_output=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        outputs[name] = out.read_bytes()
+        for data in (outputs[name], report.read_bytes(), mapping.read_bytes(), proc.stdout, proc.stderr):
+            assert secret.encode() not in data
+    # the same secret, however given, gives the same file; another gives another
+    assert outputs["flag"] == outputs["file"] == outputs["env"] != outputs["other"]
+
+
+def test_secret_usage_errors_name_the_file_not_its_content(tmp_path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("Kw1nspect-s3cret-value\n")
+    out = str(tmp_path / "x.pcap")
+    proc = sanitize(str(CAPTURE), "-o", out, "--secret", "a", "--secret-file", str(secret_file))
+    assert proc.returncode == 2 and "--secret-file" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    secret_file.write_bytes(b"\xff\xfeKw1nspect-s3cret-value\n")  # not text
+    for path in (secret_file, tmp_path / "missing"):
+        proc = sanitize(str(CAPTURE), "-o", out, "--secret-file", str(path))
+        assert proc.returncode == 2 and str(path) in proc.stderr and "s3cret" not in proc.stderr, proc.stderr
+    (tmp_path / "empty").write_text("\n")
+    proc = sanitize(str(CAPTURE), "-o", out, "--secret-file", str(tmp_path / "empty"))
+    assert proc.returncode == 2 and "empty" in proc.stderr
