@@ -515,14 +515,16 @@ class RecordProblems(NamedTuple):
     kinds: tuple[str, ...]
 
 
-def _compile_filter(expr: str | None, columns, schemas: Any = None) -> Callable[[dict], bool] | None:
+def _compile_filter(expr: str | None, columns, schemas: Any = None,
+                    record_paths: bool = False) -> Callable[[dict], bool] | None:
     if not expr:
         return None
     from kwinspect.analyze.filter import FilterError, compile_filter
 
     try:
         return compile_filter(expr, columns,
-                              fields=schemas.field_kinds() if schemas is not None else None)
+                              fields=schemas.field_kinds() if schemas is not None else None,
+                              record_paths=record_paths)
     except FilterError as exc:
         raise UsageError(f"bad --filter expression: {exc}") from None
 
@@ -928,7 +930,8 @@ def cmd_tui(args) -> int:
     if args.interface:
         if args.pcap:
             raise UsageError("tui: give either PCAP files or --live -i IFACE, not both")
-        _compile_filter(args.filter, EXCHANGE_COLUMNS)
+        # the TUI's filter: exchange columns, and key./value. fields of their records
+        _compile_filter(args.filter, EXCHANGE_COLUMNS, _schema_values(args), record_paths=True)
         from kwinspect.tui.app import run_live  # textual is imported only here
 
         return run_live(args.interface, _config(args, watch_keys=True), kafka_ports=args.kafka_ports, values=args.values,
@@ -943,7 +946,7 @@ def cmd_tui(args) -> int:
 
     for path in args.pcap:  # unreadable input fails here, with exit status 1, not inside the app
         open_capture(path).close()
-    _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    _compile_filter(args.filter, EXCHANGE_COLUMNS, _schema_values(args), record_paths=True)
     try:
         from kwinspect.tui.app import run_tui  # textual is imported only here
     except ImportError as exc:

@@ -21,6 +21,7 @@ from textual.message import Message
 
 from kwinspect.dissect import DissectConfig
 from kwinspect.tui.indexer import Indexer
+from kwinspect.tui.record_match import RecordFiltering
 from kwinspect.tui.store import ExchangeStore
 
 LIVE_MAX_ROWS = 1_000_000  # live mode keeps at most this many exchanges (oldest dropped in chunks)
@@ -54,6 +55,8 @@ class KwinspectApp(App):
                  initial_filter: str | None = None, schemas: Any = None) -> None:
         super().__init__()
         self.schemas = schemas  # analyze.schema_values.SchemaValues: decodes the records tab's keys/values
+        # compiles the filter bar's expressions; key./value. fields need the schemas
+        self.record_filtering = RecordFiltering(schemas)
         self.paths = [os.fspath(p) for p in paths]
         self.config = config
         self.live = live

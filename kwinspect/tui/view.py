@@ -167,6 +167,9 @@ def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predi
         mask &= _col(store, "api_key", plo, phi, np.int16) == spec.api_key
     if spec.stream is not None:
         mask &= _col(store, "stream", plo, phi, np.uint32) == spec.stream
+    api_keys = getattr(predicate, "api_keys", None)
+    if api_keys is not None:  # a filter only these apis can match (record fields: Produce, Fetch)
+        mask &= np.isin(_col(store, "api_key", plo, phi, np.int16), api_keys)
     ids = np.nonzero(mask)[0].astype(np.int64) + (plo + first)
     if predicate is None:
         return ids
@@ -188,8 +191,10 @@ def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predi
                     keep_group[g] = False
             return ids[keep_group[group]]
     keep = np.zeros(len(ids), dtype=bool)
+    # a costly predicate (one that decodes records) is checked for cancellation more often
+    every = getattr(predicate, "check_every", 0x10000)
     for n, row in enumerate(ids.tolist()):
-        if n & 0xFFFF == 0 and check is not None:
+        if n % every == 0 and check is not None:
             check(n, len(ids))
         view.row = row
         view.p = row - store.first
