@@ -55,8 +55,6 @@ class KwinspectApp(App):
                  initial_filter: str | None = None, schemas: Any = None) -> None:
         super().__init__()
         self.schemas = schemas  # analyze.schema_values.SchemaValues: decodes the records tab's keys/values
-        # compiles the filter bar's expressions; key./value. fields need the schemas
-        self.record_filtering = RecordFiltering(schemas)
         self.paths = [os.fspath(p) for p in paths]
         self.config = config
         self.live = live
@@ -66,6 +64,9 @@ class KwinspectApp(App):
                                    max_rows=max_rows if max_rows is not None else (LIVE_MAX_ROWS if live_mode else None),
                                    spill=False)
         self.indexer = Indexer(self.store)
+        # compiles the filter bar's expressions; key./value. fields need the schemas, and are
+        # matched in a helper process for capture files
+        self.record_filtering = RecordFiltering(schemas, self.store)
         self._live_dissector = live_dissector
         self.source_label = label or (", ".join(os.path.basename(p) for p in self.paths) if self.paths else "live")
         self.initial_filter = initial_filter
@@ -94,6 +95,7 @@ class KwinspectApp(App):
             proc.terminate()  # our own child; its reader thread then sees EOF
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        self.record_filtering.close()
         self.store.close()
 
 

@@ -173,6 +173,9 @@ def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predi
     ids = np.nonzero(mask)[0].astype(np.int64) + (plo + first)
     if predicate is None:
         return ids
+    match_rows = getattr(predicate, "match_rows", None)
+    if match_rows is not None:  # a filter that matches rows in bulk (record fields: tui.record_match)
+        return match_rows(store, ids, check)
     view = RowView(store, 0)
     cols = referenced_columns(getattr(predicate, "expr", "")) if len(ids) > 1000 else None
     if cols is not None:
@@ -191,10 +194,8 @@ def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predi
                     keep_group[g] = False
             return ids[keep_group[group]]
     keep = np.zeros(len(ids), dtype=bool)
-    # a costly predicate (one that decodes records) is checked for cancellation more often
-    every = getattr(predicate, "check_every", 0x10000)
     for n, row in enumerate(ids.tolist()):
-        if n % every == 0 and check is not None:
+        if n & 0xFFFF == 0 and check is not None:
             check(n, len(ids))
         view.row = row
         view.p = row - store.first

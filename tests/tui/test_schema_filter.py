@@ -171,3 +171,35 @@ def test_tui_refuses_a_bad_field_filter_before_the_screen_opens(args, message):
                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+async def test_a_live_feed_is_matched_too_and_new_rows_as_they_arrive():
+    """Live feeds have no frame spill: their records are matched in the app's worker
+    thread, from the decoded messages the store keeps; rows that arrive after the
+    filter was applied are matched as they come."""
+    import queue
+
+    from kwinspect.model import Exchange
+    from kwinspect.run.files import dissect_file
+    from kwinspect.tui.indexer import END
+
+    hits = serialized("value", "order_id", 7)
+    produce_topics, fetches = expected_rows(hits)
+    events = list(dissect_file(PCAP))
+    first_fetch = next(i for i, e in enumerate(events) if isinstance(e, Exchange) and e.api_name == "Fetch")
+    q: queue.Queue = queue.Queue()
+    app = KwinspectApp(live=q, schemas=SchemaValues(FolderSchemas(str(SCHEMAS))),
+                       initial_filter="value.order_id == 7")
+    async with app.run_test(size=SIZE) as pilot:
+        main = app.screen
+        for ev in events[:first_fetch]:
+            q.put(ev)
+        await wait_for(pilot, lambda: main.result is not None and main.list.count == len(produce_topics),
+                       "the Produce row")
+        assert [(c[5], c[-1]) for c in list_rows(app)] == [("Produce", t) for t in sorted(produce_topics)]
+        for ev in events[first_fetch:]:
+            q.put(ev)
+        q.put(END)
+        await wait_for(pilot, app.indexer.done.is_set, "end of feed")
+        await wait_for(pilot, lambda: main.list.count == len(produce_topics) + fetches, "the Fetch row")
+        assert [c[5] for c in list_rows(app)] == ["Produce"] * len(produce_topics) + ["Fetch"] * fetches
