@@ -662,6 +662,9 @@ def _writer_options(args, fmt: str) -> dict[str, Any]:
     return {}
 
 
+STATS_TABLE_CHUNK = 10_000  # rows the stats table's column widths are taken from
+
+
 def cmd_summary(args) -> int:
     from kwinspect.analyze.summary import SummaryBuilder, render_summary
     from kwinspect.stream.labels import iter_record_sets
@@ -778,6 +781,9 @@ def cmd_stats(args) -> int:
     options = _writer_options(args, fmt)
     if fmt == "table":  # on a terminal, only the dimensions the rows have (the files keep every column)
         options["columns"] = stats.used_columns()
+        # column widths come from the first chunk: a big one, so that a longer api name or
+        # amount in a later interval is not cut (the rows are in memory already; bounded)
+        options["chunk_size"] = STATS_TABLE_CHUNK
     write_rows(stats.rows(), "stats", fmt, args.output, **options)
     folded = stats.observer.overflowed()
     if folded:
