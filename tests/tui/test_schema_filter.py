@@ -203,3 +203,36 @@ async def test_a_live_feed_is_matched_too_and_new_rows_as_they_arrive():
         await wait_for(pilot, app.indexer.done.is_set, "end of feed")
         await wait_for(pilot, lambda: main.list.count == len(produce_topics) + fetches, "the Fetch row")
         assert [c[5] for c in list_rows(app)] == ["Produce"] * len(produce_topics) + ["Fetch"] * fetches
+
+
+async def test_a_field_filter_with_the_schemas_from_a_registry(tmp_path, monkeypatch):
+    """`--schema-registry URL`: the filter's fields are fetched over the registry's REST
+    paths (basic auth from the environment) by whichever side decodes first."""
+    import http.server
+    import threading
+
+    from kwinspect.analyze.schema_source import AUTH_ENV, open_schema_source
+    from tests.analyze.test_schema_values import Registry
+
+    Registry.export = json.loads((CAPTURES / f"{NAME}.registry.json").read_text())
+    Registry.hits = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv(AUTH_ENV, Registry.auth)
+    hits = serialized("value", "order_id", 107)
+    produce_topics, fetches = expected_rows(hits)
+    try:
+        source = open_schema_source(None, f"http://127.0.0.1:{server.server_address[1]}",
+                                    str(tmp_path / "cache"))
+        app = KwinspectApp([PCAP], schemas=SchemaValues(source))
+        async with app.run_test(size=SIZE) as pilot:
+            await indexed(pilot)
+            await type_filter(pilot, "value.order_id == 107")
+            await settled(pilot)
+            shown = [(c[5], c[-1]) for c in list_rows(app)]
+            assert sorted(t for api, t in shown if api == "Produce") == sorted(produce_topics)
+            assert sum(api == "Fetch" for api, _ in shown) == fetches
+        assert any(h.startswith("/schemas/ids/") for h in Registry.hits)
+    finally:
+        server.shutdown()
+        server.server_close()
