@@ -830,8 +830,8 @@ TABLE_DROP_ORDER: dict[str, tuple[str, ...]] = {
 # Columns that, on a terminal too narrow for them, move to an indented line under their
 # row ("name: value", wrapped) instead of being dropped or cut: the text a reader needs
 # whole (an error's message; the dimensions that tell one stats row from another).
-# Moved in this order until the row fits with every column whole; `message` is moved
-# at its turn in TABLE_DROP_ORDER.
+# Moved in this order (those empty in the first rows first) until the row fits with every
+# column whole, at the turn of the first of them in TABLE_DROP_ORDER.
 TABLE_WRAP_COLUMNS: dict[str, tuple[str, ...]] = {
     "errors": ("message", "partition", "api_name", "topic"),
     "stats": ("group_id", "partition", "topic", "client_id", "broker", "api_version", "le_ms"),
@@ -1062,20 +1062,27 @@ class TableWriter(RowWriter):
         def natural_total() -> int:
             return 3 * (len(cols) - 1) + sum(natural(c) for c in cols)
 
+        def move() -> None:
+            """Move what may move until the rest of the row fits uncut; columns with nothing
+            to show in these rows first (moving them adds no line)."""
+            empty = {c for c in self._wrap if not any(r[self.columns.index(c)] for r in rows)}
+            for c in sorted(self._wrap, key=lambda c: c not in empty):
+                if natural_total() <= self.console.width or len(cols) <= 2:
+                    break
+                if c in cols:
+                    cols.remove(c)
+                    moved.append(c)
+
         for c in self._droppable:
             if floor_total() <= self.console.width or len(cols) <= 2:
                 break
+            if c in self._wrap:  # the movable columns' turn: move them rather than drop them
+                if not moved:
+                    move()
+                continue
             if c in cols:
                 cols.remove(c)
-                if c in self._wrap:
-                    moved.append(c)
-        # then the row's text whole: move what may move until the rest fits uncut
-        for c in self._wrap:
-            if natural_total() <= self.console.width or len(cols) <= 2:
-                break
-            if c in cols:
-                cols.remove(c)
-                moved.append(c)
+        move()  # (tables whose columns were chosen, such as stats, drop nothing)
         self._moved = tuple(c for c in self.columns if c in moved)  # in the table's order
         self._wrap = self._moved  # from now on only these are kept per row
         if len(cols) != len(self.columns):
