@@ -255,7 +255,10 @@ class RecordFiltering:
             return None
         with self._lock:
             if self._fields is None:
-                self._fields = self.schemas.field_kinds()
+                try:
+                    self._fields = self.schemas.field_kinds()
+                except Exception as exc:  # noqa: BLE001 - a broken source: said in the filter bar
+                    raise FilterError(f"the schemas' fields could not be listed: {exc}") from None
             return self._fields
 
     def compile(self, expr: str) -> CompiledFilter | ExchangeRecordFilter | None:

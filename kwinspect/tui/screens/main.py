@@ -88,11 +88,22 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self.list.focus()
         self.set_interval(POLL, self.poll)
+        if self.app.schemas is not None:
+            self.prepare_fields()
         expr = self.app.initial_filter
         if expr:
             self.query_one(FilterBar).set_expr(expr)
             self.apply_spec(self.spec.with_(expr=expr), self.app.record_filtering.compile(expr))
         self.poll()
+
+    @work(thread=True, group="fields")
+    def prepare_fields(self) -> None:
+        """The schemas' fields, built before the first key press in the filter bar needs them
+        (building every decoder may run protoc)."""
+        try:
+            self.app.record_filtering.fields()
+        except Exception:  # noqa: BLE001 - the filter bar reports it when it compiles
+            pass
 
     @property
     def list(self) -> ExchangeList:
