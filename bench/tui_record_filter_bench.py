@@ -29,12 +29,17 @@ FILTERS = (
 )
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
+def rss_mb(pid: str = "self") -> float:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def helper_rss(app) -> str:
+    proc = app.record_filtering.process()
+    return f", helper RSS {rss_mb(str(proc.proc.pid)):.0f} MB" if proc is not None else ""
 
 
 async def key_presses(pilot, n: int) -> list[float]:
@@ -83,9 +88,9 @@ async def run(path: str, schemas_dir: str, in_thread: bool) -> None:
                 await pilot.pause(0.05)
             took = time.perf_counter() - f0
             lag = f"key press round trip {ms(lags)}" if lags else "no key press"
-            where = "helper process" if app.record_filtering.process() is not None else "app thread"
+            where = "app thread" if in_thread else "helper process"
             print(f"filter {expr!r} ({where}): {main.list.count:,} rows in {took:.2f} s; {len(progress)} progress "
-                  f"updates shown; {lag}; app RSS {rss_mb():.0f} MB")
+                  f"updates shown; {lag}; app RSS {rss_mb():.0f} MB{helper_rss(app)}")
 
 
 if __name__ == "__main__":

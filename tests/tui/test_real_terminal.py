@@ -88,8 +88,26 @@ def test_a_value_field_filter_typed_in_the_filter_bar():
                    check=True, env=env)
     try:
         _wait_for_screen(session, lambda s: "exchanges" in s and "correlation_id:" in s, "the indexed capture")
-        _tmux("send-keys", "-t", session, "/")
+        # `/` moves the focus to the filter bar once the app has handled it: a key sent in the
+        # same breath still goes to the list. So: `/`, a pause (pacing, not an assertion), a
+        # probe character, until the bar shows text; then clear it (ctrl+u) and type the filter.
+        def bar(s: str) -> str:
+            return s.splitlines()[1].strip()
+
+        for _ in range(5):
+            _tmux("send-keys", "-t", session, "/")
+            time.sleep(0.5)
+            _tmux("send-keys", "-t", session, "-l", "v")
+            try:
+                _wait_for_screen(session, lambda s: bar(s) and not bar(s).startswith("filter (/)"),
+                                 "the probe character in the filter bar", tries=30)
+                break
+            except AssertionError:
+                continue
+        _tmux("send-keys", "-t", session, "C-u")
+        _wait_for_screen(session, lambda s: bar(s).startswith("filter (/)"), "the cleared filter bar")
         _tmux("send-keys", "-t", session, "-l", "value.order_id == 7")
+        _wait_for_screen(session, lambda s: bar(s).startswith("value.order_id == 7"), "the typed filter")
         _tmux("send-keys", "-t", session, "Enter")
         screen = _wait_for_screen(session, lambda s: "view 2: value.order_id == 7" in s, "the filtered view")
         lines = screen.splitlines()
