@@ -532,14 +532,16 @@ class RecordProblems(NamedTuple):
     kinds: tuple[str, ...]
 
 
-def _compile_filter(expr: str | None, columns, schemas: Any = None) -> Callable[[dict], bool] | None:
+def _compile_filter(expr: str | None, columns, schemas: Any = None,
+                    record_paths: bool = False) -> Callable[[dict], bool] | None:
     if not expr:
         return None
     from kwinspect.analyze.filter import FilterError, compile_filter
 
     try:
         return compile_filter(expr, columns,
-                              fields=schemas.field_kinds() if schemas is not None else None)
+                              fields=schemas.field_kinds() if schemas is not None else None,
+                              record_paths=record_paths)
     except FilterError as exc:
         raise UsageError(f"bad --filter expression: {exc}") from None
 
@@ -677,6 +679,9 @@ def _writer_options(args, fmt: str) -> dict[str, Any]:
     return {}
 
 
+STATS_TABLE_CHUNK = 10_000  # rows the stats table's column widths are taken from
+
+
 def cmd_summary(args) -> int:
     from kwinspect.analyze.summary import SummaryBuilder, render_summary
     from kwinspect.stream.labels import iter_record_sets
@@ -793,6 +798,9 @@ def cmd_stats(args) -> int:
     options = _writer_options(args, fmt)
     if fmt == "table":  # on a terminal, only the dimensions the rows have (the files keep every column)
         options["columns"] = stats.used_columns()
+        # column widths come from the first chunk: a big one, so that a longer api name or
+        # amount in a later interval is not cut (the rows are in memory already; bounded)
+        options["chunk_size"] = STATS_TABLE_CHUNK
     write_rows(stats.rows(), "stats", fmt, args.output, **options)
     folded = stats.observer.overflowed()
     if folded:
@@ -945,7 +953,8 @@ def cmd_tui(args) -> int:
     if args.interface:
         if args.pcap:
             raise UsageError("tui: give either PCAP files or --live -i IFACE, not both")
-        _compile_filter(args.filter, EXCHANGE_COLUMNS)
+        # the TUI's filter: exchange columns, and key./value. fields of their records
+        _compile_filter(args.filter, EXCHANGE_COLUMNS, _schema_values(args), record_paths=True)
         from kwinspect.tui.app import run_live  # textual is imported only here
 
         return run_live(args.interface, _config(args, watch_keys=True), kafka_ports=args.kafka_ports, values=args.values,
@@ -960,7 +969,7 @@ def cmd_tui(args) -> int:
 
     for path in args.pcap:  # unreadable input fails here, with exit status 1, not inside the app
         open_capture(path).close()
-    _compile_filter(args.filter, EXCHANGE_COLUMNS)
+    _compile_filter(args.filter, EXCHANGE_COLUMNS, _schema_values(args), record_paths=True)
     try:
         from kwinspect.tui.app import run_tui  # textual is imported only here
     except ImportError as exc:

@@ -57,6 +57,16 @@ def _fmt_size(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.2f} MiB"
 
 
+def _client_ids(clients: list) -> str:
+    """Each client id once, in order of first use. The manifest has one entry per client
+    instance, and a scenario that produces in two steps (rig.scenarios.ck_produce makes a
+    producer per call) has two producers with the same id: counted, not repeated."""
+    counts: dict[str, int] = {}
+    for c in clients:
+        counts[c.client_id] = counts.get(c.client_id, 0) + 1
+    return ", ".join(cid if n == 1 else f"{cid} ({n} instances)" for cid, n in counts.items())
+
+
 def write_readme(out: str) -> str:
     """captures/README.md, one entry per manifest in `out` (provenance of every file)."""
     lines = [README_HEAD]
@@ -76,7 +86,7 @@ def write_readme(out: str) -> str:
                      f"broker(s)) on {b.get('host')}, Kafka ports "
                      f"{', '.join(str(p) for p in m.kafka_ports)}")
         lines.append(f"- Clients: {'; '.join(clients) or 'none'}; client ids: "
-                     f"{', '.join(c.client_id for c in m.clients)}")
+                     f"{_client_ids(m.clients)}")
         cap = m.capture
         mtu = cap.get("mtu")
         lines.append(f"- Capture: `{cap.get('command')}` ({m.environment.get('tcpdump')}), "

@@ -273,9 +273,11 @@ PATH_ROOTS = ("key", "value")
 
 class _Parser:
     def __init__(self, expr: str, columns: Sequence[str],
-                 fields: Mapping[str, str] | None = None) -> None:
+                 fields: Mapping[str, str] | None = None, record_paths: bool = False) -> None:
         self.expr = expr
         self.fields = fields
+        self.record_paths = record_paths  # paths allowed outside the records table (the TUI's exchanges)
+        self.paths: list[str] = []  # the field paths the expression names
         self.tokens = tokenize(expr)
         self.i = 0
         self.columns = tuple(columns)
@@ -393,7 +395,7 @@ class _Parser:
         """``value.order_id``: a field of decoded keys/values, and its kind."""
         name = tok.value
         root = name.split(".", 1)[0]
-        if root.lower() not in PATH_ROOTS or self.table != "records":
+        if root.lower() not in PATH_ROOTS or (self.table != "records" and not self.record_paths):
             raise FilterError(f"unknown column {name!r}", tok.pos + 1, self.expr,
                               "fields (a.b) exist only for key and value in the records table")
         name = root.lower() + name[len(root):]
@@ -415,6 +417,7 @@ class _Parser:
         if "." in self.tok.value:
             path_tok = self.tok
             col, kind = self.resolve_path(path_tok)
+            self.paths.append(col)
             pred = self.parse_condition(path_tok, col, kind)
             return _on_path(col, pred)
         name_tok = self.advance()
@@ -647,11 +650,13 @@ def _null_test(col: str, kind: str) -> Predicate:
 class CompiledFilter:
     """A compiled expression: call it with a row dict to get True/False."""
 
-    __slots__ = ("expr", "columns", "_pred")
+    __slots__ = ("expr", "columns", "paths", "_pred")
 
-    def __init__(self, expr: str, columns: tuple[str, ...], pred: Predicate) -> None:
+    def __init__(self, expr: str, columns: tuple[str, ...], pred: Predicate,
+                 paths: tuple[str, ...] = ()) -> None:
         self.expr = expr
         self.columns = columns
+        self.paths = paths  # field paths of decoded keys/values it names ("value.order_id")
         self._pred = pred
 
     def __call__(self, row: Row) -> bool:
@@ -662,7 +667,8 @@ class CompiledFilter:
 
 
 def compile_filter(expr: str, columns: Iterable[str],
-                   fields: Mapping[str, str] | None = None) -> CompiledFilter:
+                   fields: Mapping[str, str] | None = None,
+                   record_paths: bool = False) -> CompiledFilter:
     """Compile ``expr`` for rows with these ``columns`` (e.g. ``model.EXCHANGE_COLUMNS``).
 
     The table (exchanges/records/errors) is recognised from the columns; it
@@ -670,11 +676,15 @@ def compile_filter(expr: str, columns: Iterable[str],
     ``fields``: the paths of decoded keys and values the schemas define
     (``{"value.order_id": "integer", ...}``; ``ANY_PATH`` allows any), which
     ``value.order_id == 7`` may name; None: no schemas, so no fields.
+    ``record_paths``: allow those paths in a table other than records (the TUI's
+    exchanges, whose rows it then gives ``key``/``value`` and their encodings
+    of one record at a time); ``CompiledFilter.paths`` lists the ones used.
     Raises FilterError on any problem with the expression.
     """
     cols = tuple(columns)
-    pred = _Parser(expr, cols, fields).parse()
-    return CompiledFilter(expr, cols, pred)
+    parser = _Parser(expr, cols, fields, record_paths)
+    pred = parser.parse()
+    return CompiledFilter(expr, cols, pred, tuple(dict.fromkeys(parser.paths)))
 
 
 def names_read(expr: str) -> set[str]:

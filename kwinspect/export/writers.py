@@ -822,10 +822,21 @@ TABLE_DROP_ORDER: dict[str, tuple[str, ...]] = {
     "exchanges": ("client", "broker", "correlation_id", "api_version", "client_id", "topics", "frame",
                   "error_names"),
     "records": ("headers", "compression", "timestamp", "partition", "crc_ok", "frame"),
-    "errors": ("stream", "correlation_id", "partition", "api_name", "topic", "message", "frame"),
+    "errors": ("stream", "correlation_id", "message", "partition", "api_name", "topic", "frame"),
     "stats": ("group_id", "client_id", "le_ms", "partition", "broker"),
     "deliveries": ("commit_group", "error", "produce_to_ack_ms", "key", "fetch_groups"),
 }
+
+# Columns that, on a terminal too narrow for them, move to an indented line under their
+# row ("name: value", wrapped) instead of being dropped or cut: the text a reader needs
+# whole (an error's message; the dimensions that tell one stats row from another).
+# Moved in this order (those empty in the first rows first) until the row fits with every
+# column whole, at the turn of the first of them in TABLE_DROP_ORDER.
+TABLE_WRAP_COLUMNS: dict[str, tuple[str, ...]] = {
+    "errors": ("message", "partition", "api_name", "topic"),
+    "stats": ("group_id", "partition", "topic", "client_id", "broker", "api_version", "le_ms"),
+}
+_WRAP_MAX_CELL = 400  # a moved cell has lines to itself: cut later than in a column
 
 # Widest a cell may get before it is cut with an ellipsis.
 _MAX_CELL = {
@@ -846,7 +857,7 @@ _NUMERIC = frozenset(
 )
 
 
-def _table_cell(column: str, v: Any) -> str:
+def _table_cell(column: str, v: Any, max_len: int | None = None) -> str:
     if v is None:
         return ""
     if column.endswith("_ms") and isinstance(v, float):
@@ -863,7 +874,7 @@ def _table_cell(column: str, v: Any) -> str:
         text = "false"
     else:
         text = str(v)
-    return term_safe(text, _MAX_CELL.get(column, _DEFAULT_MAX_CELL))
+    return term_safe(text, max_len or _MAX_CELL.get(column, _DEFAULT_MAX_CELL))
 
 
 _DATE_LINE = object()  # marks a "── 2026-11-21 (UTC) ──" line among a chunk's rows
@@ -887,6 +898,7 @@ def _floor_width(column: str, natural: int) -> int:
 
 
 _WHOLE_NAMES = frozenset({"api_name", "kind", "status", "direction"})
+_MOVED_INDENT = "    "  # moved cells under their row
 
 
 def _table_width(is_tty: bool) -> int | None:
@@ -914,6 +926,7 @@ class TableWriter(RowWriter):
         chunk_size: int = 200,
         width: int | None = None,
         keep: tuple[str, ...] = (),
+        wrap: tuple[str, ...] | None = None,
     ) -> None:
         from rich.console import Console
 
@@ -923,6 +936,12 @@ class TableWriter(RowWriter):
             # `keep`: columns the user asked about (a filter on `error` keeps error_names)
             self._droppable = tuple(c for c in TABLE_DROP_ORDER.get(table, ()) if c not in keep)
         super().__init__(table, columns)
+        # columns that may move under their row (TABLE_WRAP_COLUMNS), and those that did
+        wrap = TABLE_WRAP_COLUMNS.get(table, ()) if wrap is None else wrap
+        self._wrap = tuple(c for c in wrap if c in self.columns)
+        self._moved: tuple[str, ...] = ()
+        self._long: list[dict[str, str] | None] = []  # per row of _rows: its wrap cells, cut late
+        self._row_columns = self.columns  # what a row is read for: the columns shown and the moved ones
         self._ts_cols = [i for i, c in enumerate(self.columns) if c in TIMESTAMP_COLUMNS]
         self._status_col = self.columns.index("status") if table == "exchanges" and "status" in self.columns else None
         self._date: str | None = None  # the day the time-of-day cells are on (a line says which)
@@ -945,7 +964,7 @@ class TableWriter(RowWriter):
         self._widths: list[int] | None = None
 
     def write(self, item: Any) -> None:
-        row = normalize_row(item, self.columns)
+        row = normalize_row(item, self._row_columns)
         cells = [_table_cell(c, row[c]) for c in self.columns]
         for i in self._ts_cols:
             cells[i] = self._time_of_day(cells[i])
@@ -953,6 +972,8 @@ class TableWriter(RowWriter):
             # a Fetch that waited for data: not a slow request (docs/columns.md, long_poll)
             cells[self._status_col] = LONG_POLL_STATUS
         self._rows.append(cells)
+        self._long.append({c: _table_cell(c, row[c], _WRAP_MAX_CELL) for c in self._wrap}
+                          if self._wrap else None)
         # (columns may shrink once, at the first chunk, on a narrow terminal)
         self.count += 1
         if len(self._rows) >= self._chunk_size:
@@ -968,6 +989,7 @@ class TableWriter(RowWriter):
         if date != self._date:
             self._date = date
             self._rows.append([_DATE_LINE, date])
+            self._long.append(None)
         return rest[:-1]
 
     def _emit(self) -> None:
@@ -1001,35 +1023,73 @@ class TableWriter(RowWriter):
                                highlight=False)
         if not self._rows:
             return
-        lines = [
-            f"── {r[1]} (UTC) ──" if r[0] is _DATE_LINE else
-            _SEP.join(cell(x, w, rj) for x, w, rj in zip(r, widths, right, strict=True)).rstrip()
-            for r in self._rows
-        ]
+        lines = []
+        for r, long in zip(self._rows, self._long, strict=True):
+            if r[0] is _DATE_LINE:
+                lines.append(f"── {r[1]} (UTC) ──")
+                continue
+            lines.append(_SEP.join(cell(x, w, rj) for x, w, rj in zip(r, widths, right, strict=True)).rstrip())
+            if self._moved and long:
+                lines.extend(self._moved_lines(long))
         self.console.file.write("\n".join(lines) + "\n")
         self._rows = []
+        self._long = []
+
+    def _moved_lines(self, long: dict[str, str]) -> list[str]:
+        """The moved cells of a row, ``name: value``, wrapped to the width under the row."""
+        import textwrap
+
+        text = _SEP.join(f"{_header_of(c)}: {long[c]}" for c in self._moved if long.get(c))
+        if not text:
+            return []
+        return textwrap.wrap(text, width=max(20, self.console.width), initial_indent=_MOVED_INDENT,
+                             subsequent_indent=_MOVED_INDENT + "  ", break_on_hyphens=False)
 
     def _drop_columns_that_do_not_fit(self) -> None:
         cols = list(self.columns)
         rows = [r for r in self._rows if r[0] is not _DATE_LINE]
+        moved: list[str] = []
+
+        def natural(c: str) -> int:
+            i = self.columns.index(c)
+            return max([len(_header_of(c))] + [len(r[i]) for r in rows])
 
         def floor_total() -> int:
-            total = 3 * (len(cols) - 1)
-            for c in cols:
-                i = self.columns.index(c)
-                natural = max([len(_header_of(c))] + [len(r[i]) for r in rows])
-                total += _floor_width(c, natural)
-            return total
+            # a column that can move under its row is shown whole or not at all
+            return 3 * (len(cols) - 1) + sum(natural(c) if c in self._wrap else _floor_width(c, natural(c))
+                                             for c in cols)
+
+        def natural_total() -> int:
+            return 3 * (len(cols) - 1) + sum(natural(c) for c in cols)
+
+        def move() -> None:
+            """Move what may move until the rest of the row fits uncut; columns with nothing
+            to show in these rows first (moving them adds no line)."""
+            empty = {c for c in self._wrap if not any(r[self.columns.index(c)] for r in rows)}
+            for c in sorted(self._wrap, key=lambda c: c not in empty):
+                if natural_total() <= self.console.width or len(cols) <= 2:
+                    break
+                if c in cols:
+                    cols.remove(c)
+                    moved.append(c)
 
         for c in self._droppable:
             if floor_total() <= self.console.width or len(cols) <= 2:
                 break
+            if c in self._wrap:  # the movable columns' turn: move them rather than drop them
+                if not moved:
+                    move()
+                continue
             if c in cols:
                 cols.remove(c)
+        move()  # (tables whose columns were chosen, such as stats, drop nothing)
+        self._moved = tuple(c for c in self.columns if c in moved)  # in the table's order
+        self._wrap = self._moved  # from now on only these are kept per row
         if len(cols) != len(self.columns):
             keep = [self.columns.index(c) for c in cols]
             self._rows = [r if r[0] is _DATE_LINE else [r[i] for i in keep] for r in self._rows]
             self.columns = tuple(cols)
+            self._row_columns = self.columns + self._moved
             self._ts_cols = [i for i, c in enumerate(self.columns) if c in TIMESTAMP_COLUMNS]
             self._status_col = self.columns.index("status") if self._status_col is not None else None
 

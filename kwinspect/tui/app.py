@@ -21,6 +21,7 @@ from textual.message import Message
 
 from kwinspect.dissect import DissectConfig
 from kwinspect.tui.indexer import Indexer
+from kwinspect.tui.record_match import RecordFiltering
 from kwinspect.tui.store import ExchangeStore
 
 LIVE_MAX_ROWS = 1_000_000  # live mode keeps at most this many exchanges (oldest dropped in chunks)
@@ -63,6 +64,9 @@ class KwinspectApp(App):
                                    max_rows=max_rows if max_rows is not None else (LIVE_MAX_ROWS if live_mode else None),
                                    spill=False)
         self.indexer = Indexer(self.store)
+        # compiles the filter bar's expressions; key./value. fields need the schemas, and are
+        # matched in a helper process for capture files
+        self.record_filtering = RecordFiltering(schemas, self.store)
         self._live_dissector = live_dissector
         self.source_label = label or (", ".join(os.path.basename(p) for p in self.paths) if self.paths else "live")
         self.initial_filter = initial_filter
@@ -91,6 +95,7 @@ class KwinspectApp(App):
             proc.terminate()  # our own child; its reader thread then sees EOF
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        self.record_filtering.close()
         self.store.close()
 
 

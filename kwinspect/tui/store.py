@@ -109,6 +109,7 @@ class FrameSpill:
 
     def __init__(self, directory: str | None = None, *, external: bool = False) -> None:
         fd, self.path = tempfile.mkstemp(prefix="kwinspect-frames-", suffix=".bin", dir=directory)
+        self.external = external
         self._w = None if external else os.fdopen(fd, "wb")
         if external:
             os.close(fd)
@@ -135,6 +136,11 @@ class FrameSpill:
         if self._w is not None:
             with self._lock:
                 self._w.flush()
+
+    def fileno(self) -> int:
+        """The reading descriptor: a helper process given it reads frames with ``os.pread``
+        (which leaves this side's file position alone), after the path is unlinked."""
+        return self._r.fileno()
 
     def read(self, offset: int, length: int) -> bytes:
         with self._lock:

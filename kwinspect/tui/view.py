@@ -167,9 +167,15 @@ def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predi
         mask &= _col(store, "api_key", plo, phi, np.int16) == spec.api_key
     if spec.stream is not None:
         mask &= _col(store, "stream", plo, phi, np.uint32) == spec.stream
+    api_keys = getattr(predicate, "api_keys", None)
+    if api_keys is not None:  # a filter only these apis can match (record fields: Produce, Fetch)
+        mask &= np.isin(_col(store, "api_key", plo, phi, np.int16), api_keys)
     ids = np.nonzero(mask)[0].astype(np.int64) + (plo + first)
     if predicate is None:
         return ids
+    match_rows = getattr(predicate, "match_rows", None)
+    if match_rows is not None:  # a filter that matches rows in bulk (record fields: tui.record_match)
+        return match_rows(store, ids, check)
     view = RowView(store, 0)
     cols = referenced_columns(getattr(predicate, "expr", "")) if len(ids) > 1000 else None
     if cols is not None:

@@ -56,7 +56,7 @@ def test_80_columns_fit_and_never_cut_a_time(table, capture, ts):
     header = lines[0].split()
     if ts in ("request_ts", "ts") or "timestamp" in header:
         col = header.index({"request_ts": "request_time", "ts": "time"}.get(ts, ts))
-        data = [line for line in lines[2:] if not line.startswith("── ")]
+        data = [line for line, _moved in table_rows(text)]  # (errors: messages moved under their rows)
         times = [line.split()[col] for line in data if line.strip()[:1].isdigit()]
         want = [r[ts][11:26] for r in rows if r[ts]]
         assert times == want
@@ -110,3 +110,69 @@ def test_rows_spanning_midnight_get_a_date_line_where_the_day_changes(tmp_path):
 
 def _sized(b: bytes) -> bytes:
     return len(b).to_bytes(4, "big") + b
+
+
+MOVED = re.compile(r"^    [a-z_]+: ")  # the first line of a row's moved cells
+
+
+def table_rows(text: str) -> list[tuple[str, str]]:
+    """(row line, its moved cells joined into one line) per row of a table, header and date
+    lines left out; a moved cell wrapped over lines is joined back with spaces."""
+    out: list[tuple[str, list[str]]] = []
+    for line in text.splitlines()[2:]:
+        if line.startswith("── "):
+            continue
+        # a moved cell's next lines are indented 6 (a row without a frame number starts with 8)
+        if MOVED.match(line) or (re.match(r"^      \S", line) and out and out[-1][1]):
+            out[-1][1].append(line.strip())
+        else:
+            out.append((line, []))
+    return [(line, " ".join(moved)) for line, moved in out]
+
+
+def squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("capture", ["confluent-mock-errors.pcap", "tansu-sasl-rejected.pcap",
+                                     "deliveries-retry-duplicate.pcap"])
+def test_errors_at_80_columns_keep_every_message_whole_under_its_row(capture):
+    path = str(CAPTURES / capture)
+    text = run("errors", "--records", path, "-F", "table", columns=80)
+    assert all(len(line) <= 80 for line in text.splitlines()), max(text.splitlines(), key=len)
+    assert "…" not in text
+    want = jsonl("errors", "--records", path)
+    rows = table_rows(text)
+    assert len(rows) == len(want)
+    messages = 0
+    for (line, moved), r in zip(rows, want, strict=True):
+        assert line.split()[2 if r["frame"] is not None else 1] == r["kind"]
+        if r["message"]:
+            assert f"message: {squash(r['message'])}" in squash(moved), (line, moved)
+            messages += 1
+        if r["topic"]:
+            assert f"topic: {r['topic']}" in moved
+    assert messages
+
+
+@pytest.mark.parametrize("capture", ["kafka-python-mock-group.pcap", "tansu-admin.pcap",
+                                     "deliveries-crash-before-commit.pcap"])
+def test_stats_at_80_columns_keep_api_names_amounts_and_dimensions_whole(capture):
+    path = str(CAPTURES / capture)
+    text = run("stats", path, "-F", "table", columns=80)
+    assert all(len(line) <= 80 for line in text.splitlines()), max(text.splitlines(), key=len)
+    assert "…" not in text
+    header = text.splitlines()[0].split()
+    assert header[:3] == ["interval_start", "series", "api_name"] and header[-1] == "amount"
+    want = jsonl("stats", path)
+    rows = table_rows(text)
+    assert len(rows) == len(want)
+    for (line, moved), r in zip(rows, want, strict=True):
+        cells = line.split()
+        assert cells[0] == r["interval_start"][11:26] and cells[1] == r["series"]
+        if r["api_name"]:
+            assert cells[2] == r["api_name"]
+        assert cells[-1] == str(r["amount"])
+        for dim in ("broker", "client_id", "topic", "partition", "group_id"):
+            if r.get(dim) is not None:
+                assert f"{dim}: {r[dim]}" in moved, (dim, line, moved)

@@ -17,6 +17,7 @@ from textual.worker import get_current_worker
 
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import ErrorRow, plural
+from kwinspect.tui.record_match import ExchangeRecordFilter
 from kwinspect.tui.store import NONE_INT
 from kwinspect.tui.view import Cancelled, ViewResult, ViewSpec, compute_view, extend_view
 from kwinspect.tui.widgets.detail import DetailPane
@@ -87,14 +88,22 @@ class MainScreen(Screen):
     def on_mount(self) -> None:
         self.list.focus()
         self.set_interval(POLL, self.poll)
+        if self.app.schemas is not None:
+            self.prepare_fields()
         expr = self.app.initial_filter
         if expr:
-            from kwinspect.analyze.filter import compile_filter
-            from kwinspect.model import EXCHANGE_COLUMNS
-
             self.query_one(FilterBar).set_expr(expr)
-            self.apply_spec(self.spec.with_(expr=expr), compile_filter(expr, EXCHANGE_COLUMNS))
+            self.apply_spec(self.spec.with_(expr=expr), self.app.record_filtering.compile(expr))
         self.poll()
+
+    @work(thread=True, group="fields")
+    def prepare_fields(self) -> None:
+        """The schemas' fields, built before the first key press in the filter bar needs them
+        (building every decoder may run protoc)."""
+        try:
+            self.app.record_filtering.fields()
+        except Exception:  # noqa: BLE001 - the filter bar reports it when it compiles
+            pass
 
     @property
     def list(self) -> ExchangeList:
@@ -170,6 +179,7 @@ class MainScreen(Screen):
     def apply_spec(self, spec: ViewSpec, predicate=None) -> None:  # noqa: ANN001
         self.spec = spec
         self.predicate = predicate
+        self._mark_records(predicate)
         keep = self.list.current_row
         if spec.identity:
             self.computing = None
@@ -211,6 +221,16 @@ class MainScreen(Screen):
             lst.move_to(0)
         self.update_status()
         self.app.post_message(self.app.ViewChanged(lst.count))
+
+    def _mark_records(self, predicate) -> None:  # noqa: ANN001
+        """The detail pane marks the records a key/value filter matches: redraw it when that changes."""
+        flt = predicate if isinstance(predicate, ExchangeRecordFilter) else None
+        detail = self.detail
+        if detail.record_filter is flt:
+            return
+        detail.record_filter = flt
+        if detail.pending_row is not None and not self.has_class("-no-detail"):
+            detail.show(detail.pending_row)
 
     def on_filter_bar_applied(self, event: FilterBar.Applied) -> None:
         self.apply_spec(self.spec.with_(expr=event.expr), event.predicate)
@@ -442,6 +462,7 @@ class MainScreen(Screen):
             self.query_one(FilterBar).set_expr("")
             self.spec = ViewSpec()
             self.predicate = None
+            self.detail.record_filter = None
             self.result = None
             self.computing = None
             lst.set_rows(None)

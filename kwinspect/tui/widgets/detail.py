@@ -7,7 +7,9 @@ Selecting a text/bytes field highlights where those bytes sit in the hex view
 (a byte search: the decoder does not report field offsets).  With schemas
 (``--schemas``/``--schema-registry``) Schema Registry keys and values are decoded
 in the records table, and the highlighted record's decoded key and value are
-shown as a tree below it.
+shown as a tree below it.  While the filter names key/value fields
+(``value.order_id == 7``), the records that match it are marked in a first
+column, counted in the tab's label, and the cursor starts on the first of them.
 """
 
 from __future__ import annotations
@@ -27,11 +29,8 @@ from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 from kwinspect.analyze.schema_values import DECODED_ENCODINGS
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import Message as KafkaMessage
-from kwinspect.protocol.schema.api_keys import ApiKey
+from kwinspect.tui.record_match import ExchangeRecordFilter, exchange_records
 from kwinspect.tui.store import ExchangeStore
-
-PRODUCE = int(ApiKey.PRODUCE)
-FETCH = int(ApiKey.FETCH)
 
 HEX_LIMIT = 16 * 1024  # bytes of a frame shown in the hex view
 RECORD_LIMIT = 5_000  # rows of the records table
@@ -224,6 +223,9 @@ class DetailPane(Vertical):
         self.highlight: tuple[int, int] | None = None
         self.record_count = 0
         self.record_rows: list = []  # the records table's RecordRows (decoded trees come from them)
+        # the filter bar's filter when it names key/value fields: its records are marked
+        self.record_filter: ExchangeRecordFilter | None = None
+        self.record_matches: list[int] = []  # indexes of the records it matches
 
     def compose(self) -> ComposeResult:
         with TabbedContent(id="tabs"):
@@ -269,11 +271,14 @@ class DetailPane(Vertical):
         req, resp = store.messages(row)
         raw = store.raw_visible(row)
         frames = store.frames(row) if raw else (None, None)
+        xref = store.row_dict(row)  # frame, response_frame, tcp_stream: Wireshark's numbers
+        records = self._records(row, req, resp)
+        flt = self.record_filter
+        matches = flt.matching(xref, records[:RECORD_LIMIT]) if flt is not None and isinstance(records, list) else []
         return {
             "req": req, "resp": resp, "status": store.status(row),
             "req_json": message_json(req, store.values), "resp_json": message_json(resp, store.values),
-            "frames": frames, "records": self._records(row, req, resp),
-            "xref": store.row_dict(row),  # frame, response_frame, tcp_stream: Wireshark's numbers
+            "frames": frames, "records": records, "matches": matches, "xref": xref,
         }
 
     def _apply(self, row: int | None, data: dict | None) -> None:
@@ -313,45 +318,43 @@ class DetailPane(Vertical):
         self.frames = {"request": data["frames"][0], "response": data["frames"][1]}
         self.issue_offsets = {"request": _first_issue_offset(req), "response": _first_issue_offset(resp)}
         self._render_hex()
-        self._fill_records(table, data["records"])
+        self._fill_records(table, data["records"], data["matches"])
 
     def _records(self, row: int, req, resp) -> list | str:  # noqa: ANN001
-        from kwinspect.analyze.record_rows import records_from_fetch, records_from_produce
-
-        key = self.store.cell("api_key", row)
+        # the same records (and schema decoding) a filter on value./key. fields reads
         schemas = getattr(self.app, "schemas", None)
+        if req is None and resp is None:
+            return []
         try:
-            if key == PRODUCE and req is not None and req.body:
-                rows = records_from_produce(req.body, resp.body if resp else None, correlation_id=None,
-                                            stream=None, values=self.store.values)
-            elif key == FETCH and resp is not None and resp.body:
-                rows = records_from_fetch(resp.body, correlation_id=None, stream=None, values=self.store.values,
-                                          topic_names=self.store.topic_names,
-                                          request_body=req.body if req is not None else None)
-            else:
-                return []
-            return list(schemas.apply(rows)) if schemas is not None else rows
+            return list(exchange_records(self.store, row, schemas, req, resp))
         except Exception as exc:  # noqa: BLE001 - show, never crash the app
             return f"records could not be listed: {exc}"
 
-    def _fill_records(self, table: DataTable, rows: list | str) -> None:
+    def _fill_records(self, table: DataTable, rows: list | str, matches: list[int] = ()) -> None:
         tree = self.query_one("#record-tree", Tree)
         self.record_rows = [] if isinstance(rows, str) else rows[:RECORD_LIMIT]
+        self.record_matches = list(matches)
         tree.set_class(any(_is_decoded(r) for r in self.record_rows), "-decoded")
-        self._show_record_tree(0)
+        self._show_record_tree(self.record_matches[0] if self.record_matches else 0)
         if isinstance(rows, str):
             table.add_column("error")
             table.add_row(term_safe(rows, 200))
             return
         self.record_count = len(rows)
+        marked = self.record_filter is not None
+        matched = set(self.record_matches)
         cols = ("topic", "partition", "offset", "timestamp", "key", "value", "headers", "compression", "crc_ok")
+        if marked:  # the filter names key/value fields: which records match it
+            table.add_column("filter", key="match")
         for col in cols:
             table.add_column(col, key=col)
-        for rec in rows[:RECORD_LIMIT]:
+        for i, rec in enumerate(rows[:RECORD_LIMIT]):
             headers = ", ".join(f"{h.get('key')}={'null' if h.get('value') is None else h.get('value')}"
                                 for h in rec.headers or [])
             ts = rec.timestamp
+            mark = (Text("match", style="bold yellow") if i in matched else "",) if marked else ()
             table.add_row(
+                *mark,
                 term_safe(rec.topic, 60), rec.partition, rec.offset if rec.offset is not None else "",
                 _record_time(ts),
                 term_safe(rec.key, 60) if rec.key is not None else Text("null", style="dim"),
@@ -360,10 +363,15 @@ class DetailPane(Vertical):
                 "" if rec.crc_ok is None else ("ok" if rec.crc_ok else Text("BAD", style="bold red")),
             )
         if len(rows) > RECORD_LIMIT:
-            table.add_row(f"... {len(rows) - RECORD_LIMIT} more", *[""] * (len(cols) - 1))
+            table.add_row(f"... {len(rows) - RECORD_LIMIT} more", *[""] * (len(cols) - 1 + marked))
+        if self.record_matches:  # start on the first record the filter matched
+            table.move_cursor(row=self.record_matches[0])
         try:
             tab = self.query_one("#tabs", TabbedContent).get_tab("tab-records")
-            tab.label = f"Records ({len(rows)})" if rows else "Records"
+            label = f"Records ({len(rows)})" if rows else "Records"
+            if marked and rows:
+                label = f"Records ({len(rows)}, {len(self.record_matches)} match)"
+            tab.label = label
         except Exception:  # noqa: BLE001 - cosmetic
             pass
 

@@ -1,4 +1,8 @@
-"""The filter bar: the `--filter` expression language, checked as you type."""
+"""The filter bar: the `--filter` expression language, checked as you type.
+
+With schemas, ``value.<path>`` and ``key.<path>`` name fields of decoded record
+keys and values (``tui.record_match``): such a filter selects the exchanges with
+at least one matching record."""
 
 from __future__ import annotations
 
@@ -7,9 +11,8 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from kwinspect.analyze.filter import FilterError, compile_filter
+from kwinspect.analyze.filter import FilterError
 from kwinspect.analyze.termsafe import term_safe
-from kwinspect.model import EXCHANGE_COLUMNS
 
 
 class FilterBar(Horizontal):
@@ -37,7 +40,8 @@ class FilterBar(Horizontal):
         yield Static("", id="filter-state")
 
     def _compile(self, expr: str):  # noqa: ANN202
-        return compile_filter(expr, EXCHANGE_COLUMNS) if expr.strip() else None
+        # the app's compiler: exchange columns, plus key./value. fields with --schemas
+        return self.app.record_filtering.compile(expr)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
