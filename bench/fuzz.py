@@ -13,7 +13,7 @@ dissect (the whole Dissector and every output row on mutated captures), core
 same mutated captures: they must agree exactly).
 
 `make fuzz-asan` builds the C extension with AddressSanitizer and runs this with
-it preloaded, over the targets that reach the C code (pcap, dissect, core).
+it preloaded, over the targets that reach the C code (pcap, dissect, core, decode).
 
 A failure is any exception escaping the code under test, the decoder's
 ``internal_error`` issue, a broken accounting identity, an input running longer
