@@ -47,7 +47,11 @@ from kwinspect.model import Endpoint, ErrorRow, Exchange
 from kwinspect.protocol import decode_request, decode_response
 from kwinspect.protocol.checksums import crc32, crc32c
 from kwinspect.protocol.codecs import Limits
-from kwinspect.protocol.decode import INTERNAL_ERROR, decode_request_reference, decode_response_reference
+from kwinspect.protocol.decode import (
+    INTERNAL_ERROR,
+    decode_request_reference,
+    decode_response_reference,
+)
 from kwinspect.protocol.peek import peek_request_header
 from kwinspect.protocol.records import RecordSet, parse_record_set
 from kwinspect.protocol.schema.index import APIS
