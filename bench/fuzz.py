@@ -88,7 +88,10 @@ def work(task: tuple[str, int, int, float, int, int, str]) -> dict:
         except Hang:
             message = f"hang: more than {timeout} s on one input"
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            except Hang:  # the alarm fired as it was being cleared: it would kill the worker
+                message = message or f"hang: more than {timeout} s on one input"
         slowest = max(slowest, time.perf_counter() - t)
         if traced:
             _cur, p = tracemalloc.get_traced_memory()
