@@ -81,13 +81,13 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) bench/fuzz.py
 
-# The fuzz targets that reach the C extension (pcap, dissect, core) with the extension
+# The fuzz targets that reach the C extensions (pcap, dissect, core, decode) with them
 # built under AddressSanitizer, preloaded (the interpreter itself is not instrumented;
 # PYTHONMALLOC=malloc puts every Python buffer under ASan's eye). A report does not stop
 # the run (-fsanitize-recover, halt_on_error=0): each goes to build/asan/report.*, and
 # any report fails the target. The ordinary build is put back afterwards, always.
 # FUZZ_ASAN_ARGS: anything bench/fuzz.py takes.
-FUZZ_ASAN_ARGS ?= --inputs 20000 --targets pcap,dissect,core
+FUZZ_ASAN_ARGS ?= --inputs 20000 --targets pcap,dissect,core,decode
 fuzz-asan: $(STAMP)
 	rm -rf build/asan && mkdir -p build/asan
 	CFLAGS="-fsanitize=address -fsanitize-recover=address -fno-omit-frame-pointer -g -O1" \

@@ -13,6 +13,8 @@ from setuptools.command.build_ext import build_ext
 EXTENSIONS = [
     Extension("kwinspect.capture._cpackets", ["kwinspect/capture/_cpackets.c"],
               extra_compile_args=["-O2", "-std=c99"]),
+    Extension("kwinspect.protocol._cdecode", ["kwinspect/protocol/_cdecode.c"],
+              extra_compile_args=["-O2", "-std=c99"]),
 ]
 
 

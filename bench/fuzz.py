@@ -13,7 +13,7 @@ dissect (the whole Dissector and every output row on mutated captures), core
 same mutated captures: they must agree exactly).
 
 `make fuzz-asan` builds the C extension with AddressSanitizer and runs this with
-it preloaded, over the targets that reach the C code (pcap, dissect, core).
+it preloaded, over the targets that reach the C code (pcap, dissect, core, decode).
 
 A failure is any exception escaping the code under test, the decoder's
 ``internal_error`` issue, a broken accounting identity, an input running longer
@@ -88,7 +88,10 @@ def work(task: tuple[str, int, int, float, int, int, str]) -> dict:
         except Hang:
             message = f"hang: more than {timeout} s on one input"
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            except Hang:  # the alarm fired as it was being cleared: it would kill the worker
+                message = message or f"hang: more than {timeout} s on one input"
         slowest = max(slowest, time.perf_counter() - t)
         if traced:
             _cur, p = tracemalloc.get_traced_memory()

@@ -30,7 +30,10 @@ command on PATH, e.g. a wrapper that runs a newer tshark in a chroot), else
 every ratio is against it. Which kwinspect core: ``--cores compiled,python``
 (default: both when the compiled core is built) times each kwinspect command
 once per core; the rows of the pure-Python core are labelled ``[python core]``
-(run with KWINSPECT_PURE=1).
+(run with KWINSPECT_PURE=1). Runs are interleaved: run 1 of every command of an
+input, then run 2 of every command, and so on, so both cores and tshark see the same
+load and the ratios hold on a shared machine; every run's CPU time is kept
+(``cpus`` in the results) besides the medians.
 """
 
 from __future__ import annotations
@@ -204,16 +207,21 @@ def run_input(key: str, runs: int, jobs: list[int], log=print, with_tshark: bool
     os.makedirs(OUT, exist_ok=True)
     result = {"input": key, "file": os.path.basename(path), "bytes": size, "meta": meta,
               "load_before": loadavg(), "rows": []}
+    selected = []
     for label, argv, counted, kind in commands(path, meta["kafka_ports"], jobs, cores):
         if kind == "tshark" and not with_tshark:
             continue
         base = label.removesuffix(PYTHON_CORE)
         if only and base.split(" (")[0] not in only and base not in only:
             continue
-        env = PURE_ENV if kind == "kw-python" else COMPILED_ENV
-        samples = []
-        loads = []
-        for i in range(runs):
+        selected.append((label, argv, counted, kind))
+    samples: dict[str, list[dict]] = {label: [] for label, *_ in selected}
+    loads: dict[str, list[float]] = {label: [] for label, *_ in selected}
+    # run i of every command, then run i + 1 of every command: the commands (and the cores,
+    # and tshark) see the same load, so the ratios of one run hold even on a busy machine
+    for i in range(runs):
+        for label, argv, counted, kind in selected:
+            env = PURE_ENV if kind == "kw-python" else COMPILED_ENV
             out = os.path.join(OUT, f"{key}-{re.sub(r'[^A-Za-z0-9.-]+', '_', label)}.out")
             cmd = [a.replace("{out}", out) for a in argv]
             stdout_path = out if "{out}" not in " ".join(argv) else None
@@ -227,17 +235,20 @@ def run_input(key: str, runs: int, jobs: list[int], log=print, with_tshark: bool
                     log(f"  warning: {label} gave {n} {counted}, an earlier command {prev}")
                 counts[counted] = n
             os.unlink(out)
-            samples.append(m)
-            loads.append(os.getloadavg()[0])
+            samples[label].append(m)
+            loads[label].append(os.getloadavg()[0])
             log(f"  ({key}) {label:28s} run {i + 1}: {m['wall']:7.2f} s wall {m['cpu']:7.2f} s cpu "
                 f"{m['rss_mb']:7.0f} MB  load {loadavg()}")
+    for label, _argv, _counted, kind in selected:
+        runs_of = samples[label]
         result["rows"].append({"command": label, "kind": kind,
-                               "wall": statistics.median(s["wall"] for s in samples),
-                               "cpu": statistics.median(s["cpu"] for s in samples),
-                               "rss_mb": max(s["rss_mb"] for s in samples),
-                               "walls": [round(s["wall"], 2) for s in samples],
+                               "wall": statistics.median(s["wall"] for s in runs_of),
+                               "cpu": statistics.median(s["cpu"] for s in runs_of),
+                               "rss_mb": max(s["rss_mb"] for s in runs_of),
+                               "walls": [round(s["wall"], 2) for s in runs_of],
+                               "cpus": [round(s["cpu"], 2) for s in runs_of],
                                "at": time.strftime("%H:%M", time.gmtime()), "runs": runs,
-                               "load": round(statistics.median(loads), 1)})
+                               "load": round(statistics.median(loads[label]), 1)})
     result["counts"] = counts
     result["load_after"] = loadavg()
     with open(make_inputs.path_of(key)[:-5] + ".json", "w") as f:

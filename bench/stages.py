@@ -4,6 +4,7 @@
     .venv/bin/python bench/stages.py a --stages read,parse,tcp
     .venv/bin/python bench/stages.py PATH.pcap --ports 9092
     KWINSPECT_PURE=1 .venv/bin/python bench/stages.py b   # the pure-Python core
+    .venv/bin/python bench/stages.py b --cores compiled,python --runs 3   # both, interleaved
 
 A profiler multiplies the cost of small Python functions (cProfile ~5x here,
 pyinstrument ~3x of wall), so the split between stages it reports is skewed.
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ports", default="", help="Kafka ports (default: from the input's .json)")
     ap.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {', '.join(STAGES)}")
     ap.add_argument("--runs", type=int, default=1, help="runs per stage, the median is kept (default 1)")
+    ap.add_argument("--cores", default="",
+                    help="compiled,python: both cores, alternating run by run (default: the one installed)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.input in ("a", "b", "c"):
@@ -131,24 +134,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_stage(args.child, path, ports or [9092])))
         return 0
-    from kwinspect.core import core_name
+    from kwinspect.core import PURE_ENV, core_name
 
     stages = [s for s in args.stages.split(",") if s]
-    print(f"{path} ({os.path.getsize(path) / 1e6:.0f} MB), core: {core_name()}, load {os.getloadavg()[0]:.1f}")
-    prev = None
+    cores = [c for c in args.cores.split(",") if c] or [core_name()]
+    print(f"{path} ({os.path.getsize(path) / 1e6:.0f} MB), cores: {', '.join(cores)}, "
+          f"load {os.getloadavg()[0]:.1f}, median of {args.runs}")
+    prev: dict[str, float] = {}
     for name in stages:
-        samples = []
+        samples: dict[str, list[float]] = {c: [] for c in cores}
         for _ in range(args.runs):
-            out = subprocess.run([sys.executable, os.path.abspath(__file__), args.input, "--child", name,
-                                  "--ports", ",".join(map(str, ports))],
-                                 capture_output=True, text=True, cwd=ROOT, check=True)
-            samples.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        cpu = sorted(samples)[len(samples) // 2]
-        step = ""
-        if name in CUMULATIVE and prev is not None:
-            step = f"  (+{cpu - prev:6.2f} s for {name})"
-        print(f"  {name:10s} {cpu:7.2f} s cpu{step}", flush=True)
-        prev = cpu if name in CUMULATIVE else prev
+            for c in cores:  # interleaved: the cores see the same load
+                env = dict(os.environ)
+                env.pop(PURE_ENV, None)
+                if c == "python":
+                    env[PURE_ENV] = "1"
+                out = subprocess.run([sys.executable, os.path.abspath(__file__), args.input, "--child", name,
+                                      "--ports", ",".join(map(str, ports))],
+                                     capture_output=True, text=True, cwd=ROOT, check=True, env=env)
+                samples[c].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        cells = []
+        for c in cores:
+            cpu = sorted(samples[c])[len(samples[c]) // 2]
+            step = ""
+            if name in CUMULATIVE and c in prev:
+                step = f" (+{cpu - prev[c]:6.2f})"
+            cells.append(f"{c} {cpu:7.2f} s{step}")
+            if name in CUMULATIVE:
+                prev[c] = cpu
+        print(f"  {name:10s} " + "   ".join(cells), flush=True)
     return 0
 
 

@@ -13,6 +13,7 @@ import io
 import os
 import random
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -253,6 +254,62 @@ def test_scanners_refuse_bad_arguments():
     # a record claiming 4 GiB with a few bytes present: nothing allocated, Python's to report
     rec = (0).to_bytes(4, "little") * 2 + (0xFFFFFFFF).to_bytes(4, "little") * 2 + b"abc"
     assert fastpath.scan_pcap(rec, 0, False, False, 16, 1, 0, RawPacket, 10) == ([], 0, 0, 0)
+
+
+# -- the decoder ---------------------------------------------------------------------------
+# Frame-by-frame equality of the compiled decoder with the generated Python one (and with the
+# reference) on every capture frame, generated and mutated frames: tests/protocol/test_decode_fast.py.
+
+
+def _clean_produce_request() -> bytes:
+    from tests.protocol.test_decode_fast import RECORD_BATCH
+
+    return (struct.pack(">hhih", 0, 3, 7, 1) + b"c" + struct.pack(">hhii", -1, 1, 1000, 1) + struct.pack(">h", 1)
+            + b"t" + struct.pack(">iii", 1, 0, len(RECORD_BATCH)) + RECORD_BATCH)
+
+
+def test_the_compiled_decoder_takes_clean_frames(monkeypatch):
+    """Not a vacuous equality: with the compiled core, a clean frame is decoded (record set
+    included) without the generated Python decoder or the Python record-set parser."""
+    from kwinspect.protocol import decode, fastdecode, records
+
+    frame = _clean_produce_request()
+    with python_core():
+        want = decode.decode_request(frame)
+
+    def boom(*_args, **_kwargs):
+        raise AssertionError("the Python path was called")
+
+    decode.clear_caches()
+    monkeypatch.setattr(fastdecode, "build", boom)
+    monkeypatch.setattr(records, "_v2_batch", boom)  # what parse_record_set reads each batch with
+    monkeypatch.setattr(decode, "decode_request_reference", boom)
+    got = decode.decode_request(frame)
+    decode.clear_caches()
+    assert got.body["topic_data"][0]["partition_data"][0]["records"].to_json() == \
+        want.body["topic_data"][0]["partition_data"][0]["records"].to_json()
+    assert (got.header, got.size, got.issues) == (want.header, want.size, want.issues)
+
+
+def test_the_compiled_decoder_refuses_bad_programs():
+    from kwinspect.protocol import compiled
+
+    for bad in [(), (0, None, None, 0, 0, 0, 10), (1, (0, (), (), None, ()), (0, ("a",), ((99, 0, 0, 0, 0, None),),
+                                                                               None, ()), 0, 0, 0, 10),
+                (1, (0, (), (), None, ()), (0, ("a",), ((13, 0, 0, 13, 1, None),), None, ()), 0, 0, 0, 10),
+                (1, (0, (), (), None, ()), (1, (), (), None, ()), 0, 0, 0, 10)]:
+        with pytest.raises((TypeError, ValueError)):
+            compiled.compile_program(bad)
+    program = compiled.compile_program((0, None, (0, ("a",), ((4, 0, 0, 0, 0, None),), None, ()), 0, 0, 0, 10))
+    with pytest.raises(ValueError):
+        compiled.decode_request(program, b"")
+    with pytest.raises(TypeError):
+        compiled.decode_struct(program, bytearray(4))
+    assert compiled.decode_struct(program, b"\x00\x00\x00\x07") == {"a": 7}
+    assert compiled.decode_struct(program, b"\x00\x00\x07") is None  # short: the reference's
+    # an array claiming 2**31-1 elements in 8 bytes: nothing allocated, the reference's to report
+    array = compiled.compile_program((0, None, (0, ("a",), ((13, 0, 0, 4, 4, None),), None, ()), 0, 0, 0, 10 ** 6))
+    assert compiled.decode_struct(array, b"\x7f\xff\xff\xff" + b"\x00" * 8) is None
 
 
 # -- packaging: which core runs -------------------------------------------------------------

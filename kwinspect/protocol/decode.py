@@ -28,7 +28,7 @@ from kwinspect.model import (
     Message,
     plural,
 )
-from kwinspect.protocol import fastdecode
+from kwinspect.protocol import compiled, fastdecode
 from kwinspect.protocol import primitives as p
 from kwinspect.protocol.layout import (
     API_VERSIONS_KEY,
@@ -108,6 +108,15 @@ _REQUEST_KEY = struct.Struct(">hh")
 
 
 def _generate(build, *args):
+    """The compiled decoder (protocol/compiled.py, when the extension is there), else the
+    generated Python one; False where neither can be made (the reference then decides)."""
+    compiled_build = compiled.struct_decoder if build is fastdecode.build_struct else compiled.message_decoder
+    try:
+        fast = compiled_build(*args)
+    except Exception:  # noqa: BLE001 - a table the interpreter cannot express: the generated Python
+        fast = None
+    if fast is not None:
+        return fast
     try:
         return build(*args)
     except Exception:  # noqa: BLE001 - a table the generator cannot express: reference only

@@ -197,16 +197,7 @@ class _Gen:
 
     def struct(self, ind, fields, version, flexible, nullable, target) -> None:
         """Inline code reading one struct into `target` (same field rules as compile_struct)."""
-        regular, tagged = [], []
-        for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, default, children in fields:
-            if not in_range(versions or (0, 32767), version):
-                continue
-            compact = flexible and (flex_override is None or in_range(flex_override, version))
-            fnull = in_range(nullable_v, version)
-            if flexible and tag is not None and in_range(tagged_v, version):
-                tagged.append((name, default_value(ftype, default, children, version, flexible, fnull)))
-            else:
-                regular.append((name, ftype, fnull, compact, children))
+        regular, tagged = struct_layout(fields, version, flexible)
         if nullable:  # int8 presence marker, negative = null
             self.emit(ind, "if buf[pos] > 127:")
             self.emit(ind + 1, "pos += 1")
@@ -250,8 +241,7 @@ class _Gen:
             present.add(name)
             defaults.append((name, self.fresh_copy(default)))
         fixed = ", ".join(f"{name!r}: {expr}" for name, expr in items)
-        table = self.const((self._tag_readers(fields, version, flexible), tuple(
-            (name, default) for name, default in tagged), regular_names))
+        table = self.const(tag_table(fields, version, flexible, tagged, regular_names))
         self.emit(ind, "if buf[pos]:")
         self.emit(ind + 1, f"t, pos = read_tagged(buf, pos, L, {table})")
         self.emit(ind + 1, f"{target} = {{{fixed}{', ' if fixed else ''}**t}}")
@@ -260,17 +250,36 @@ class _Gen:
         tail = ", ".join(f"{name!r}: {expr}" for name, expr in items + defaults)
         self.emit(ind + 1, f"{target} = {{{tail}}}")
 
-    def _tag_readers(self, fields, version, flexible) -> dict:
-        """tag -> (name, reference reader), exactly as compile_struct builds them."""
-        out = {}
-        for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, _d, children in fields:
-            if not in_range(versions or (0, 32767), version):
-                continue
-            if tag is not None and in_range(tagged_v, version):
-                compact = flexible and (flex_override is None or in_range(flex_override, version))
-                out[tag] = (name, field_reader(ftype, in_range(nullable_v, version), compact, children,
+
+def struct_layout(fields, version: int, flexible: bool) -> tuple[list, list]:
+    """The fields of one struct at one version, as compile_struct selects them: the regular
+    ones (name, type, nullable, compact, children) in wire order, and the tagged ones
+    (name, default when absent)."""
+    regular, tagged = [], []
+    for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, default, children in fields:
+        if not in_range(versions or (0, 32767), version):
+            continue
+        compact = flexible and (flex_override is None or in_range(flex_override, version))
+        fnull = in_range(nullable_v, version)
+        if flexible and tag is not None and in_range(tagged_v, version):
+            tagged.append((name, default_value(ftype, default, children, version, flexible, fnull)))
+        else:
+            regular.append((name, ftype, fnull, compact, children))
+    return regular, tagged
+
+
+def tag_table(fields, version: int, flexible: bool, tagged, regular_names: frozenset) -> tuple:
+    """What read_tagged needs for one struct: tag -> (name, reference reader), exactly as
+    compile_struct builds them; the tagged fields' defaults; the regular fields' names."""
+    readers = {}
+    for name, ftype, versions, nullable_v, tag, tagged_v, flex_override, _d, children in fields:
+        if not in_range(versions or (0, 32767), version):
+            continue
+        if tag is not None and in_range(tagged_v, version):
+            compact = flexible and (flex_override is None or in_range(flex_override, version))
+            readers[tag] = (name, field_reader(ftype, in_range(nullable_v, version), compact, children,
                                                version, flexible))
-        return out
+    return readers, tuple(tagged), regular_names
 
 
 def read_tagged(buf, pos: int, end_of_data: int, table) -> tuple[dict, int]:

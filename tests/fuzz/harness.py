@@ -47,7 +47,11 @@ from kwinspect.model import Endpoint, ErrorRow, Exchange
 from kwinspect.protocol import decode_request, decode_response
 from kwinspect.protocol.checksums import crc32, crc32c
 from kwinspect.protocol.codecs import Limits
-from kwinspect.protocol.decode import INTERNAL_ERROR
+from kwinspect.protocol.decode import (
+    INTERNAL_ERROR,
+    decode_request_reference,
+    decode_response_reference,
+)
 from kwinspect.protocol.peek import peek_request_header
 from kwinspect.protocol.records import RecordSet, parse_record_set
 from kwinspect.protocol.schema.index import APIS
@@ -400,9 +404,36 @@ def gen_decode(rng: random.Random, c: Corpus) -> dict:
 def check_decode(case: dict) -> None:
     data = unb64(case["data"])
     if case["kind"] == "request":
-        _check_message(decode_request(data), "decode_request")
+        msg, ref = decode_request(data), decode_request_reference(data)
     else:
-        _check_message(decode_response(data, case["api_key"], case["api_version"]), "decode_response")
+        args = (data, case["api_key"], case["api_version"])
+        msg, ref = decode_response(*args), decode_response_reference(*args)
+    # the fast path (compiled, or generated Python) gives what the reference gives
+    if _canon_message(msg) != _canon_message(ref):
+        raise FuzzFailure(f"decode_{case['kind']} differs from the reference decoder")
+    _check_message(msg, f"decode_{case['kind']}")
+
+
+def _canon_message(msg) -> tuple:
+    return (msg.is_request, msg.api_key, msg.api_version, _canon(msg.header), _canon(msg.body),
+            [i.as_dict() for i in msg.issues], msg.raw_body, msg.size, msg.decoded_version)
+
+
+def _canon(x: Any) -> Any:
+    """Values with their types and dict order; a record set by its batch headers and issues."""
+    if isinstance(x, dict):
+        return ("dict", [(k, _canon(v)) for k, v in x.items()])
+    if isinstance(x, list):
+        return ("list", [_canon(v) for v in x])
+    if isinstance(x, RecordSet):
+        return ("RecordSet", x.size, x.partial_tail_bytes, x.raw, [i.as_dict() for i in x.issues],
+                [(b.position, b.size, b.base_offset, b.magic, b.crc, b.crc_ok, b.attributes, b.compression,
+                  b.is_control, b.is_transactional, b.timestamp_type, b.last_offset_delta, b.base_timestamp,
+                  b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence, b.record_count,
+                  b.body_start, b.end, b.batch_index) for b in x.batches])
+    if isinstance(x, float):
+        return ("float", struct.pack(">d", x))
+    return (type(x).__name__, x)
 
 
 _SMALL_LIMITS = Limits(max_decompressed_bytes=2 << 20, min_cap=64 << 10, max_ratio=64,

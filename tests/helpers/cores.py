@@ -2,7 +2,9 @@
 
 The capture fast paths read their C functions from kwinspect.capture.fastpath when a
 reader is iterated or a PacketParser/Dissector is made, so setting them to None there
-gives the Python reference path (what KWINSPECT_PURE=1 gives a new process).
+gives the Python reference path (what KWINSPECT_PURE=1 gives a new process). The
+decoders read kwinspect.protocol.compiled when they make a decoder for an (api key,
+version, direction) and cache it, so the caches are emptied on the way in and out.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import sysconfig
 from collections.abc import Iterator
 
 from kwinspect.capture import fastpath
+from kwinspect.protocol import compiled, decode
 
 _NAMES = ("scan_pcap", "scan_pcapng", "tcp_segment")
+_DECODE_NAMES = ("compile_program", "decode_request", "decode_response", "decode_struct")
 
 
 def compiled_available() -> bool:
-    return all(getattr(fastpath, n) is not None for n in _NAMES)
+    return all(getattr(fastpath, n) is not None for n in _NAMES) and \
+        all(getattr(compiled, n) is not None for n in _DECODE_NAMES)
 
 
 def require_compiled() -> None:
@@ -40,10 +45,17 @@ def python_core() -> Iterator[None]:
     """The pure-Python fast paths inside the block (readers, parsers and dissectors made
     or iterated inside it)."""
     saved = {n: getattr(fastpath, n) for n in _NAMES}
+    saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
     try:
         for n in _NAMES:
             setattr(fastpath, n, None)
+        for n in _DECODE_NAMES:
+            setattr(compiled, n, None)
+        decode.clear_caches()
         yield
     finally:
         for n, v in saved.items():
             setattr(fastpath, n, v)
+        for n, v in saved_decode.items():
+            setattr(compiled, n, v)
+        decode.clear_caches()

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from kwinspect.capture.keylog import KeyLog
 from kwinspect.dissect import DissectConfig
 from kwinspect.protocol import decode as D
-from kwinspect.protocol import layout
-from kwinspect.protocol.records import RecordSet
+from kwinspect.protocol import fastdecode, layout
+from kwinspect.protocol.records import RecordBatch, RecordSet
 from kwinspect.protocol.schema.index import APIS
 from kwinspect.protocol.schema.structs import STRUCTS
 from kwinspect.run.files import dissect_file
@@ -50,8 +50,13 @@ def canon(x):
     if isinstance(x, list):
         return ("list", [canon(v) for v in x])
     if isinstance(x, RecordSet):
+        # every slot of every batch as parsed (the compiled core builds them in C), before
+        # the records are decoded
+        slots = [[(name, canon(getattr(b, name))) for name in RecordBatch.__slots__ if name not in ("buffer", "sink")]
+                 + [b.buffer == x.raw, b.sink is x.issues] for b in x.batches]
         rendered = x.to_json(values="base64")  # decodes the records, which may add issues
-        return ("RecordSet", x.size, x.partial_tail_bytes, canon(rendered), [i.as_dict() for i in x.issues])
+        return ("RecordSet", x.size, x.partial_tail_bytes, x.limits, x.origin, x.allow_partial, x.raw, slots,
+                canon(rendered), [i.as_dict() for i in x.issues])
     if isinstance(x, float):
         return ("float", struct.pack(">d", x))
     return (type(x).__name__, x)
@@ -79,6 +84,46 @@ def fast_response(frame: bytes, key: int, version: int):
         return None
 
 
+_generated: dict = {}
+
+
+def generated(is_request: bool, key: int, version: int):
+    """fastdecode's generated Python decoder, whichever decoder decode.py uses (with the
+    compiled core built, decode.py runs the C interpreter of protocol/compiled.py)."""
+    k = (is_request, key, version)
+    if k not in _generated:
+        fn = None
+        if key in APIS:
+            definition, use_version = D.body_schema(key, version, is_request)
+            if definition is not None and use_version == version:
+                hv = (D.request_header_version if is_request else D.response_header_version)(key, version)
+                try:
+                    fn = fastdecode.build(is_request, key, version, hv, definition)
+                except Exception:  # noqa: BLE001
+                    fn = None
+        _generated[k] = fn
+    return _generated[k]
+
+
+def generated_answer(fn, *args):
+    try:
+        return fn(*args) if fn else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def same_fast_answers(frame: bytes, is_request: bool, key: int, version: int) -> None:
+    """The decoder decode.py uses (compiled or generated) and the generated Python one take
+    the same frames and build the same Messages (both cores, frame by frame). Both decode
+    afresh: comparing decodes the records, which marks their batches reported."""
+    fast = fast_request(frame) if is_request else fast_response(frame, key, version)
+    args = (frame,) if is_request else (frame, key, version)
+    py = generated_answer(generated(is_request, key, version), *args)
+    assert (fast is None) == (py is None), (is_request, key, version, fast is None, frame.hex())
+    if fast is not None:
+        assert canon_msg(fast) == canon_msg(py), (is_request, key, version, frame.hex())
+
+
 def check_request(frame: bytes) -> bool:
     """decode_request == the reference on `frame`; True when the fast path answered."""
     got = D.decode_request(frame)
@@ -86,6 +131,8 @@ def check_request(frame: bytes) -> bool:
     fast = fast_request(frame)
     if fast is not None:
         assert canon_msg(fast) == canon_msg(D.decode_request_reference(frame)), frame.hex()
+    if len(frame) >= 4:
+        same_fast_answers(frame, True, *struct.unpack_from(">hh", frame))
     return fast is not None
 
 
@@ -95,6 +142,7 @@ def check_response(frame: bytes, key: int, version: int) -> bool:
     fast = fast_response(frame, key, version)
     if fast is not None:
         assert canon_msg(fast) == canon_msg(D.decode_response_reference(frame, key, version)), frame.hex()
+    same_fast_answers(frame, False, key, version)
     return fast is not None
 
 
@@ -370,6 +418,7 @@ def test_named_structs_match_the_reference():
             for lo, hi in definition[1]:
                 for version in range(lo, min(hi, lo + 20) + 1):
                     flexible = layout.in_range(definition[2], version)
+                    py = fastdecode.build_struct(definition[3], version, flexible)
                     for i in range(4):
                         enc = Encoder(rnd, tagged=0.0 if i < 2 else 0.5, unusual=0.0 if i < 2 else 0.3)
                         data = enc.struct(definition[3], version, flexible)
@@ -378,6 +427,10 @@ def test_named_structs_match_the_reference():
                             want = D.decode_struct_reference(name, version, variant)
                             assert (canon(got[0]), [x.as_dict() for x in got[1]]) == \
                                    (canon(want[0]), [x.as_dict() for x in want[1]]), (name, version, variant.hex())
+                            # the decoder decode_struct uses (compiled or generated) == the generated one
+                            fast = D._fast_structs.get((name, version))
+                            assert canon(generated_answer(fast, variant)) == canon(generated_answer(py, variant)), \
+                                (name, version, variant.hex())
                         if i < 2 and not D.decode_struct_reference(name, version, data)[1]:
                             fast = D._fast_structs.get((name, version)) or D._or_false(D._new_fast_struct_decoder, name, version)
                             assert fast and fast(data) is not None, (name, version)
@@ -471,3 +524,47 @@ def test_responses_keep_the_callers_key_and_version_objects():
         got = D.decode_response(frame, key, version)
         assert type(got.api_version) is IntLike and type(got.decoded_version) is IntLike
         assert canon_msg(got) == canon_msg(D.decode_response_reference(frame, key, version))
+
+
+# ---------------------------------------------------------------------------
+# Record batch headers: every field and attribute bit, CRCs right (the compiled core
+# builds such record sets in C; a wrong CRC hands the field to records.parse_record_set)
+# ---------------------------------------------------------------------------
+
+_V2_HEADER = struct.Struct(">qiiBIhiqqqhii")
+
+
+def _batch_with(header: tuple) -> bytes:
+    """RECORD_BATCH with its header fields replaced and its CRC-32C recomputed."""
+    from kwinspect.protocol.checksums import crc32c
+
+    (base_offset, ple, attrs, lod, base_ts, max_ts, pid, epoch, base_seq, count) = header
+    length = len(RECORD_BATCH) - 12
+    head = _V2_HEADER.pack(base_offset, length, ple, 2, 0, attrs, lod, base_ts, max_ts, pid, epoch, base_seq, count)
+    body = head[21:] + RECORD_BATCH[_V2_HEADER.size:]
+    return head[:17] + struct.pack(">I", crc32c(body)) + body
+
+
+def _produce_v3(records: bytes) -> bytes:
+    return (struct.pack(">hhih", 0, 3, 7, 1) + b"c" + struct.pack(">hhii", -1, 1, 1000, 1)
+            + struct.pack(">h", 1) + b"t" + struct.pack(">iii", 1, 0, len(records)) + records)
+
+
+_int = st.integers
+_BATCH_HEADERS = st.tuples(_int(-(2 ** 63), 2 ** 63 - 1), _int(-(2 ** 31), 2 ** 31 - 1), _int(-(2 ** 15), 2 ** 15 - 1),
+                           _int(-(2 ** 31), 2 ** 31 - 1), _int(-(2 ** 63), 2 ** 63 - 1), _int(-(2 ** 63), 2 ** 63 - 1),
+                           _int(-(2 ** 63), 2 ** 63 - 1), _int(-(2 ** 15), 2 ** 15 - 1), _int(-(2 ** 31), 2 ** 31 - 1),
+                           _int(-(2 ** 31), 2 ** 31 - 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(headers=st.lists(_BATCH_HEADERS, min_size=1, max_size=3), tail=st.sampled_from((b"", b"\x00" * 5)))
+def test_record_batch_headers_match(headers, tail):
+    frame = _produce_v3(b"".join(_batch_with(h) for h in headers) + tail)
+    assert check_request(frame)  # a partial tail is the record set's info issue, not the message's
+
+
+def test_every_attribute_bit_of_a_batch_matches():
+    for attrs in [1 << bit for bit in range(15)] + [-(1 << 15), 0, 0x7F, -1, 0x30, 0x18]:
+        frame = _produce_v3(_batch_with((5, 1, attrs, 2, 1, 2, 9, 1, 0, 3)))
+        assert check_request(frame)

@@ -1,0 +1,845 @@
+/* kwinspect.protocol._cdecode: the compiled twin of protocol/fastdecode.py.
+ *
+ * A small interpreter over a program that protocol/compiled.py builds from the schema
+ * tables with the same layout rules (protocol/layout.py) the generated Python decoder is
+ * written from.  For one (api key, version, direction) or one named struct it reads a clean
+ * frame and builds exactly the objects the generated decoder builds: the same dicts with the
+ * same keys in the same order, the same lists, ints, floats, bools, strings, bytes, the
+ * record sets made by the same Python parser, the same Message.
+ *
+ *   configure(Message, read_tagged, parse_records)    once, before any compile
+ *   compile(program) -> capsule                        ValueError/TypeError on a bad program
+ *   decode_request(capsule, frame) -> Message | None
+ *   decode_response(capsule, frame, api_key, api_version) -> Message | None
+ *   decode_struct(capsule, data) -> dict | None
+ *
+ * None means "not the clean case": a short buffer, a bad length, a null where none is
+ * allowed, invalid UTF-8, an element budget overrun, trailing bytes, a tagged field the
+ * Python helper refuses, an ApiVersions rejection.  The caller then runs the reference
+ * decoder, which alone reports issues, exactly as when the generated Python decoder gives up.
+ * Non-empty tagged-field sections are read by the same Python helper (fastdecode.read_tagged)
+ * the generated decoder calls, with the same table.
+ *
+ * Hostile input: every length is compared, in 64-bit arithmetic, with the bytes left before
+ * it is used; an array is allocated only after its count times the fewest bytes an element
+ * takes is found to fit in what is left (so no allocation exceeds what the input holds), and
+ * the per-message element budget (layout.MAX_ELEMENTS_PER_MESSAGE) is spent as in Python.
+ * Recursion depth follows the schema's nesting, never the input.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Field operations; the numbers are protocol/compiled.py's OPS. */
+enum {
+    OP_BOOL, OP_INT8, OP_INT16, OP_UINT16, OP_INT32, OP_UINT32, OP_INT64, OP_FLOAT64, OP_UUID,
+    OP_STRING, OP_BYTES, OP_RECORDS, OP_STRUCT, OP_ARRAY, OP_COUNT
+};
+enum { KIND_STRUCT, KIND_REQUEST, KIND_RESPONSE };
+
+typedef struct Node Node;
+
+typedef struct {
+    int op, compact, nullable;
+    int inner;     /* OP_ARRAY: the element's op */
+    int64_t least; /* OP_ARRAY: fewest bytes an element takes (>= 1) */
+    Node *child;   /* OP_STRUCT, or OP_ARRAY of OP_STRUCT */
+} Field;
+
+struct Node { /* one struct at one version */
+    int flexible;
+    Py_ssize_t nfields;
+    PyObject **names; /* the regular fields, in order */
+    Field *fields;
+    PyObject *table;  /* flexible: fastdecode.read_tagged's table */
+    Py_ssize_t ndefaults;
+    PyObject **dnames, **dvalues; /* flexible: absent tagged fields and their defaults */
+};
+
+typedef struct {
+    int kind, apiv_check;
+    int64_t budget;
+    Node *header, *body; /* a struct program: body only */
+    PyObject *key, *version;
+} Program;
+
+typedef struct {
+    PyObject *bufobj;
+    const unsigned char *b;
+    int64_t L, pos, E;
+} St;
+
+static PyObject *g_message, *g_read_tagged, *g_parse_records;
+static const char CAPSULE[] = "kwinspect.protocol._cdecode.Program";
+
+/* ---- building and freeing programs ---------------------------------------------------- */
+
+static void free_node(Node *n)
+{
+    if (n == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < n->nfields; i++) {
+        Py_XDECREF(n->names[i]);
+        free_node(n->fields[i].child);
+    }
+    for (Py_ssize_t i = 0; i < n->ndefaults; i++) {
+        Py_XDECREF(n->dnames[i]);
+        Py_XDECREF(n->dvalues[i]);
+    }
+    Py_XDECREF(n->table);
+    PyMem_Free(n->names);
+    PyMem_Free(n->fields);
+    PyMem_Free(n->dnames);
+    PyMem_Free(n->dvalues);
+    PyMem_Free(n);
+}
+
+static int as_int(PyObject *o, long lo, long hi, long *out)
+{
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "program value %ld out of range", v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static Node *build_node(PyObject *t);
+
+/* (op, compact, nullable, inner, least, child) */
+static int build_field(PyObject *t, Field *f)
+{
+    long op, compact, nullable, inner, least;
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6) {
+        PyErr_SetString(PyExc_TypeError, "a field is (op, compact, nullable, inner, least, child)");
+        return -1;
+    }
+    if (as_int(PyTuple_GET_ITEM(t, 0), 0, OP_COUNT - 1, &op) || as_int(PyTuple_GET_ITEM(t, 1), 0, 1, &compact)
+        || as_int(PyTuple_GET_ITEM(t, 2), 0, 1, &nullable) || as_int(PyTuple_GET_ITEM(t, 3), 0, OP_COUNT - 1, &inner)
+        || as_int(PyTuple_GET_ITEM(t, 4), 0, 1L << 30, &least))
+        return -1;
+    f->op = (int)op;
+    f->compact = (int)compact;
+    f->nullable = (int)nullable;
+    f->inner = (int)inner;
+    f->least = least;
+    f->child = NULL;
+    if (op == OP_ARRAY && (inner == OP_ARRAY || least < 1)) {
+        PyErr_SetString(PyExc_ValueError, "an array of arrays, or an element of no bytes");
+        return -1;
+    }
+    if (op == OP_STRUCT || (op == OP_ARRAY && inner == OP_STRUCT)) {
+        f->child = build_node(PyTuple_GET_ITEM(t, 5));
+        if (f->child == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* (flexible, names, fields, table, defaults) with defaults ((name, value), ...) */
+static Node *build_node(PyObject *t)
+{
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 5) {
+        PyErr_SetString(PyExc_TypeError, "a struct is (flexible, names, fields, table, defaults)");
+        return NULL;
+    }
+    PyObject *names = PyTuple_GET_ITEM(t, 1), *fields = PyTuple_GET_ITEM(t, 2);
+    PyObject *table = PyTuple_GET_ITEM(t, 3), *defaults = PyTuple_GET_ITEM(t, 4);
+    if (!PyTuple_Check(names) || !PyTuple_Check(fields) || !PyTuple_Check(defaults)
+        || PyTuple_GET_SIZE(names) != PyTuple_GET_SIZE(fields)) {
+        PyErr_SetString(PyExc_TypeError, "names and fields: tuples of one length; defaults: a tuple");
+        return NULL;
+    }
+    Node *n = PyMem_Calloc(1, sizeof(Node));
+    if (n == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    long flexible;
+    if (as_int(PyTuple_GET_ITEM(t, 0), 0, 1, &flexible))
+        goto fail;
+    n->flexible = (int)flexible;
+    Py_ssize_t nf = PyTuple_GET_SIZE(names), nd = PyTuple_GET_SIZE(defaults);
+    n->names = PyMem_Calloc(nf + 1, sizeof(PyObject *));
+    n->fields = PyMem_Calloc(nf + 1, sizeof(Field));
+    n->dnames = PyMem_Calloc(nd + 1, sizeof(PyObject *));
+    n->dvalues = PyMem_Calloc(nd + 1, sizeof(PyObject *));
+    if (!n->names || !n->fields || !n->dnames || !n->dvalues) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_SetString(PyExc_TypeError, "field names are str");
+            goto fail;
+        }
+        Py_INCREF(name);
+        n->names[i] = name;
+        n->nfields = i + 1;
+        if (build_field(PyTuple_GET_ITEM(fields, i), &n->fields[i]))
+            goto fail;
+    }
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(defaults, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0))) {
+            PyErr_SetString(PyExc_TypeError, "a default is (name, value)");
+            goto fail;
+        }
+        n->dnames[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+        n->dvalues[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+        n->ndefaults = i + 1;
+    }
+    if (n->flexible) {
+        if (!PyTuple_Check(table)) {
+            PyErr_SetString(PyExc_TypeError, "a flexible struct has a tagged-field table");
+            goto fail;
+        }
+        n->table = Py_NewRef(table);
+    }
+    return n;
+fail:
+    free_node(n);
+    return NULL;
+}
+
+static void free_program(PyObject *capsule)
+{
+    Program *p = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (p == NULL)
+        return;
+    free_node(p->header);
+    free_node(p->body);
+    Py_XDECREF(p->key);
+    Py_XDECREF(p->version);
+    PyMem_Free(p);
+}
+
+/* compile((kind, header, body, apiv_check, api_key, api_version, budget)) -> capsule */
+static PyObject *compile_program(PyObject *self, PyObject *arg)
+{
+    if (g_message == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() first");
+        return NULL;
+    }
+    if (!PyTuple_Check(arg) || PyTuple_GET_SIZE(arg) != 7) {
+        PyErr_SetString(PyExc_TypeError, "a program is (kind, header, body, apiv_check, key, version, budget)");
+        return NULL;
+    }
+    long kind, apiv, budget;
+    if (as_int(PyTuple_GET_ITEM(arg, 0), KIND_STRUCT, KIND_RESPONSE, &kind)
+        || as_int(PyTuple_GET_ITEM(arg, 3), 0, 1, &apiv) || as_int(PyTuple_GET_ITEM(arg, 6), 0, 1L << 40, &budget))
+        return NULL;
+    Program *p = PyMem_Calloc(1, sizeof(Program));
+    if (p == NULL)
+        return PyErr_NoMemory();
+    p->kind = (int)kind;
+    p->apiv_check = (int)apiv;
+    p->budget = budget;
+    p->key = Py_NewRef(PyTuple_GET_ITEM(arg, 4));
+    p->version = Py_NewRef(PyTuple_GET_ITEM(arg, 5));
+    if (kind != KIND_STRUCT && (p->header = build_node(PyTuple_GET_ITEM(arg, 1))) == NULL)
+        goto fail;
+    if ((p->body = build_node(PyTuple_GET_ITEM(arg, 2))) == NULL)
+        goto fail;
+    PyObject *capsule = PyCapsule_New(p, CAPSULE, free_program);
+    if (capsule != NULL)
+        return capsule;
+fail:
+    free_node(p->header);
+    free_node(p->body);
+    Py_XDECREF(p->key);
+    Py_XDECREF(p->version);
+    PyMem_Free(p);
+    return NULL;
+}
+
+static PyObject *configure(PyObject *self, PyObject *args)
+{
+    PyObject *message, *read_tagged, *parse;
+    if (!PyArg_ParseTuple(args, "OOO", &message, &read_tagged, &parse))
+        return NULL;
+    Py_XSETREF(g_message, Py_NewRef(message));
+    Py_XSETREF(g_read_tagged, Py_NewRef(read_tagged));
+    Py_XSETREF(g_parse_records, Py_NewRef(parse));
+    Py_RETURN_NONE;
+}
+
+/* the big-endian integer of n bytes at p */
+static inline int64_t be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+/* ---- record sets ----------------------------------------------------------------------
+ * records.parse_record_set(raw) for the ordinary RECORDS field: whole v2 batches, every CRC
+ * right.  The same RecordSet and RecordBatch objects with the same slot values as
+ * parse_record_set and _v2_batch set; anything else (a partial tail, a legacy or unknown
+ * magic, a short or bad length, a CRC mismatch) gives up before anything is handed out, and
+ * the Python parser reads the field from the start and makes the issues. */
+
+static PyObject *g_record_set, *g_record_batch, *g_crc32c, *g_codecs, *g_ts_create, *g_ts_append, *g_limits;
+static PyObject *g_zero, *g_two;
+
+enum { LOG_OVERHEAD = 12, V2_HEADER_SIZE = 61 };
+
+#define BATCH_SLOTS(X) X(position) X(size) X(base_offset) X(length) X(partition_leader_epoch) X(magic) \
+    X(crc) X(crc_ok) X(attributes) X(codec) X(compression) X(timestamp_type) X(is_transactional) \
+    X(is_control) X(has_delete_horizon) X(last_offset_delta) X(base_timestamp) X(max_timestamp) \
+    X(producer_id) X(producer_epoch) X(base_sequence) X(record_count) X(issues) X(buffer) X(body_start) \
+    X(end) X(limits) X(origin) X(sink) X(reported) X(legacy_key) X(batch_index) X(raw) X(batches)
+#define DECLARE(n) static PyObject *s_##n;
+BATCH_SLOTS(DECLARE)
+#undef DECLARE
+
+static int intern_names(void)
+{
+#define INTERN(n) if ((s_##n = PyUnicode_InternFromString(#n)) == NULL) return -1;
+    BATCH_SLOTS(INTERN)
+#undef INTERN
+    return 0;
+}
+
+/* obj.name = value, stealing value (NULL: a failed allocation, passed on) */
+static int put(PyObject *obj, PyObject *name, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int r = PyObject_SetAttr(obj, name, value);
+    Py_DECREF(value);
+    return r;
+}
+
+static PyObject *configure_records(PyObject *self, PyObject *args)
+{
+    PyObject *rs, *rb, *crc, *codecs, *create, *append, *limits;
+    if (!PyArg_ParseTuple(args, "OO!OO!OOO", &rs, &PyType_Type, &rb, &crc, &PyTuple_Type, &codecs, &create,
+                          &append, &limits))
+        return NULL;
+    if (PyTuple_GET_SIZE(codecs) != 8) {
+        PyErr_SetString(PyExc_ValueError, "eight codec names, one per value of the codec bits");
+        return NULL;
+    }
+    if (s_position == NULL && intern_names())
+        return NULL;
+    Py_XSETREF(g_record_set, Py_NewRef(rs));
+    Py_XSETREF(g_record_batch, Py_NewRef(rb));
+    Py_XSETREF(g_crc32c, Py_NewRef(crc));
+    Py_XSETREF(g_codecs, Py_NewRef(codecs));
+    Py_XSETREF(g_ts_create, Py_NewRef(create));
+    Py_XSETREF(g_ts_append, Py_NewRef(append));
+    Py_XSETREF(g_limits, Py_NewRef(limits));
+    if (g_zero == NULL && ((g_zero = PyLong_FromLong(0)) == NULL || (g_two = PyLong_FromLong(2)) == NULL))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* CRC-32C of data[from:to] by the same function the Python parser calls; -1: an error */
+static int crc_matches(PyObject *data, Py_ssize_t from, Py_ssize_t to, uint32_t stored)
+{
+    PyObject *view = PyMemoryView_FromMemory(PyBytes_AS_STRING(data) + from, to - from, PyBUF_READ);
+    if (view == NULL)
+        return -1;
+    PyObject *crc = PyObject_CallOneArg(g_crc32c, view);
+    Py_DECREF(view);
+    if (crc == NULL)
+        return -1;
+    unsigned long long v = PyLong_AsUnsignedLongLong(crc);
+    Py_DECREF(crc);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    return v == stored;
+}
+
+/* One v2 batch at pos (its size checked to hold the header and fit), as _v2_batch makes it. */
+static PyObject *v2_batch(PyObject *data, PyObject *sink, Py_ssize_t pos, int64_t size, Py_ssize_t index)
+{
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data) + pos;
+    Py_ssize_t end = pos + LOG_OVERHEAD + (Py_ssize_t)size;
+    uint32_t crc = (uint32_t)be(p + 17, 4);
+    int ok = crc_matches(data, pos + 21, end, crc);
+    if (ok != 1)
+        return NULL; /* a mismatch is the Python parser's to report */
+    unsigned attrs = (unsigned)be(p + 21, 2);
+    PyTypeObject *type = (PyTypeObject *)g_record_batch;
+    PyObject *b = type->tp_alloc(type, 0);
+    if (b == NULL)
+        return NULL;
+    int codec = attrs & 7;
+    if (put(b, s_position, PyLong_FromSsize_t(pos)) || put(b, s_size, PyLong_FromLongLong(LOG_OVERHEAD + size))
+        || put(b, s_base_offset, PyLong_FromLongLong(be(p, 8))) || put(b, s_length, PyLong_FromLongLong(size))
+        || put(b, s_partition_leader_epoch, PyLong_FromLong((int32_t)(uint32_t)be(p + 12, 4)))
+        || put(b, s_magic, Py_NewRef(g_two)) || put(b, s_crc, PyLong_FromUnsignedLong(crc))
+        || put(b, s_crc_ok, Py_NewRef(Py_True)) || put(b, s_attributes, PyLong_FromLong(attrs))
+        || put(b, s_codec, PyLong_FromLong(codec))
+        || put(b, s_compression, Py_NewRef(PyTuple_GET_ITEM(g_codecs, codec)))
+        || put(b, s_timestamp_type, Py_NewRef(attrs & 0x08 ? g_ts_append : g_ts_create))
+        || put(b, s_is_transactional, PyBool_FromLong(attrs & 0x10))
+        || put(b, s_is_control, PyBool_FromLong(attrs & 0x20))
+        || put(b, s_has_delete_horizon, PyBool_FromLong(attrs & 0x40))
+        || put(b, s_last_offset_delta, PyLong_FromLong((int32_t)(uint32_t)be(p + 23, 4)))
+        || put(b, s_base_timestamp, PyLong_FromLongLong(be(p + 27, 8)))
+        || put(b, s_max_timestamp, PyLong_FromLongLong(be(p + 35, 8)))
+        || put(b, s_producer_id, PyLong_FromLongLong(be(p + 43, 8)))
+        || put(b, s_producer_epoch, PyLong_FromLong((int16_t)(uint16_t)be(p + 51, 2)))
+        || put(b, s_base_sequence, PyLong_FromLong((int32_t)(uint32_t)be(p + 53, 4)))
+        || put(b, s_record_count, PyLong_FromLong((int32_t)(uint32_t)be(p + 57, 4)))
+        || put(b, s_issues, PyList_New(0)) || put(b, s_buffer, Py_NewRef(data))
+        || put(b, s_body_start, PyLong_FromSsize_t(pos + V2_HEADER_SIZE)) || put(b, s_end, PyLong_FromSsize_t(end))
+        || put(b, s_limits, Py_NewRef(g_limits)) || put(b, s_origin, Py_NewRef(g_zero))
+        || put(b, s_sink, Py_NewRef(sink)) || put(b, s_reported, Py_NewRef(Py_False))
+        || put(b, s_legacy_key, Py_NewRef(Py_None)) || put(b, s_batch_index, PyLong_FromSsize_t(index))) {
+        Py_DECREF(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* parse_record_set(data) for data of whole, clean v2 batches; NULL (no error set): not that */
+static PyObject *record_set(PyObject *data)
+{
+    if (g_record_set == NULL)
+        return NULL;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data), pos = 0, index = 0;
+    PyObject *rs = PyObject_CallNoArgs(g_record_set), *batches = NULL, *sink = NULL;
+    if (rs == NULL)
+        return NULL;
+    if (put(rs, s_raw, Py_NewRef(data)) || put(rs, s_size, PyLong_FromSsize_t(n)))
+        goto fail;
+    batches = PyObject_GetAttr(rs, s_batches);
+    sink = PyObject_GetAttr(rs, s_issues);
+    if (batches == NULL || sink == NULL || !PyList_CheckExact(batches))
+        goto fail;
+    while (pos < n) {
+        Py_ssize_t left = n - pos;
+        if (left < LOG_OVERHEAD + 5)
+            goto fail; /* a partial entry header */
+        int64_t size = (int32_t)(uint32_t)be(b + pos + 8, 4);
+        if (b[pos + 16] != 2 || size < V2_HEADER_SIZE - LOG_OVERHEAD || size > left - LOG_OVERHEAD)
+            goto fail; /* not v2, too small, or cut */
+        PyObject *batch = v2_batch(data, sink, pos, size, index);
+        if (batch == NULL)
+            goto fail;
+        int r = PyList_Append(batches, batch);
+        Py_DECREF(batch);
+        if (r)
+            goto fail;
+        pos += LOG_OVERHEAD + (Py_ssize_t)size;
+        index++;
+    }
+    Py_DECREF(batches);
+    Py_DECREF(sink);
+    return rs;
+fail:
+    Py_XDECREF(batches);
+    Py_XDECREF(sink);
+    Py_DECREF(rs);
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear(); /* the Python parser decides, and reports */
+    return NULL;
+}
+
+/* ---- reading --------------------------------------------------------------------------
+ * Every reader returns a new reference, or NULL: "not the clean case" when no exception is
+ * set, else the exception (a Python callback's, or a failed allocation). */
+
+/* An unsigned LEB128 varint of at most 5 bytes (fastdecode's inline code + read_uvarint). */
+static inline int uvarint(St *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 5; i++) {
+        if (s->pos >= s->L)
+            return -1;
+        unsigned c = s->b[s->pos++];
+        v |= (uint64_t)(c & 0x7f) << (7 * i);
+        if (!(c & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const char B64URL[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/* primitives.uuid_to_str: URL-safe base64 of the 16 bytes, padding stripped (22 chars). */
+static PyObject *uuid_str(const unsigned char *p)
+{
+    char out[24];
+    int o = 0;
+    for (int i = 0; i < 15; i += 3) {
+        uint32_t v = ((uint32_t)p[i] << 16) | ((uint32_t)p[i + 1] << 8) | p[i + 2];
+        out[o++] = B64URL[(v >> 18) & 63];
+        out[o++] = B64URL[(v >> 12) & 63];
+        out[o++] = B64URL[(v >> 6) & 63];
+        out[o++] = B64URL[v & 63];
+    }
+    out[o++] = B64URL[p[15] >> 2];
+    out[o++] = B64URL[(p[15] & 3) << 4];
+    return PyUnicode_DecodeASCII(out, o, NULL);
+}
+
+static const int FIXED[] = {1, 1, 2, 2, 4, 4, 8, 8, 16};
+
+static PyObject *read_fixed(St *s, int op)
+{
+    int size = FIXED[op];
+    if (size > s->L - s->pos)
+        return NULL;
+    const unsigned char *p = s->b + s->pos;
+    s->pos += size;
+    switch (op) {
+    case OP_BOOL: return PyBool_FromLong(p[0] != 0);
+    case OP_INT8: return PyLong_FromLong((int8_t)p[0]);
+    case OP_INT16: return PyLong_FromLong((int16_t)(uint16_t)be(p, 2));
+    case OP_UINT16: return PyLong_FromLong((long)be(p, 2));
+    case OP_INT32: return PyLong_FromLong((int32_t)(uint32_t)be(p, 4));
+    case OP_UINT32: return PyLong_FromUnsignedLong((unsigned long)be(p, 4));
+    case OP_INT64: return PyLong_FromLongLong((long long)be(p, 8));
+    case OP_FLOAT64: {
+        uint64_t bits = (uint64_t)be(p, 8);
+        double d;
+        memcpy(&d, &bits, sizeof d);
+        return PyFloat_FromDouble(d);
+    }
+    default: return uuid_str(p);
+    }
+}
+
+/* A string, bytes or records value: its length prefix, then the value of the bytes. */
+static PyObject *read_sized(St *s, int op, int compact, int nullable)
+{
+    int64_t n;
+    if (compact) { /* uvarint length + 1, 0 = null */
+        uint64_t u;
+        if (uvarint(s, &u))
+            return NULL;
+        if (u == 0) {
+            if (nullable)
+                Py_RETURN_NONE;
+            return NULL;
+        }
+        n = (int64_t)u - 1;
+    } else { /* int16 (string) or int32 (bytes, records) length, -1 = null */
+        int w = op == OP_STRING ? 2 : 4;
+        if (w > s->L - s->pos)
+            return NULL;
+        n = w == 2 ? (int16_t)(uint16_t)be(s->b + s->pos, 2) : (int32_t)(uint32_t)be(s->b + s->pos, 4);
+        s->pos += w;
+        if (n < 0) {
+            if (n == -1 && nullable)
+                Py_RETURN_NONE;
+            return NULL;
+        }
+    }
+    if (n > s->L - s->pos)
+        return NULL;
+    const char *p = (const char *)s->b + s->pos;
+    s->pos += n;
+    if (op == OP_STRING)
+        return PyUnicode_DecodeUTF8(p, n, NULL); /* strict, like bytes.decode() */
+    PyObject *raw = PyBytes_FromStringAndSize(p, n);
+    if (raw == NULL || op == OP_BYTES)
+        return raw;
+    PyObject *rs = record_set(raw);
+    if (rs == NULL && PyErr_Occurred()) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    if (rs == NULL)
+        rs = PyObject_CallOneArg(g_parse_records, raw);
+    Py_DECREF(raw);
+    return rs;
+}
+
+static PyObject *read_struct(St *s, const Node *n, int nullable);
+static PyObject *read_array(St *s, const Field *f);
+
+static inline PyObject *read_value(St *s, int op, int compact, int nullable, const Field *f, const Node *child)
+{
+    if (op <= OP_UUID)
+        return read_fixed(s, op);
+    if (op <= OP_RECORDS)
+        return read_sized(s, op, compact, nullable);
+    if (op == OP_STRUCT)
+        return read_struct(s, child, nullable);
+    return read_array(s, f);
+}
+
+static PyObject *read_array(St *s, const Field *f)
+{
+    int64_t n;
+    if (f->compact) {
+        uint64_t u;
+        if (uvarint(s, &u))
+            return NULL;
+        if (u == 0) {
+            if (f->nullable)
+                Py_RETURN_NONE;
+            return NULL;
+        }
+        n = (int64_t)u - 1; /* < 2^35 */
+    } else {
+        if (4 > s->L - s->pos)
+            return NULL;
+        n = (int32_t)(uint32_t)be(s->b + s->pos, 4);
+        s->pos += 4;
+        if (n < 0) {
+            if (n == -1 && f->nullable)
+                Py_RETURN_NONE;
+            return NULL;
+        }
+    }
+    /* n < 2^35 and least <= 2^30: no overflow; the list is no longer than the bytes left */
+    if (n * f->least > s->L - s->pos)
+        return NULL;
+    s->E -= n; /* the reference's element budget (layout.ElementLimit) */
+    if (s->E < 0)
+        return NULL;
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (list == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)n; i++) {
+        PyObject *v = read_value(s, f->inner, f->compact, 0, NULL, f->child);
+        if (v == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, v);
+    }
+    return list;
+}
+
+/* layout.copy_default: dicts copied all the way down, lists fresh and empty, the rest shared */
+static PyObject *fresh_copy(PyObject *v)
+{
+    if (PyDict_Check(v)) {
+        PyObject *d = PyDict_New(), *k, *x;
+        Py_ssize_t i = 0;
+        if (d == NULL)
+            return NULL;
+        while (PyDict_Next(v, &i, &k, &x)) {
+            PyObject *c = fresh_copy(x);
+            if (c == NULL || PyDict_SetItem(d, k, c)) {
+                Py_XDECREF(c);
+                Py_DECREF(d);
+                return NULL;
+            }
+            Py_DECREF(c);
+        }
+        return d;
+    }
+    if (PyList_Check(v))
+        return PyList_New(0);
+    return Py_NewRef(v);
+}
+
+static int set_tagged(St *s, const Node *n, PyObject *d)
+{
+    if (s->pos >= s->L)
+        return -1;
+    if (s->b[s->pos] == 0) { /* no tagged fields: the defaults of the absent ones */
+        s->pos++;
+        for (Py_ssize_t i = 0; i < n->ndefaults; i++) {
+            PyObject *c = fresh_copy(n->dvalues[i]);
+            if (c == NULL || PyDict_SetItem(d, n->dnames[i], c)) {
+                Py_XDECREF(c);
+                return -1;
+            }
+            Py_DECREF(c);
+        }
+        return 0;
+    }
+    /* read_tagged(buf, pos, L, table) -> (entries, pos), or raises Bail */
+    PyObject *res = PyObject_CallFunction(g_read_tagged, "OLLO", s->bufobj, (long long)s->pos, (long long)s->L,
+                                          n->table);
+    if (res == NULL)
+        return -1;
+    int ok = PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 2 && PyDict_Check(PyTuple_GET_ITEM(res, 0))
+             && PyLong_Check(PyTuple_GET_ITEM(res, 1));
+    if (ok) {
+        long long pos = PyLong_AsLongLong(PyTuple_GET_ITEM(res, 1));
+        ok = pos > s->pos && pos <= s->L; /* else (or an overflow error): not ours to judge */
+        if (ok) {
+            s->pos = pos;
+            ok = PyDict_Update(d, PyTuple_GET_ITEM(res, 0)) == 0;
+        }
+    }
+    Py_DECREF(res);
+    return ok ? 0 : -1;
+}
+
+static PyObject *read_struct(St *s, const Node *n, int nullable)
+{
+    if (nullable) { /* int8 presence marker, negative = null */
+        if (s->pos >= s->L)
+            return NULL;
+        if (s->b[s->pos++] > 127)
+            Py_RETURN_NONE;
+    }
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n->nfields; i++) {
+        const Field *f = &n->fields[i];
+        PyObject *v = read_value(s, f->op, f->compact, f->nullable, f, f->child);
+        if (v == NULL || PyDict_SetItem(d, n->names[i], v)) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    if (n->flexible && set_tagged(s, n, d)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* NULL from a reader: None (the reference decides), unless the error must not be swallowed
+ * (KeyboardInterrupt and the like: not an Exception, which the Python fast path catches). */
+static PyObject *give_up(void)
+{
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
+static Program *program_of(PyObject *capsule, int kind)
+{
+    Program *p = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (p != NULL && p->kind != kind) {
+        PyErr_SetString(PyExc_ValueError, "a program of another kind");
+        return NULL;
+    }
+    return p;
+}
+
+static int start(St *s, PyObject *buf, const Program *p)
+{
+    if (!PyBytes_CheckExact(buf)) {
+        PyErr_SetString(PyExc_TypeError, "the frame must be bytes");
+        return -1;
+    }
+    s->bufobj = buf;
+    s->b = (const unsigned char *)PyBytes_AS_STRING(buf);
+    s->L = PyBytes_GET_SIZE(buf);
+    s->pos = 0;
+    s->E = p->budget;
+    return 0;
+}
+
+static PyObject *decode_message(const Program *p, PyObject *buf, PyObject *key, PyObject *version)
+{
+    St s;
+    if (start(&s, buf, p))
+        return NULL;
+    PyObject *h = read_struct(&s, p->header, 0);
+    if (h == NULL)
+        return give_up();
+    /* an UNSUPPORTED_VERSION ApiVersions response has its own layout: the reference's */
+    if (p->apiv_check && s.L - s.pos >= 2 && s.b[s.pos] == 0 && s.b[s.pos + 1] == 35) {
+        Py_DECREF(h);
+        Py_RETURN_NONE;
+    }
+    PyObject *body = read_struct(&s, p->body, 0);
+    if (body == NULL) {
+        Py_DECREF(h);
+        return give_up();
+    }
+    if (s.pos != s.L) {
+        Py_DECREF(h);
+        Py_DECREF(body);
+        Py_RETURN_NONE;
+    }
+    PyObject *issues = PyList_New(0), *size = PyLong_FromLongLong(s.L), *msg = NULL;
+    if (issues != NULL && size != NULL) {
+        PyObject *args[9] = {p->kind == KIND_REQUEST ? Py_True : Py_False, key, version, h, body, issues,
+                             Py_None, size, version};
+        msg = PyObject_Vectorcall(g_message, args, 9, NULL);
+    }
+    Py_XDECREF(issues);
+    Py_XDECREF(size);
+    Py_DECREF(h);
+    Py_DECREF(body);
+    return msg;
+}
+
+static PyObject *decode_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "decode_request(program, frame)");
+        return NULL;
+    }
+    Program *p = program_of(args[0], KIND_REQUEST);
+    return p == NULL ? NULL : decode_message(p, args[1], p->key, p->version);
+}
+
+static PyObject *decode_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "decode_response(program, frame, api_key, api_version)");
+        return NULL;
+    }
+    Program *p = program_of(args[0], KIND_RESPONSE);
+    /* the caller's own key and version objects go into the Message, as in the reference */
+    return p == NULL ? NULL : decode_message(p, args[1], args[2], args[3]);
+}
+
+static PyObject *decode_struct(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "decode_struct(program, data)");
+        return NULL;
+    }
+    Program *p = program_of(args[0], KIND_STRUCT);
+    St s;
+    if (p == NULL || start(&s, args[1], p))
+        return NULL;
+    PyObject *d = read_struct(&s, p->body, 0);
+    if (d == NULL)
+        return give_up();
+    if (s.pos != s.L) {
+        Py_DECREF(d);
+        Py_RETURN_NONE;
+    }
+    return d;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS,
+     "configure(Message, read_tagged, parse_records): the Python objects decoding builds and calls."},
+    {"configure_records", configure_records, METH_VARARGS,
+     "configure_records(RecordSet, RecordBatch, crc32c, codec_names, TIMESTAMP_CREATE,\n"
+     "TIMESTAMP_LOG_APPEND, DEFAULT_LIMITS): what record sets are built from (without it,\n"
+     "RECORDS fields go to parse_records)."},
+    {"compile", compile_program, METH_O,
+     "compile((kind, header, body, apiv_check, api_key, api_version, budget)) -> program"},
+    {"decode_request", (PyCFunction)(void (*)(void))decode_request, METH_FASTCALL,
+     "decode_request(program, frame) -> Message | None (None: let the reference decode it)"},
+    {"decode_response", (PyCFunction)(void (*)(void))decode_response, METH_FASTCALL,
+     "decode_response(program, frame, api_key, api_version) -> Message | None"},
+    {"decode_struct", (PyCFunction)(void (*)(void))decode_struct, METH_FASTCALL,
+     "decode_struct(program, data) -> dict | None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "kwinspect.protocol._cdecode",
+    "The compiled twin of kwinspect.protocol.fastdecode: a table-driven decoder of clean frames.", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__cdecode(void) { return PyModule_Create(&module); }
