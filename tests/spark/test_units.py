@@ -187,3 +187,24 @@ def test_idle_schedule_is_replayed_per_connection(tmp_path):
     assert any(r[0] == "errors" and "'response_missing'" in r for r in expected)
     assert _mini_pipeline(path, use_schedule=True) == expected
     assert _mini_pipeline(path, use_schedule=False) != expected  # the scenario needs the schedule
+
+
+def test_commit_sweep_covers_records_from_the_frontier():
+    """The deliveries tracker's commit rule, replayed per partition: a commit of offset C covers
+    the records acknowledged before it from the frontier up to C; a record acknowledged below
+    the frontier (out of offset order) gets no commit; one never committed past gets none."""
+    import pyarrow as pa
+
+    from kwinspect.spark.facts import commit_sweep
+
+    steps = [("d_ack", 5, None), ("d_commit", 6, "g1"), ("d_ack", 3, None), ("d_ack", 9, None),
+             ("d_ack", 7, None), ("d_commit", 8, "g2"), ("d_commit", 8, "g3"), ("d_commit", 10, "g4"),
+             ("d_ack", 12, None)]
+    rows = [{"table": t, "o_topic": "t", "o_partition": 0, "o_offset": off, "o_group_id": g, "o_ts": float(i)}
+            for i, (t, off, g) in enumerate(steps)]
+    rows += [{"table": "d_ack", "o_topic": "u", "o_partition": 0, "o_offset": 1, "o_group_id": None, "o_ts": 0.0},
+             {"table": "d_commit", "o_topic": "u", "o_partition": 0, "o_offset": 5, "o_group_id": "h", "o_ts": 1.0}]
+    out = [r for b in commit_sweep([pa.RecordBatch.from_pylist(rows)]) for r in b.to_pylist()]
+    got = {(r["o_topic"], r["o_offset"]): (r["commit_group"], r["commit_offset"], r["commit_ts"]) for r in out}
+    assert got == {("t", 5): ("g1", 6, 1.0), ("t", 7): ("g2", 8, 5.0), ("t", 9): ("g4", 10, 7.0),
+                   ("u", 1): ("h", 5, 1.0)}
