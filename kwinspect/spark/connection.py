@@ -54,6 +54,7 @@ FETCH = int(ApiKey.FETCH)
 Pos = tuple[float, int, int, int]  # (merge timestamp, file rank, range, packet number)
 END_POS: Pos = (math.inf, (1 << 31) - 1, (1 << 31) - 1, (1 << 62))
 IDLE_CHECK_EVERY = 60.0  # Dissector.feed_segment checks for idle connections this often (capture time)
+PRUNE_EVERY = 4096  # segments between two prunings of a connection's packet positions (ConnRun.fed)
 
 _ROW_COLUMNS: list[str] = []
 for _cols in (TABLES[t] for t in CAPTURE_TABLES):
@@ -373,14 +374,14 @@ class ConnRun(PacketLoop):
         self._decided: set[int] = set()
         self.names = AsOfNames(self, names)
         # facts for the cross-connection tables, and where each exchange sits in capture
-        # order: the dissector numbers this connection's segments 1, 2, ... (its own
-        # packet numbers, which end up only in the capture-wide columns, left null here),
-        # and `fed` maps those numbers back to capture positions (pruned below the
-        # dissector's watermark, so it stays small)
+        # order: this connection's segments are its packets 1, 2, ... (packet numbers end
+        # up only in the capture-wide columns, left null here), and `fed` maps them back
+        # to capture positions (pruned below the dissector's watermark, so it stays small)
         self.facts = (ConnFacts(self._fact, stats=stats, kafka_ports=config.kafka_ports, deliveries=deliveries,
                                 values=values) if stats or deliveries else None)
         self.fed: list[Pos] = []
         self.fed_base = 1
+        self.prune_at = PRUNE_EVERY
         self.seq = 0
         # with `checks`, the capture-wide idle-check schedule replaces the dissector's own
         self.d = Dissector(config, shared=SharedState(topic_names=self.names),
@@ -418,9 +419,9 @@ class ConnRun(PacketLoop):
         d = self.d
         if self.facts is not None:
             self.fed.append(pos)
-            seg = seg._replace(index=self.fed_base + len(self.fed) - 1)
-            if len(self.fed) >= 4096:
-                self._prune()
+            # the Dissector numbers packets in feed_packet; fed segments here, this run numbers
+            # them (its packet count), so that Exchange.order names this connection's packet
+            d.stats.packets = self.fed_base + len(self.fed) - 1
         kafka_before = d.stats.kafka_connections
         d.feed_segment(seg)
         if d.stats.kafka_connections != kafka_before:
@@ -430,6 +431,9 @@ class ConnRun(PacketLoop):
                     self.decisions.append((pos, info.client, info.broker))
         self.collect(pos)  # before the checks at this position, which flush under their own
         self._run_checks(pos, inclusive=True)
+        if self.facts is not None and len(self.fed) >= self.prune_at:  # after the segment is in
+            self._prune()
+            self.prune_at = len(self.fed) + PRUNE_EVERY
 
     def end(self) -> None:
         if self.checks is not None and self.d.tcp.open_connections():
