@@ -333,7 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
             "Runs the same decoder on Spark (embedded local[*] by default, or --master URL):\n"
             "files are read in parallel, each TCP connection is dissected in capture order,\n"
             "and exchanges, errors (and --records) are written to DIR as Parquet with the\n"
-            "exporters' schemas, plus per-minute latency, error and topic-volume tables.\n"
+            "exporters' schemas; stats (per minute, as `kwinspect stats -i 1m`; --no-stats\n"
+            "leaves it out) and --deliveries (as `kwinspect deliveries`) are joined across\n"
+            "connections in Spark; plus per-minute latency, error and topic-volume tables.\n"
+            "  kwinspect pipeline 'rotated/*.pcap' -o tables/ --records --deliveries\n"
             "See docs/pipeline.md.")
     p.add_argument("pcap", nargs="+", metavar="INPUT",
                    help="pcap/pcapng(.gz) files, directories or globs; local paths or URIs (hdfs://, s3a://, ...)")
@@ -341,6 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", metavar="URL", help="Spark master (default local[*]; spark://, yarn, k8s://...)")
     p.add_argument("--partitions", type=int, metavar="N", help="shuffle partitions for the per-connection stage")
     p.add_argument("--records", action="store_true", help="also write the records table (one row per record)")
+    p.add_argument("--no-stats", dest="stats", action="store_false",
+                   help="leave out the stats table (per minute, the rows of `kwinspect stats -i 1m`)")
+    p.add_argument("--deliveries", action="store_true",
+                   help="also write the deliveries table (every acknowledged record joined with its fetches "
+                        "and commit, as `kwinspect deliveries`; a join across connections)")
     p.add_argument("--overwrite", action="store_true", help="replace DIR if it exists")
     p.add_argument("--split-mb", type=int, default=128, metavar="MB",
                    help="read uncompressed pcap and pcapng files in byte ranges of this size (default 128)")
@@ -993,7 +1001,9 @@ def cmd_pipeline(args) -> int:
     if args.split_mb < 1:
         raise UsageError("--split-mb must be at least 1")
     opts = PipelineOptions(inputs=args.pcap, output=args.output, master=args.master,
-                           partitions=args.partitions, records=args.records, overwrite=args.overwrite,
+                           partitions=args.partitions, records=args.records, stats=args.stats,
+                           deliveries=args.deliveries,
+                           overwrite=args.overwrite,
                            config=_config(args), values=args.values, split_bytes=args.split_mb << 20,
                            spark_conf=conf, ship_env=args.ship_env)
     if args.quiet:

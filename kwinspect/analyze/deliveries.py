@@ -44,7 +44,7 @@ import base64
 import bisect
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kwinspect.analyze.diagnose.core import (
@@ -173,6 +173,137 @@ class Delivery:
     def produce_evidence(self) -> Evidence:
         return Evidence(self.produce_stream, self.produce_correlation_id, "Produce", self.produce_ts)
 
+    def add_fetch(self, fetch: Fetch) -> bool:
+        """Count a Fetch that returned the record (listed up to MAX_FETCHES_LISTED); False for
+        a Fetch already listed from the other leg of a proxy (same client and correlation
+        id on another connection, within MIRROR_WINDOW_S)."""
+        if self.fetches and any(f.client_id == fetch.client_id and f.correlation_id == fetch.correlation_id
+                                and f.stream != fetch.stream and _near(f.ts, fetch.ts) for f in self.fetches):
+            return False
+        self.times_fetched += 1
+        if self.fetches is None:
+            self.fetches = []
+        if len(self.fetches) < MAX_FETCHES_LISTED:
+            self.fetches.append(fetch)
+        return True
+
+    def add_failures(self, failed: tuple | None, ex: Any) -> None:
+        """The failed attempts pending for this record's link key when it was acknowledged
+        by ``ex``: (count, errors, first evidence, (client id, correlation id, time, stream)
+        of the last one), as DeliveryTracker keeps them; the last one is not an attempt of
+        its own when it was ``ex`` seen on a proxy's other leg."""
+        if failed is not None and is_mirror(failed[3], ex):
+            failed = None if failed[0] == 1 else (failed[0] - 1, failed[1], failed[2], failed[3])
+        if failed is not None:
+            self.produce_attempts += failed[0]
+            self.error, self.failed_ev = failed[1], failed[2]
+
+
+def new_delivery(ex: Exchange, row: Any, values: str = "auto") -> tuple[Delivery, bytes | None]:
+    """The Delivery of a record row (walked with ``values="auto"``) a ProduceResponse
+    acknowledged, and the value's bytes (for the link key). The key is rendered with
+    ``values`` and cut at MAX_KEY_CHARS; the value is kept as a digest."""
+    raw = _raw(row.value, row.value_encoding)
+    d = Delivery()
+    d.topic, d.partition, d.offset = row.topic, row.partition, row.offset
+    key, key_encoding = row.key, row.key_encoding
+    if values != "auto" and key is not None:  # rows are walked in auto mode: bytes recoverable
+        key, key_encoding = render_bytes(_raw(key, key_encoding), values)
+    if key is not None and len(key) > MAX_KEY_CHARS:
+        key = key[:MAX_KEY_CHARS]
+    d.key, d.key_encoding = key, key_encoding
+    d.value_digest = value_digest(raw)
+    d.value_size = None if raw is None else len(raw)
+    d.producer_client_id = ex.client_id
+    d.producer_id, d.producer_epoch, d.sequence = row.producer_id, row.producer_epoch, row.sequence
+    d.produce_ts, d.ack_ts = ex.request_ts, ex.response_ts
+    d.produce_stream, d.produce_correlation_id = ex.stream, ex.correlation_id
+    return d, raw
+
+
+def record_fingerprint(row: Any, raw: bytes | None) -> bytes:
+    """What a retry of a record re-sends: topic, partition, key, timestamp and value."""
+    h = hashlib.blake2b(digest_size=12)
+    for part in (row.topic, row.partition, row.key_encoding, row.key, row.timestamp):
+        h.update(repr(part).encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    h.update(b"-" if raw is None else raw)
+    return h.digest()
+
+
+def link_key(row: Any, raw: bytes | None) -> Any:
+    """What links a failed produce attempt to the record acknowledged on a retry: producer
+    id, epoch, topic, partition and sequence, or without them the record's fingerprint."""
+    if row.producer_id is not None and row.sequence is not None and row.sequence >= 0:
+        return (row.producer_id, row.producer_epoch, row.topic, row.partition, row.sequence)
+    return record_fingerprint(row, raw)
+
+
+def raw_value(row: Any) -> bytes | None:
+    """The bytes of a record row's value (walked with ``values="auto"``)."""
+    return _raw(row.value, row.value_encoding)
+
+
+def merge_errors(errors: str | None, why: str) -> str:
+    """The errors of a record's failed attempts, in order, each once."""
+    if errors is None:
+        return why
+    return errors if why in errors.split(", ") else f"{errors}, {why}"
+
+
+def produce_errors(ex: Exchange, names: Mapping[str, str] | None) -> tuple[dict, str | None]:
+    """(topic, partition) -> error code of a Produce exchange's response, and why records
+    without an offset failed when no error names it (NO_RESPONSE, or None)."""
+    answered = ex.status == STATUS_PAIRED and ex.response is not None
+    errors = _produce_errors(ex.response.body, names) if answered else {}  # type: ignore[union-attr]
+    return errors, NO_RESPONSE if ex.status == STATUS_RESPONSE_MISSING else None
+
+
+def group_named(ex: Exchange) -> str | None:
+    """The group a group request names (OffsetFetch v8+: its only group), else None."""
+    body = ex.request.body if ex.request is not None else None
+    if not isinstance(body, dict):
+        return None
+    group = as_str(body.get("group_id"))
+    if group is None:  # OffsetFetch v8+: a list of groups
+        groups = [as_str(g.get("group_id")) for g in as_list(body.get("groups")) if isinstance(g, dict)]
+        group = groups[0] if len(groups) == 1 else None
+    return group
+
+
+def commits_of(ex: Exchange, names: Mapping[str, str] | None) -> Iterator[tuple[Any, Any, int]]:
+    """(topic, partition, committed offset) of an OffsetCommit the broker accepted, per partition."""
+    body = ex.request.body if ex.request is not None else None
+    if not isinstance(body, dict):
+        return
+    failed = set()
+    resp = ex.response.body if ex.response is not None else None
+    for t in as_list((resp or {}).get("topics")):
+        if isinstance(t, dict):
+            for p in as_list(t.get("partitions")):
+                if isinstance(p, dict) and as_int(p.get("error_code")):
+                    failed.add((name_of(t, names), as_int(p.get("partition_index"))))
+    for t in as_list(body.get("topics")):
+        if not isinstance(t, dict):
+            continue
+        topic = name_of(t, names)
+        for p in as_list(t.get("partitions")):
+            if not isinstance(p, dict):
+                continue
+            index, committed = as_int(p.get("partition_index")), as_int(p.get("committed_offset"))
+            if committed is None or (topic, index) in failed:
+                continue
+            yield topic, index, committed
+
+
+def fill_groups(row: dict[str, Any], group_of: Callable[[str], str | None]) -> dict[str, Any]:
+    """A row's fetch_groups: a fetch made before its client named a group gets the group
+    the client named last (``group_of(client_id or "")``)."""
+    if row["fetch_groups"]:
+        row["fetch_groups"] = [g if g is not None else group_of(c or "")
+                               for g, c in zip(row["fetch_groups"], row["fetch_clients"], strict=True)]
+    return row
+
 
 def _ms(a: float | None, b: float | None) -> float | None:
     """Milliseconds from a to b, to the microsecond (timestamps are pcap microseconds)."""
@@ -238,9 +369,7 @@ class DeliveryTracker:
     def _produce(self, ex: Exchange, names: Mapping[str, str] | None) -> None:
         if ex.request is None:
             return
-        answered = ex.status == STATUS_PAIRED and ex.response is not None
-        errors = _produce_errors(ex.response.body, names) if answered else {}
-        failed_as = NO_RESPONSE if ex.status == STATUS_RESPONSE_MISSING else None
+        errors, failed_as = produce_errors(ex, names)
         mirror = self._mirror_of(ex)  # the same request on the proxy's other leg, seen first
         acked = False
         for row in records_from_exchange(ex, values="auto", topic_names=names):
@@ -282,31 +411,10 @@ class DeliveryTracker:
                     or not _near(seen.produce_ts, ex.request_ts):
                 seen.produce_attempts += 1
             return
-        raw = _raw(row.value, row.value_encoding)
-        d = Delivery()
-        d.topic, d.partition, d.offset = row.topic, row.partition, row.offset
-        key, key_encoding = row.key, row.key_encoding
-        if self.values != "auto" and key is not None:  # rows are walked in auto mode: bytes recoverable
-            key, key_encoding = render_bytes(_raw(key, key_encoding), self.values)
-        if key is not None and len(key) > MAX_KEY_CHARS:
-            key = key[:MAX_KEY_CHARS]
-        d.key, d.key_encoding = key, key_encoding
-        d.value_digest = value_digest(raw)
-        d.value_size = None if raw is None else len(raw)
-        d.producer_client_id = ex.client_id
-        d.producer_id, d.producer_epoch, d.sequence = row.producer_id, row.producer_epoch, row.sequence
-        d.produce_ts, d.ack_ts = ex.request_ts, ex.response_ts
-        d.produce_stream, d.produce_correlation_id = ex.stream, ex.correlation_id
-        link = self._link_key(row, raw)
-        failed = self.pending_failures.pop(link, None)
-        if failed is not None and _is_mirror(failed[3], ex):
-            # the failure was this very request on the proxy's other leg (its answer lost there)
-            failed = None if failed[0] == 1 else (failed[0] - 1, failed[1], failed[2], failed[3])
-        if failed is not None:
-            d.produce_attempts += failed[0]
-            d.error, d.failed_ev = failed[1], failed[2]
+        d, raw = new_delivery(ex, row, self.values)
+        d.add_failures(self.pending_failures.pop(link_key(row, raw), None), ex)
         if row.producer_id is None:
-            fp = self._fingerprint(row, raw)
+            fp = record_fingerprint(row, raw)
             first = self.fingerprints.get(fp)
             if first is None:
                 self.fingerprints[fp] = d
@@ -323,30 +431,15 @@ class DeliveryTracker:
             if i < part.committed_upto:
                 part.committed_upto += 1
 
-    @staticmethod
-    def _fingerprint(row: Any, raw: bytes | None) -> bytes:
-        h = hashlib.blake2b(digest_size=12)
-        for part in (row.topic, row.partition, row.key_encoding, row.key, row.timestamp):
-            h.update(repr(part).encode("utf-8", "surrogatepass"))
-            h.update(b"\0")
-        h.update(b"-" if raw is None else raw)
-        return h.digest()
-
-    def _link_key(self, row: Any, raw: bytes | None) -> Any:
-        if row.producer_id is not None and row.sequence is not None and row.sequence >= 0:
-            return (row.producer_id, row.producer_epoch, row.topic, row.partition, row.sequence)
-        return self._fingerprint(row, raw)
-
     def _failed_attempt(self, ex: Exchange, row: Any, why: str) -> None:
-        link = self._link_key(row, _raw(row.value, row.value_encoding))
+        link = link_key(row, raw_value(row))
         ev = Evidence(ex.stream, ex.correlation_id, "Produce", ex.request_ts)
         last = (ex.client_id, ex.correlation_id, ex.request_ts, ex.stream)
         prev = self.pending_failures.pop(link, None)
         if prev is None:
             self.pending_failures[link] = (1, why, ev, last)
         else:  # the errors of every failed attempt, in order, each once
-            errors = prev[1] if why in prev[1].split(", ") else f"{prev[1]}, {why}"
-            self.pending_failures[link] = (prev[0] + 1, errors, prev[2], last)
+            self.pending_failures[link] = (prev[0] + 1, merge_errors(prev[1], why), prev[2], last)
         while len(self.pending_failures) > MAX_PENDING_FAILURES:
             self.pending_failures.popitem(last=False)
 
@@ -382,14 +475,7 @@ class DeliveryTracker:
             d = part.by_offset.get(off)
             if d is None:
                 continue
-            if d.fetches and any(f.client_id == ex.client_id and f.correlation_id == ex.correlation_id
-                                 and f.stream != stream and _near(f.ts, ts) for f in d.fetches):
-                continue  # this Fetch, seen on the proxy's other leg
-            d.times_fetched += 1
-            if d.fetches is None:
-                d.fetches = []
-            if len(d.fetches) < MAX_FETCHES_LISTED:
-                d.fetches.append(Fetch(ex.client_id, group, ts, stream, ex.correlation_id))
+            d.add_fetch(Fetch(ex.client_id, group, ts, stream, ex.correlation_id))
         if len(self.positions) > 4 * MAX_PENDING_FAILURES:  # bounded: forget the oldest positions
             for k in list(self.positions)[:MAX_PENDING_FAILURES]:
                 del self.positions[k]
@@ -405,58 +491,32 @@ class DeliveryTracker:
                                _fetch_evidence(ex)))
 
     def _group_request(self, ex: Exchange, names: Mapping[str, str] | None) -> None:
-        body = ex.request.body if ex.request is not None else None
-        if not isinstance(body, dict):
-            return
-        group = as_str(body.get("group_id"))
-        if group is None:  # OffsetFetch v8+: a list of groups
-            groups = [as_str(g.get("group_id")) for g in as_list(body.get("groups")) if isinstance(g, dict)]
-            group = groups[0] if len(groups) == 1 else None
+        group = group_named(ex)
         if group and ex.client_id and (ex.client_id in self.client_group or len(self.client_group) < 100_000):
             self.client_group[ex.client_id] = group
         if ex.api_key in (OFFSET_COMMIT, TXN_OFFSET_COMMIT) and group and ex.status == STATUS_PAIRED:
-            self._commit(ex, body, group, names)
+            self._commit(ex, group, names)
 
-    def _commit(self, ex: Exchange, body: dict, group: str, names: Mapping[str, str] | None) -> None:
-        failed = set()
-        resp = ex.response.body if ex.response is not None else None
-        for t in as_list((resp or {}).get("topics")):
-            if isinstance(t, dict):
-                for p in as_list(t.get("partitions")):
-                    if isinstance(p, dict) and as_int(p.get("error_code")):
-                        failed.add((name_of(t, names), as_int(p.get("partition_index"))))
+    def _commit(self, ex: Exchange, group: str, names: Mapping[str, str] | None) -> None:
         ts = ex.response_ts if ex.response_ts is not None else ex.request_ts
-        for t in as_list(body.get("topics")):
-            if not isinstance(t, dict):
+        for topic, index, committed in commits_of(ex, names):
+            part = self.partitions.get((topic, index))
+            if part is None:
                 continue
-            topic = name_of(t, names)
-            for p in as_list(t.get("partitions")):
-                if not isinstance(p, dict):
-                    continue
-                index, committed = as_int(p.get("partition_index")), as_int(p.get("committed_offset"))
-                if committed is None or (topic, index) in failed:
-                    continue
-                part = self.partitions.get((topic, index))
-                if part is None:
-                    continue
-                i = part.committed_upto
-                offsets = part.offsets
-                while i < len(offsets) and offsets[i] < committed:
-                    d = part.by_offset[offsets[i]]
-                    d.commit_group, d.commit_offset, d.commit_ts = group, committed, ts
-                    i += 1
-                part.committed_upto = i
+            i = part.committed_upto
+            offsets = part.offsets
+            while i < len(offsets) and offsets[i] < committed:
+                d = part.by_offset[offsets[i]]
+                d.commit_group, d.commit_offset, d.commit_ts = group, committed, ts
+                i += 1
+            part.committed_upto = i
 
     # -- results -----------------------------------------------------------------------
     def rows(self) -> Iterator[dict[str, Any]]:
         """The table's rows, in acknowledgment order; fetches made before a client named its
         group get the group it named later."""
         for d in self.order:
-            row = d.row()
-            if d.fetches:
-                row["fetch_groups"] = [g if g is not None else self.client_group.get(c or "")
-                                       for g, c in zip(row["fetch_groups"], row["fetch_clients"], strict=True)]
-            yield row
+            yield fill_groups(d.row(), self.client_group.get)
 
     def truncation_note(self) -> str | None:
         if not self.truncated:
@@ -648,7 +708,7 @@ def _near(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and abs(a - b) <= MIRROR_WINDOW_S
 
 
-def _is_mirror(last: tuple, ex: Exchange) -> bool:
+def is_mirror(last: tuple, ex: Any) -> bool:
     """Was the last failed attempt (client id, correlation id, time, stream) ``ex`` on another leg?"""
     client_id, cid, ts, stream = last
     return client_id == ex.client_id and cid == ex.correlation_id and stream != ex.stream and _near(ts, ex.request_ts)

@@ -127,6 +127,14 @@ def offset_facts(ex: Exchange, topic_names: Mapping[str, str] | None = None) -> 
     return []
 
 
+def lag_facts(ex: Exchange, topic_names: Mapping[str, str] | None = None) -> list[OffsetFact]:
+    """The offset facts LagTracker.add takes from an exchange: those of a paired Fetch,
+    OffsetCommit or OffsetFetch (``offset_facts``), none for anything else."""
+    if ex.api_key not in (FETCH, OFFSET_COMMIT, OFFSET_FETCH) or ex.status != STATUS_PAIRED:
+        return []
+    return offset_facts(ex, topic_names)
+
+
 def _any_partition_error(resp: dict) -> bool:
     return any(p.get("error_code") for t in _dicts(resp.get("topics")) for p in _dicts(t.get("partitions")))
 
@@ -142,12 +150,17 @@ class LagTracker:
         self._groups = 0
 
     def add(self, ex: Exchange, topic_names: Mapping[str, str] | None = None) -> list[LagSample]:
-        if ex.api_key not in (FETCH, OFFSET_COMMIT, OFFSET_FETCH) or ex.status != STATUS_PAIRED:
-            return []
-        facts = offset_facts(ex, topic_names)
+        facts = lag_facts(ex, topic_names)
         if not facts:
             return []
-        ts = ex.response_ts if ex.response_ts is not None else ex.request_ts
+        return self.add_facts(facts, ex.response_ts if ex.response_ts is not None else ex.request_ts,
+                              ex.client_id)
+
+    def add_facts(self, facts: list[OffsetFact], ts: float | None, client_id: str | None) -> list[LagSample]:
+        """The samples of one exchange's offset facts (``lag_facts``), sampled at ``ts``.
+
+        The facts of different partitions never meet, so a caller may feed each
+        partition's facts apart (the Spark pipeline does, partition by partition)."""
         out: list[LagSample] = []
         positions = {(f.topic, f.partition): f.offset for f in facts if f.kind == FETCH_POSITION}
         changed: set[tuple[str, int]] = set()
@@ -159,7 +172,7 @@ class LagTracker:
                     changed.add(tp)
                 pos = positions.get(tp)
                 if pos is not None:
-                    out.append(LagSample(FETCH_LAG, ts, None, ex.client_id, f.topic, f.partition,
+                    out.append(LagSample(FETCH_LAG, ts, None, client_id, f.topic, f.partition,
                                          max(0, f.offset - pos)))
             elif f.kind == COMMITTED:
                 groups = self.committed.get(tp)
@@ -184,4 +197,4 @@ class LagTracker:
 
 
 __all__ = ["COMMITTED", "CONSUMER_LAG", "FETCH_LAG", "FETCH_POSITION", "HIGH_WATERMARK", "LagSample",
-           "LagTracker", "OffsetFact", "offset_facts"]
+           "LagTracker", "OffsetFact", "lag_facts", "offset_facts"]

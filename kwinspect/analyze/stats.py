@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from kwinspect.analyze.lag import CONSUMER_LAG, LagTracker
+from kwinspect.analyze.lag import CONSUMER_LAG, LagSample, LagTracker
 from kwinspect.analyze.latency import PERCENTILES, api_label, nearest_rank
 from kwinspect.model import STATUS_PAIRED, STATUS_RESPONSE_MISSING, Exchange
 from kwinspect.protocol.schema.api_keys import ApiKey
@@ -207,14 +207,24 @@ class SeriesObserver:
                 add(Observation(what[0], when, d, rs.record_count))
                 add(Observation(what[1], when, d, rs.size))
         if "lag" in fam:
-            for s in self.lag.add(ex, topic_names):
-                t, p = self._tp(s.topic, s.partition)
-                when = s.ts if s.ts is not None else ts
-                if s.kind == CONSUMER_LAG:
-                    add(Observation("consumer_lag", when, _dims(topic=t, partition=p,
-                                                                group_id=caps["group_id"](s.group_id)), s.lag))
-                else:
-                    add(Observation("fetch_lag", when, _dims(client_id=client_id, topic=t, partition=p), s.lag))
+            out += self.lag_observations(self.lag.add(ex, topic_names), ts, client_id)
+        return out
+
+    def lag_observations(self, samples: Iterable[LagSample], ts: float, client_id: str | None
+                         ) -> list[Observation]:
+        """Lag samples -> observations (``ts``: the exchange's, for samples without one;
+        ``client_id``: the exchange's, as capped)."""
+        out = []
+        for s in samples:
+            t, p = self._tp(s.topic, s.partition)
+            when = s.ts if s.ts is not None else ts
+            if s.kind == CONSUMER_LAG:
+                out.append(Observation("consumer_lag", when, _dims(topic=t, partition=p,
+                                                                   group_id=self.caps["group_id"](s.group_id)),
+                                       s.lag))
+            else:
+                out.append(Observation("fetch_lag", when, _dims(client_id=client_id, topic=t, partition=p),
+                                       s.lag))
         return out
 
     def connection(self, info: Any, kafka_ports: frozenset[int] = frozenset()) -> list[Observation]:
@@ -236,13 +246,18 @@ class SeriesObserver:
             if info.closed in ("fin", "rst"):
                 out.append(Observation("connections_closed", last, d, 1))
             return out
-        refused = (info.kind == "undecided" and info.syn_seen and info.closed == "rst"
-                   and info.closed_by == "broker" and not any(info.bytes.values())
-                   and (broker_addr in self._kafka_brokers or info.broker.port in kafka_ports))
-        if refused:
+        if refused_attempt(info) and (broker_addr in self._kafka_brokers or info.broker.port in kafka_ports):
             return [Observation("connections_refused", info.first_ts,
                                 _dims(broker=self.caps["broker"](broker_addr)), 1)]
         return []
+
+
+def refused_attempt(info: Any) -> bool:
+    """A connection attempt a broker refused, if its endpoint is a broker: a SYN answered
+    by the broker with RST, no byte either way (``connections_refused`` counts it when
+    the endpoint was seen as a Kafka broker before, or its port is a --kafka-ports one)."""
+    return (info.kind == "undecided" and info.syn_seen and info.closed == "rst"
+            and info.closed_by == "broker" and not any(info.bytes.values()))
 
 
 # ---------------------------------------------------------------------------
@@ -311,7 +326,8 @@ class TrafficStats:
     def _key(self, obs: Observation) -> tuple:
         return (math.floor(obs.ts / self.interval), obs.series, self._masked(obs.dims))
 
-    def _take(self, observations: list[Observation]) -> None:
+    def take(self, observations: Iterable[Observation]) -> None:
+        """Count observations (in capture order: a gauge keeps the newest, ties the later)."""
         for obs in observations:
             kind = SERIES[obs.series].kind
             key = self._key(obs)
@@ -329,10 +345,10 @@ class TrafficStats:
                     self._last[full] = (obs.ts, obs.value)
 
     def add(self, ex: Exchange, topic_names: Mapping[str, str] | None = None) -> None:
-        self._take(self.observer.exchange(ex, topic_names))
+        self.take(self.observer.exchange(ex, topic_names))
 
     def add_connection(self, info: Any) -> None:
-        self._take(self.observer.connection(info, self.kafka_ports))
+        self.take(self.observer.connection(info, self.kafka_ports))
 
     def __len__(self) -> int:
         return len(self._sums) + len(self._last) + len(self._lat)
@@ -403,4 +419,4 @@ _FLOAT_SERIES = frozenset({"latency_sum_ms", "latency_max_ms", "long_poll_wait_m
 
 __all__ = ["BY_NAMES", "DIMENSIONS", "FAMILIES", "LATENCY_BUCKETS_MS", "OTHER", "ROW_SERIES", "SERIES",
            "STATS_COLUMNS", "LabelCap", "Observation", "Series", "SeriesObserver", "TrafficStats",
-           "by_dimensions", "parse_interval"]
+           "by_dimensions", "parse_interval", "refused_attempt"]

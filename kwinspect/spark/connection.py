@@ -41,6 +41,7 @@ from kwinspect.export.tables import CAPTURE_TABLES, LIST_COLUMNS, TABLES, TIMEST
 from kwinspect.model import Endpoint, ErrorRow, Exchange
 from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.run.loop import PacketLoop
+from kwinspect.spark.facts import FACT_FIELDS, ConnFacts
 from kwinspect.stream.conversation import SharedState
 from kwinspect.stream.labels import iter_record_sets
 
@@ -53,6 +54,7 @@ FETCH = int(ApiKey.FETCH)
 Pos = tuple[float, int, int, int]  # (merge timestamp, file rank, range, packet number)
 END_POS: Pos = (math.inf, (1 << 31) - 1, (1 << 31) - 1, (1 << 62))
 IDLE_CHECK_EVERY = 60.0  # Dissector.feed_segment checks for idle connections this often (capture time)
+PRUNE_EVERY = 4096  # segments between two prunings of a connection's packet positions (ConnRun.fed)
 
 _ROW_COLUMNS: list[str] = []
 for _cols in (TABLES[t] for t in CAPTURE_TABLES):
@@ -78,7 +80,10 @@ EVENT_SCHEMA = pa.schema(
        ("p_kts", pa.float64()), ("p_file", pa.int32()), ("p_rng", pa.int32()), ("p_idx", pa.int64()),
        ("m_key", pa.string()), ("m_value", pa.string()), ("m_port", pa.int32()),
        ("m_records", pa.int64()), ("m_bytes", pa.int64())]
+    + FACT_FIELDS  # stats and deliveries facts (kwinspect.spark.facts)
 )
+_META_COLUMNS = ("cap_ts", "p_kts", "p_file", "p_rng", "p_idx", "m_key", "m_value", "m_port", "m_records",
+                 "m_bytes", *(name for name, _type in FACT_FIELDS))
 
 # ---------------------------------------------------------------------------
 # Values exactly as the single-process Parquet exporter writes them
@@ -152,8 +157,7 @@ class EventBuffer:
         row = row or {}
         for c in _ROW_COLUMNS:
             cols[c].append(clean_value(c, row[c]) if c in row and c not in CAPTURE_WIDE_COLUMNS else None)
-        for c in ("cap_ts", "p_kts", "p_file", "p_rng", "p_idx", "m_key", "m_value", "m_port",
-                  "m_records", "m_bytes"):
+        for c in _META_COLUMNS:
             cols[c].append(meta.get(c))
         self.n += 1
 
@@ -354,7 +358,8 @@ class ConnRun(PacketLoop):
 
     def __init__(self, conn: str, config: DissectConfig, events: EventBuffer, *, values: str,
                  want_records: bool, checks: list[tuple[Pos, float]] | None,
-                 names: GlobalNames, brokers: GlobalBrokers, meta: bool) -> None:
+                 names: GlobalNames, brokers: GlobalBrokers, meta: bool, stats: bool = False,
+                 deliveries: bool = False) -> None:
         self.conn = conn
         self.events = events
         self.meta = meta
@@ -368,9 +373,20 @@ class ConnRun(PacketLoop):
         self.decisions: list[tuple[Pos, Endpoint, Endpoint]] = []  # Kafka found: (pos, client, broker)
         self._decided: set[int] = set()
         self.names = AsOfNames(self, names)
+        # facts for the cross-connection tables, and where each exchange sits in capture
+        # order: this connection's segments are its packets 1, 2, ... (packet numbers end
+        # up only in the capture-wide columns, left null here), and `fed` maps them back
+        # to capture positions (pruned below the dissector's watermark, so it stays small)
+        self.facts = (ConnFacts(self._fact, stats=stats, kafka_ports=config.kafka_ports, deliveries=deliveries,
+                                values=values) if stats or deliveries else None)
+        self.fed: list[Pos] = []
+        self.fed_base = 1
+        self.prune_at = PRUNE_EVERY
+        self.seq = 0
         # with `checks`, the capture-wide idle-check schedule replaces the dissector's own
         self.d = Dissector(config, shared=SharedState(topic_names=self.names),
-                           known_brokers=AsOfBrokers(self, brokers), idle_checks=checks is None)
+                           known_brokers=AsOfBrokers(self, brokers), idle_checks=checks is None,
+                           on_close=self._closed if self.facts is not None else None)
         super().__init__(self.d, ordered=False, stop_unparseable=False)
         self.checks = checks
         self.ci = 0
@@ -401,6 +417,11 @@ class ConnRun(PacketLoop):
         self._run_checks(pos, inclusive=False)
         self.pos = pos
         d = self.d
+        if self.facts is not None:
+            self.fed.append(pos)
+            # the Dissector numbers packets in feed_packet; fed segments here, this run numbers
+            # them (its packet count), so that Exchange.order names this connection's packet
+            d.stats.packets = self.fed_base + len(self.fed) - 1
         kafka_before = d.stats.kafka_connections
         d.feed_segment(seg)
         if d.stats.kafka_connections != kafka_before:
@@ -410,6 +431,9 @@ class ConnRun(PacketLoop):
                     self.decisions.append((pos, info.client, info.broker))
         self.collect(pos)  # before the checks at this position, which flush under their own
         self._run_checks(pos, inclusive=True)
+        if self.facts is not None and len(self.fed) >= self.prune_at:  # after the segment is in
+            self._prune()
+            self.prune_at = len(self.fed) + PRUNE_EVERY
 
     def end(self) -> None:
         if self.checks is not None and self.d.tcp.open_connections():
@@ -420,15 +444,43 @@ class ConnRun(PacketLoop):
         if self.meta:
             self._emit_meta()
 
+    def _prune(self) -> None:
+        """Forget the positions of packets before the oldest message still pending."""
+        keep_from = self.d.watermark(self.pos[0] if math.isfinite(self.pos[0]) else 0.0, max_wait=math.inf)
+        drop = min(len(self.fed), max(0, keep_from - self.fed_base))
+        if drop:
+            del self.fed[:drop]
+            self.fed_base += drop
+
+    def order_pos(self, order: int) -> Pos:
+        """The capture position of this connection's packet number ``order`` (Exchange.order)."""
+        i = order - self.fed_base
+        if 0 <= i < len(self.fed):
+            return self.fed[i]
+        return self.pos  # a row found at a check or the end: where it was found
+
+    def _fact(self, table: str, pos: Pos, seq: int, sub: int, **columns: Any) -> None:
+        # the end of the input sorts last: +inf, not null (which Spark sorts first)
+        self.events.add(table, self.conn, None, p_kts=pos[0], p_file=pos[1], p_rng=pos[2], p_idx=pos[3],
+                        o_seq=seq, o_sub=sub, **columns)
+
+    def _closed(self, info: Any) -> None:
+        self.seq += 1
+        self.facts.closed(info, self.pos, self.seq)  # type: ignore[union-attr]
+
     def collect(self, _pos: object) -> None:
         """The dissector's rows into the EventBuffer, at ``self.pos``."""
         out, conn = self.events, self.conn
         if not self.d.has_events:
             return
         self.out.append(True)
+        facts = self.facts
         for ev in self.d.drain():
             if isinstance(ev, Exchange):
                 out.add("exchanges", conn, ev.row())
+                if facts is not None:
+                    self.seq += 1
+                    facts.exchange(ev, self.names, self.order_pos(ev.order), self.seq, self.pos)
                 self._volume(ev)
                 if self.want_records:
                     cap = ts_micros(ev.request_ts if ev.api_key == PRODUCE else ev.response_ts)
@@ -475,13 +527,14 @@ class ConnRun(PacketLoop):
 
 def dissect_partition(batches: Iterable[pa.RecordBatch], *, config: DissectConfig, values: str,
                       want_records: bool, checks: list[tuple[Pos, float]] | None, names: GlobalNames,
-                      brokers: GlobalBrokers, meta: bool, batch_rows: int = 4096
+                      brokers: GlobalBrokers, meta: bool, stats: bool = False, deliveries: bool = False,
+                      batch_rows: int = 4096
                       ) -> Iterator[pa.RecordBatch]:
     """Segments sorted by (conn, kts, file, rng, idx) in; EVENT_SCHEMA batches out."""
     out = EventBuffer()
     for conn, items in groupby(_segments(batches), key=itemgetter(0)):
         run = ConnRun(conn, config, out, values=values, want_records=want_records, checks=checks,
-                      names=names, brokers=brokers, meta=meta)
+                      names=names, brokers=brokers, meta=meta, stats=stats, deliveries=deliveries)
         for _added in run.run(item for _conn, item in items):
             if out.n >= batch_rows:
                 yield out.batch()

@@ -60,6 +60,7 @@ from kwinspect.spark.fragments import (
     read_range,
     scan_pcapng_range,
 )
+from kwinspect.spark.joins import deliveries_table, stats_table
 
 DEFAULT_SPLIT_BYTES = 128 << 20
 DEFAULT_EXACT_IDLE_LIMIT = 20_000_000  # segments; above it idle checks are per connection
@@ -87,6 +88,8 @@ class PipelineOptions:
     master: str | None = None
     partitions: int | None = None
     records: bool = False
+    stats: bool = True  # the per-minute stats table (`--no-stats` leaves it out)
+    deliveries: bool = False  # the deliveries table (`--deliveries`)
     overwrite: bool = False
     config: DissectConfig = field(default_factory=DissectConfig)
     values: str = "auto"
@@ -479,11 +482,12 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
                 "seq", "ack", "flags", "payload", "missing"]
 
     def stage2(df, names: GlobalNames, brokers: GlobalBrokers, dest: str) -> None:
-        values, want = opts.values, opts.records
+        values, want, stats, deliveries = opts.values, opts.records, opts.stats, opts.deliveries
 
         def run(batches):
             yield from dissect_partition(batches, config=config_bc.value, values=values, want_records=want,
-                                         checks=checks, names=names, brokers=brokers, meta=True)
+                                         checks=checks, names=names, brokers=brokers, meta=True, stats=stats,
+                                         deliveries=deliveries)
 
         (df.select(*seg_cols).repartition(partitions, "conn")
          .sortWithinPartitions("conn", "kts", "file", "rng", "idx")
@@ -540,6 +544,16 @@ def _run(spark, opts: PipelineOptions, files: list[tuple[str, int]], out: _Outpu
     vol = events.filter(F.col("table") == "volume")
     for name, df in _aggregates(ex, er, vol).items():
         df.coalesce(1).write.parquet(f"{out.tmp}/{name}")
+    if opts.stats:
+        log("writing stats (per minute)")
+        (stats_table(events).withColumn("date", F.to_date("interval_start")).repartition("date")
+         .write.partitionBy("date").parquet(f"{out.tmp}/stats"))
+        res.counts["stats"] = spark.read.parquet(f"{out.tmp}/stats").count()
+    if opts.deliveries:
+        log("writing deliveries (acknowledged records joined with their fetches and commits)")
+        (deliveries_table(events).withColumn("date", F.to_date(F.coalesce("ack_ts", "produce_ts")))
+         .repartition("date").write.partitionBy("date").parquet(f"{out.tmp}/deliveries"))
+        res.counts["deliveries"] = spark.read.parquet(f"{out.tmp}/deliveries").count()
     return res
 
 

@@ -59,8 +59,11 @@ def build_wheel(tmp: Path) -> Path:
     if setuptools_new_enough():
         cmd.append("--no-build-isolation")
     try:
+        # the compiled core without the build directory's (temporary) path in it: the same
+        # sources make the same wheel, so a cache keyed by contents (--ship-env's) hits
+        cflags = f"{os.environ.get('CFLAGS', '')} -ffile-prefix-map={src}=kwinspect".strip()
         res = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=600,
-                             env={**os.environ, "PIP_NO_INPUT": "1"})
+                             env={**os.environ, "PIP_NO_INPUT": "1", "CFLAGS": cflags})
     except (OSError, subprocess.TimeoutExpired) as exc:
         pytest.skip(f"cannot build a wheel here: {exc}")
     _skip_if_offline(res, "building the wheel")

@@ -36,6 +36,11 @@ PIECES = 4
 # small executors: two of them, a driver, a master and two workers share a 2-core CI box
 EXECUTOR_CONF = ["--conf", "spark.executor.memory=512m", "--conf", "spark.ui.enabled=false",
                  "--conf", "spark.task.maxFailures=1"]
+# --ship-env's archives, kept across test runs (keyed by the environment's contents, so a
+# run with the same wheel and dependencies reuses the archive instead of packing 100 MB)
+ENV_CACHE = Path(os.environ.get("KWINSPECT_TEST_CACHE")
+                 or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kwinspect-tests")
+BARE_APP = "kwinspect-bare-workers"
 
 
 def _bare_worker_python(driver_bin: Path, tmp: Path) -> str:
@@ -108,51 +113,84 @@ def captures(tmp_path_factory) -> list[str]:
     return sorted(paths)
 
 
-def kwinspect(bin_dir: Path, *args, cache: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
+def _env(bin_dir: Path, cache: Path) -> dict[str, str]:
     # SPARK_LOCAL_IP: the driver listens on loopback too, like the cluster
-    env = clean_env(bin_dir, KWINSPECT_CACHE_DIR=str(cache), SPARK_LOCAL_IP="127.0.0.1")
+    return clean_env(bin_dir, KWINSPECT_CACHE_DIR=str(cache), SPARK_LOCAL_IP="127.0.0.1")
+
+
+def kwinspect(bin_dir: Path, *args, cwd: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
     return subprocess.run([str(bin_dir / "kwinspect"), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cache.parent)
+                          timeout=timeout, env=_env(bin_dir, ENV_CACHE), cwd=cwd)
 
 
-def test_without_ship_env_the_bare_workers_fail(driver, cluster, tmp_path):
-    """What a cluster without kwinspect's dependencies does today: the first task fails."""
-    res = kwinspect(driver, "pipeline", CAPTURES / OTHER, "-o", tmp_path / "out", "--master", cluster.url,
-                    *EXECUTOR_CONF, cache=tmp_path / "cache")
-    assert res.returncode != 0
-    assert "ModuleNotFoundError: No module named 'pyarrow'" in res.stderr, res.stderr[-3000:]
-    assert not (tmp_path / "out").exists()
+@pytest.fixture(scope="module")
+def bare_run(driver, cluster, tmp_path_factory):
+    """`kwinspect pipeline` without --ship-env on the bare workers, started in the background
+    with one core (cluster-wide), so it runs beside the --ship-env job instead of before it
+    (the standalone master gives the --ship-env job the other worker's core, and this one's
+    when it has failed). Yields (the process, its output directory)."""
+    tmp = tmp_path_factory.mktemp("bare")
+    proc = subprocess.Popen([str(driver / "kwinspect"), "pipeline", str(CAPTURES / OTHER), "-o", str(tmp / "out"),
+                             "--master", cluster.url, *EXECUTOR_CONF, "--conf", "spark.cores.max=1",
+                             "--conf", f"spark.app.name={BARE_APP}", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(driver, ENV_CACHE), cwd=tmp)
+    try:
+        yield proc, tmp / "out"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
-def test_ship_env_tables_equal_single_process(driver, cluster, captures, tmp_path):
-    cache = tmp_path / "cache"
+def _completed(cluster, name: str) -> int:
+    return sum(1 for a in cluster.status().get("completedapps", []) if a.get("name") == name)
+
+
+def test_ship_env_tables_equal_single_process(driver, cluster, captures, bare_run, tmp_path):
     out = tmp_path / "out"
-    apps = cluster.completed_apps()
+    apps = _completed(cluster, "kwinspect pipeline")
     res = kwinspect(driver, "pipeline", *captures, "-o", out, "--records", "--master", cluster.url,
-                    "--ship-env", *EXECUTOR_CONF, cache=cache)
+                    "--ship-env", *EXECUTOR_CONF, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-4000:] + cluster.log_tail(2000)
-    assert "--ship-env: packing" in res.stderr
+    # packed now, or by an earlier run of this same environment
+    assert "--ship-env: packing" in res.stderr or "--ship-env: packed environment from the cache" in res.stderr
     # it ran on the cluster, whose executors unpacked the environment in their work dirs
-    assert cluster.completed_apps() == apps + 1
+    assert _completed(cluster, "kwinspect pipeline") == apps + 1
     assert glob.glob(str(cluster.workdir / "worker*" / "app-*" / "*" / "kwinspect_env" / "bin" / "python"))
     for table in ("exchanges", "records", "errors"):
         expected = tmp_path / f"{table}.parquet"
-        single = kwinspect(driver, table, *captures, "-F", "parquet", "-o", expected, cache=cache)
+        single = kwinspect(driver, table, *captures, "-F", "parquet", "-o", expected, cwd=tmp_path)
         assert single.returncode == 0, single.stderr
         ok, message = compare(str(expected), str(out), table)
         assert ok, message
 
     # a second run packs nothing: the archive of this environment comes from the cache
-    archives = sorted((cache / "envs").iterdir())
-    assert len(archives) == 1 and archives[0].name.endswith(".tar.gz"), archives
-    stamp = archives[0].stat().st_mtime_ns
-    again = subprocess.run([str(driver / "python"), "-c", "from kwinspect.spark.shipenv import packed_env\n"
-                            "print(packed_env(print))"], capture_output=True, text=True, timeout=120,
-                           env=clean_env(driver, KWINSPECT_CACHE_DIR=str(cache)))
+    def packed() -> subprocess.CompletedProcess:
+        return subprocess.run([str(driver / "python"), "-c", "from kwinspect.spark.shipenv import packed_env\n"
+                               "print(packed_env(print))"], capture_output=True, text=True, timeout=300,
+                              env=_env(driver, ENV_CACHE))
+
+    first = packed()
+    assert first.returncode == 0, first.stderr
+    archive = Path(first.stdout.strip().splitlines()[-1])
+    assert archive.parent == ENV_CACHE / "envs" and archive.name.endswith(".tar.gz"), archive
+    inode = archive.stat().st_ino
+    again = packed()
     assert again.returncode == 0, again.stderr
     assert "from the cache" in again.stdout and "packing" not in again.stdout, again.stdout
-    assert again.stdout.strip().splitlines()[-1] == str(archives[0])
-    assert sorted((cache / "envs").iterdir()) == archives and archives[0].stat().st_mtime_ns == stamp
+    assert again.stdout.strip().splitlines()[-1] == str(archive)
+    assert archive.stat().st_ino == inode  # the same file, not packed again
+
+
+def test_without_ship_env_the_bare_workers_fail(cluster, bare_run):
+    """What a cluster without kwinspect's dependencies does today: the first task fails."""
+    proc, out = bare_run
+    _stdout, stderr = proc.communicate(timeout=1800)
+    assert proc.returncode != 0
+    assert "ModuleNotFoundError: No module named 'pyarrow'" in stderr, stderr[-3000:]
+    assert not out.exists()
+    assert _completed(cluster, BARE_APP) == 1  # it ran on the cluster (and ended)
 
 
 def test_ship_env_refuses_a_python_outside_a_virtualenv(tmp_path):

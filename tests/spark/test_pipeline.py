@@ -39,6 +39,10 @@ PCAPNG = "kafka-python-mock-group.pcap"
 TRUNCATED = "tansu-errors.pcap"  # cut inside its last record: a reader issue row
 PIECES = 4
 PAUSE = 1500.0  # seconds added after the second piece: longer than the idle timeout
+# rotated too: its producer, consumers and group coordinator talk on several connections,
+# which the deliveries table joins across the pieces
+ROTATED_DELIVERIES = "deliveries-crash-before-commit.pcap"
+DELIVERY_PIECES = 3
 
 
 def _packets(path):
@@ -62,7 +66,7 @@ def corpus(tmp_path_factory):
     inputs.mkdir()
     whole.mkdir()
     names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(CAPTURES, "*.pcap")))
-    assert ROTATED in names and len(names) >= 10, names
+    assert ROTATED in names and ROTATED_DELIVERIES in names and len(names) >= 10, names
     expected_paths = []
     pieces = []
     for name in names:
@@ -77,6 +81,13 @@ def corpus(tmp_path_factory):
                 piece = inputs / f"{name}.rot{k:02d}.pcap"
                 _write_pcap(piece, linktype, snaplen, pkts[cut[k]:cut[k + 1]])
                 pieces.append(str(piece))
+        elif name == ROTATED_DELIVERIES:
+            shutil.copy(src, whole / name)
+            expected_paths.append(str(whole / name))
+            linktype, snaplen, pkts = _packets(src)
+            cut = [len(pkts) * i // DELIVERY_PIECES for i in range(DELIVERY_PIECES + 1)]
+            for k in range(DELIVERY_PIECES):
+                _write_pcap(inputs / f"{name}.rot{k:02d}.pcap", linktype, snaplen, pkts[cut[k]:cut[k + 1]])
         elif name == GZIPPED:
             dest = inputs / (name + ".gz")
             with open(src, "rb") as f, gzip.open(dest, "wb") as g:
@@ -111,7 +122,7 @@ def expected(corpus, tmp_path_factory):
 def pipeline_out(spark, corpus, tmp_path_factory):
     inputs, _paths, _pieces = corpus
     out = str(tmp_path_factory.mktemp("pipe") / "out")
-    result = run_pipeline(PipelineOptions(inputs=[inputs], output=out, records=True,
+    result = run_pipeline(PipelineOptions(inputs=[inputs], output=out, records=True, deliveries=True,
                                           split_bytes=16 << 10, partitions=2), spark=spark)
     return out, result
 
@@ -142,6 +153,56 @@ def test_tables_equal_single_process(pipeline_out, expected, table):
     out, _result = pipeline_out
     ok, message = compare(expected[table], out, table)
     assert ok, message
+
+
+@pytest.fixture(scope="module")
+def expected_stats(corpus, tmp_path_factory):
+    """`kwinspect stats -i 1m -F parquet` of the same files read as one capture."""
+    from kwinspect.cli import main
+
+    _inputs, paths, _pieces = corpus
+    path = str(tmp_path_factory.mktemp("single-stats") / "stats.parquet")
+    assert main(["stats", *paths, "-i", "1m", "-F", "parquet", "-o", path]) == 0
+    return path
+
+
+def test_stats_equal_single_process(pipeline_out, expected_stats):
+    """Per-minute stats across connections: percentiles of every connection's latencies,
+    consumer lag from Fetches and commits on different connections, the newest gauge."""
+    out, result = pipeline_out
+    ok, message = compare(expected_stats, out, "stats")
+    assert ok, message
+    rows = pq.read_table(expected_stats).to_pylist()
+    series = {r["series"] for r in rows}
+    assert {"latency_p99_ms", "consumer_lag", "fetch_lag", "long_polls", "connections_opened"} <= series
+    assert result.counts["stats"] == len(rows)
+    # the minutes hold latencies of several connections (else no cross-connection percentile)
+    assert any(r["series"] == "latency_count" and r["amount"] >= 20 for r in rows)
+
+
+@pytest.fixture(scope="module")
+def expected_deliveries(corpus, tmp_path_factory):
+    """`kwinspect deliveries -F parquet` of the same files read as one capture."""
+    from kwinspect.cli import main
+
+    _inputs, paths, _pieces = corpus
+    path = str(tmp_path_factory.mktemp("single-deliveries") / "deliveries.parquet")
+    assert main(["deliveries", *paths, "-F", "parquet", "-o", path]) == 0
+    return path
+
+
+def test_deliveries_equal_single_process(pipeline_out, expected_deliveries):
+    """Records acknowledged on one connection, fetched on others (twice, after the crash),
+    committed on yet another, retried after errors, seen on both legs of a proxy."""
+    out, result = pipeline_out
+    ok, message = compare(expected_deliveries, out, "deliveries")
+    assert ok, message
+    rows = pq.read_table(expected_deliveries).to_pylist()
+    assert result.counts["deliveries"] == len(rows) > 300
+    assert any(r["error"] and r["produce_attempts"] > 1 for r in rows)  # failed attempts linked
+    assert any(r["times_fetched"] >= 2 for r in rows)
+    assert any(r["commit_ts"] is not None for r in rows) and any(r["commit_ts"] is None for r in rows)
+    assert {"deliveries-crash-group", "deliveries-clean-group"} <= {g for r in rows for g in r["fetch_groups"]}
 
 
 def test_corpus_exercises_the_hard_cases(expected):
@@ -252,7 +313,7 @@ def test_cli_overwrite_replaces_the_directory(spark, tmp_path):
     assert main(["pipeline", small, "-o", str(out), "--overwrite", "--master", "local[2]", "-q"]) == 0
     assert not (out / "stale.txt").exists()
     assert sorted(p for p in os.listdir(out) if not p.startswith((".", "_"))) == [
-        "error_counts", "errors", "exchanges", "latency_by_minute", "topic_volume"]
+        "error_counts", "errors", "exchanges", "latency_by_minute", "stats", "topic_volume"]
     assert sorted(os.listdir(tmp_path)) == ["out"]
 
 

@@ -187,3 +187,54 @@ def test_idle_schedule_is_replayed_per_connection(tmp_path):
     assert any(r[0] == "errors" and "'response_missing'" in r for r in expected)
     assert _mini_pipeline(path, use_schedule=True) == expected
     assert _mini_pipeline(path, use_schedule=False) != expected  # the scenario needs the schedule
+
+
+def test_commit_sweep_covers_records_from_the_frontier():
+    """The deliveries tracker's commit rule, replayed per partition: a commit of offset C covers
+    the records acknowledged before it from the frontier up to C; a record acknowledged below
+    the frontier (out of offset order) gets no commit; one never committed past gets none."""
+    import pyarrow as pa
+
+    from kwinspect.spark.facts import commit_sweep
+
+    steps = [("d_ack", 5, None), ("d_commit", 6, "g1"), ("d_ack", 3, None), ("d_ack", 9, None),
+             ("d_ack", 7, None), ("d_commit", 8, "g2"), ("d_commit", 8, "g3"), ("d_commit", 10, "g4"),
+             ("d_ack", 12, None)]
+    rows = [{"table": t, "o_topic": "t", "o_partition": 0, "o_offset": off, "o_group_id": g, "o_ts": float(i)}
+            for i, (t, off, g) in enumerate(steps)]
+    rows += [{"table": "d_ack", "o_topic": "u", "o_partition": 0, "o_offset": 1, "o_group_id": None, "o_ts": 0.0},
+             {"table": "d_commit", "o_topic": "u", "o_partition": 0, "o_offset": 5, "o_group_id": "h", "o_ts": 1.0}]
+    out = [r for b in commit_sweep([pa.RecordBatch.from_pylist(rows)]) for r in b.to_pylist()]
+    got = {(r["o_topic"], r["o_offset"]): (r["commit_group"], r["commit_offset"], r["commit_ts"]) for r in out}
+    assert got == {("t", 5): ("g1", 6, 1.0), ("t", 7): ("g2", 8, 5.0), ("t", 9): ("g4", 10, 7.0),
+                   ("u", 1): ("h", 5, 1.0)}
+
+
+def test_packet_positions_pruned_below_the_watermark_keep_every_exchange_order(monkeypatch):
+    """The stats facts carry each exchange's capture position, looked up from the packets the
+    connection was fed; pruning the positions below the dissector's watermark (as often as
+    every 8 segments here) must not lose one a later exchange needs."""
+    import pyarrow as pa
+
+    from kwinspect.dissect import DissectConfig
+    from kwinspect.spark import connection
+
+    tbl = pa.Table.from_batches(list(read_range(BIG, 0, 0, 1, 1 << 30)))
+    segs = [r for r in tbl.to_pylist() if r["kind"] == "seg"]
+    for r in segs:
+        r["kts"] = r["lpm"]
+    by_conn = sorted(segs, key=lambda r: (r["conn"], r["kts"], r["file"], r["rng"], r["idx"]))
+    biggest = max(sum(1 for r in segs if r["conn"] == c) for c in {r["conn"] for r in segs})
+    assert biggest > 50  # a connection long enough to be pruned many times at 8
+
+    def facts():
+        out = pa.Table.from_batches(list(connection.dissect_partition(
+            pa.Table.from_pylist(by_conn).to_batches(), config=DissectConfig(), values="auto",
+            want_records=False, checks=None, names={}, brokers={}, meta=False, stats=True)))
+        return sorted((r["table"], r["conn"], r["p_kts"], r["p_idx"], r["o_seq"], r["o_sub"], r["o_series"])
+                      for r in out.to_pylist() if r["table"] in ("obs", "lagfact"))
+
+    whole = facts()
+    assert len(whole) > 100
+    monkeypatch.setattr(connection, "PRUNE_EVERY", 8)
+    assert facts() == whole
