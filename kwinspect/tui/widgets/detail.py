@@ -35,6 +35,7 @@ from kwinspect.tui.store import ExchangeStore
 HEX_LIMIT = 16 * 1024  # bytes of a frame shown in the hex view
 RECORD_LIMIT = 5_000  # rows of the records table
 MAX_CHILDREN = 500  # children created per tree node before a "... more" leaf
+APPLY_REFRESHES = 100  # refreshes a finished decode waits for the pane's children
 
 
 def _scalar_label(value: Any) -> Text:
@@ -281,7 +282,7 @@ class DetailPane(Vertical):
             "frames": frames, "records": records, "matches": matches, "xref": xref,
         }
 
-    def _apply(self, row: int | None, data: dict | None) -> None:
+    def _apply(self, row: int | None, data: dict | None, waited: int = 0) -> None:
         if row != self.pending_row:
             return  # the user moved on
         try:
@@ -291,8 +292,10 @@ class DetailPane(Vertical):
         except NoMatches:
             # The decode finished while the pane has no children: still being composed
             # (try again after the next refresh) or being torn down as the app closes.
-            if self.is_attached:
-                self.call_after_refresh(self._apply, row, data)
+            # Composing takes a refresh or two; a pane still empty after many is not
+            # coming back, and the next selection decodes anew.
+            if self.is_attached and waited < APPLY_REFRESHES:
+                self.call_after_refresh(self._apply, row, data, waited + 1)
             return
         self.row = row
         table.clear(columns=True)
