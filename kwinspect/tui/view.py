@@ -108,6 +108,19 @@ def _col(store: ExchangeStore, name: str, lo: int, hi: int, dtype) -> np.ndarray
         return np.frombuffer(arr, dtype=dtype, count=len(arr))[lo:hi].copy()
 
 
+def view_columns(store: ExchangeStore, names: tuple[str, ...], rows: np.ndarray | None) -> list[np.ndarray]:
+    """Copies of the named store columns, of every held row or (``rows``: absolute ids, as a
+    view holds them) of those rows still held; all taken under one lock so they line up."""
+    with store.lock:
+        n = len(store)
+        cols = [np.frombuffer(store.cols[name], dtype=store.cols[name].typecode, count=n).copy() for name in names]
+    if rows is not None:
+        pos = rows - store.first
+        pos = pos[(pos >= 0) & (pos < n)]
+        cols = [col[pos] for col in cols]
+    return cols
+
+
 def _dense(col: np.ndarray, dtype: type) -> tuple[np.ndarray, int]:
     """(dense code per row, number of codes); O(n) for small integer codes, a sort otherwise."""
     if dtype in (np.uint8, np.int16, np.uint32):

@@ -13,6 +13,7 @@ from textual_plotext import PlotextPlot
 from kwinspect.analyze.latency import nearest_rank
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.tui.store import ExchangeStore
+from kwinspect.tui.view import view_columns
 
 MAX_POINTS = 4_000  # points per series in the plot (largest values kept per time bucket)
 MAX_SERIES = 6
@@ -20,15 +21,7 @@ MAX_SERIES = 6
 
 def latency_columns(store: ExchangeStore, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(request ts, latency ms, api-name index) of the paired rows of a view."""
-    with store.lock:
-        n = len(store)
-        ts = np.frombuffer(store.cols["ts"], dtype=np.float64, count=n).copy()
-        lat = np.frombuffer(store.cols["lat"], dtype=np.float64, count=n).copy()
-        api = np.frombuffer(store.cols["api_name"], dtype=np.uint32, count=n).copy()
-    if rows is not None:
-        pos = rows - store.first
-        pos = pos[(pos >= 0) & (pos < n)]
-        ts, lat, api = ts[pos], lat[pos], api[pos]
+    ts, lat, api = view_columns(store, ("ts", "lat", "api_name"), rows)
     ok = ~np.isnan(lat) & ~np.isnan(ts)
     return ts[ok], lat[ok], api[ok]
 

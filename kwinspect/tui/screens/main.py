@@ -19,7 +19,14 @@ from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import ErrorRow, plural
 from kwinspect.tui.record_match import ExchangeRecordFilter
 from kwinspect.tui.store import NONE_INT
-from kwinspect.tui.view import Cancelled, ViewResult, ViewSpec, compute_view, extend_view
+from kwinspect.tui.view import (
+    Cancelled,
+    ViewResult,
+    ViewSpec,
+    compute_view,
+    extend_view,
+    view_columns,
+)
 from kwinspect.tui.widgets.detail import DetailPane
 from kwinspect.tui.widgets.exchange_list import ExchangeList, header_text
 from kwinspect.tui.widgets.filter_bar import FilterBar
@@ -422,12 +429,7 @@ class MainScreen(Screen):
         sidx = store.strings.get(err.stream)
         if sidx is None:
             return None
-        with store.lock:
-            n = len(store)
-            stream = np.frombuffer(store.cols["stream"], dtype=np.uint32, count=n).copy()
-            cid = np.frombuffer(store.cols["cid"], dtype=np.int64, count=n).copy()
-            ts = np.frombuffer(store.cols["ts"], dtype=np.float64, count=n).copy()
-            resp_ts = np.frombuffer(store.cols["resp_ts"], dtype=np.float64, count=n).copy()
+        stream, cid, ts, resp_ts = view_columns(store, ("stream", "cid", "ts", "resp_ts"), None)
         mask = stream == sidx
         if err.correlation_id is not None:
             exact = mask & (cid == err.correlation_id)

@@ -24,6 +24,7 @@ from kwinspect.analyze.latency import nearest_rank
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import STATUS_PAIRED
 from kwinspect.tui.store import STATUSES, ExchangeStore
+from kwinspect.tui.view import view_columns
 
 INTERVALS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0,
              3600.0, 7200.0, 21600.0, 43200.0, 86400.0)
@@ -43,17 +44,7 @@ def choose_interval(span: float) -> float:
 
 def traffic_columns(store: ExchangeStore, rows: np.ndarray | None) -> tuple[np.ndarray, ...]:
     """(time, latency ms, api-name index, paired, long poll) of the rows of a view."""
-    with store.lock:
-        n = len(store)
-        ts = np.frombuffer(store.cols["ts"], dtype=np.float64, count=n).copy()
-        lat = np.frombuffer(store.cols["lat"], dtype=np.float64, count=n).copy()
-        api = np.frombuffer(store.cols["api_name"], dtype=np.uint32, count=n).copy()
-        status = np.frombuffer(store.cols["status"], dtype=np.uint8, count=n).copy()
-        long_poll = np.frombuffer(store.cols["long_poll"], dtype=np.int8, count=n).copy()
-    if rows is not None:
-        pos = rows - store.first
-        pos = pos[(pos >= 0) & (pos < n)]
-        ts, lat, api, status, long_poll = ts[pos], lat[pos], api[pos], status[pos], long_poll[pos]
+    ts, lat, api, status, long_poll = view_columns(store, ("ts", "lat", "api_name", "status", "long_poll"), rows)
     ok = np.isfinite(ts)
     return ts[ok], lat[ok], api[ok], status[ok] == PAIRED, long_poll[ok] == 1
 
