@@ -44,7 +44,7 @@ import base64
 import bisect
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kwinspect.analyze.diagnose.core import (
@@ -599,13 +599,7 @@ class DeliveryTracker:
                         key={"topic": topic, "partition": partition, "client_id": client,
                              "duplicates": [{"offset": b.offset, "original_offset": a.offset}
                                             for a, b in pairs][:MAX_OFFSETS_NAMED]})
-            seen = set()
-            for a, b in pairs:
-                for d in (a, b):
-                    ev = d.produce_evidence()
-                    if ev not in seen:
-                        seen.add(ev)
-                        f.add(ev)
+            _add_each_once(f, (d.produce_evidence() for pair in pairs for d in pair))
             f.count = len(pairs)
             out.append(f)
         return out
@@ -639,13 +633,8 @@ class DeliveryTracker:
                         key={"topic": topic, "partition": partition, "group_id": group,
                              "client_ids": sorted({c for _d, a, b in hits for c in (a.client_id, b.client_id) if c}),
                              "offsets": offsets[:MAX_OFFSETS_NAMED]})
-            seen = set()
-            for _d, a, b in hits:
-                for fe in (a, b):
-                    ev = Evidence(fe.stream, fe.correlation_id, "Fetch", fe.ts)
-                    if ev not in seen:
-                        seen.add(ev)
-                        f.add(ev)
+            _add_each_once(f, (Evidence(fe.stream, fe.correlation_id, "Fetch", fe.ts)
+                               for _d, first, repeat in hits for fe in (first, repeat)))
             f.count = len(hits)
             out.append(f)
         return out
@@ -712,6 +701,12 @@ def is_mirror(last: tuple, ex: Any) -> bool:
     """Was the last failed attempt (client id, correlation id, time, stream) ``ex`` on another leg?"""
     client_id, cid, ts, stream = last
     return client_id == ex.client_id and cid == ex.correlation_id and stream != ex.stream and _near(ts, ex.request_ts)
+
+
+def _add_each_once(finding: Finding, evidence: Iterable[Evidence]) -> None:
+    """Evidence in order, each once (a record's produce, or a Fetch, may stand in several pairs)."""
+    for ev in dict.fromkeys(evidence):
+        finding.add(ev)
 
 
 def _ranges(offsets: list[int], most: int = 6) -> str:
