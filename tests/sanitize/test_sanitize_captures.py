@@ -1,7 +1,7 @@
 """`kwinspect sanitize` on every shipped and public capture, judged as the issue judges it.
 
 Oracles: tshark (the system's and, when its chroot is there, 4.6.9 through
-tshark-new.sh) and `kwinspect exchanges` / `records` of the original file find
+tshark-new.sh, fed on stdin) and `kwinspect exchanges` / `records` of the original file find
 the same requests (api key, version, correlation id) in the sanitized file;
 records per partition are unchanged (topics translated through the --mapping
 file); the report adds up; and nothing the scenario manifests say the clients
@@ -102,11 +102,15 @@ def test_kwinspect_finds_the_same_requests(path, sanitized):
 
 
 def tshark_requests(tshark: list[str], path: Path, ports: set[str]) -> Counter:
-    cmd = [*tshark, "-r", str(path), "-T", "fields", "-E", "separator=|", "-e", "kafka.request_key",
+    # the capture goes in on stdin: tshark-new.sh bind-mounts the folder of a file argument
+    # into its chroot and keeps a mount it finds, so a folder deleted and made again at the
+    # same path (a fresh checkout) stays hidden behind the old mount ("file doesn't exist")
+    cmd = [*tshark, "-r", "-", "-T", "fields", "-E", "separator=|", "-e", "kafka.request_key",
            "-e", "kafka.api_version", "-e", "kafka.correlation_id"]
     for port in sorted(ports):
         cmd += ["-d", f"tcp.port=={port},kafka"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    with path.open("rb") as capture:
+        proc = subprocess.run(cmd, stdin=capture, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     found = Counter()
     for line in proc.stdout.splitlines():
