@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kwinspect.analyze.termsafe import term_safe
+from kwinspect.export import fastrender
 from kwinspect.export.tables import LIST_COLUMNS, TABLES, TIMESTAMP_COLUMNS
 from kwinspect.model import (
     ERROR_COLUMNS,
@@ -392,6 +393,21 @@ def _compile_fast(columns: tuple[str, ...], fmt: str, newline: bool = False) -> 
     return scope["fast"]
 
 
+def _jsonl_renderer(columns: tuple[str, ...], newline: bool) -> Callable[[Any], str]:
+    """values -> jsonl line: the compiled renderer (export/fastrender.py) in front of the
+    generated function, which it hands every row it does not render itself, or that
+    function alone (pure-Python core)."""
+    fast = _compile_fast(columns, "jsonl", newline=newline)
+    if fastrender.JsonlRow is None:
+        return fast
+    kinds = bytes(1 if c in TIMESTAMP_COLUMNS else 2 if c in LIST_COLUMNS else 0 for c in columns)
+    prefixes = tuple(("{" if i == 0 else ", ") + _enc_str(c) + ": " for i, c in enumerate(columns))
+    try:
+        return fastrender.JsonlRow(kinds, prefixes, "}\n" if newline else "}", fast)
+    except ValueError:  # a column name that is not ASCII: the generated function alone
+        return fast
+
+
 class _FastRows:
     """Per-writer fast path for one column tuple (see above)."""
 
@@ -404,11 +420,11 @@ class _FastRows:
     # start-up, in every --jobs worker too).
     @functools.cached_property
     def _jsonl(self):
-        return _compile_fast(self.columns, "jsonl") if self.columns else None
+        return _jsonl_renderer(self.columns, newline=False) if self.columns else None
 
     @functools.cached_property
     def jsonl_nl(self):
-        return _compile_fast(self.columns, "jsonl", newline=True) if self.columns else None
+        return _jsonl_renderer(self.columns, newline=True) if self.columns else None
 
     @functools.cached_property
     def _csv(self):

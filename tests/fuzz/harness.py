@@ -39,10 +39,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from kwinspect.analyze.record_rows import records_from_exchange
 from kwinspect.capture.packets import PacketParser, TcpSegment
 from kwinspect.capture.readers import CaptureFormatError, open_capture
 from kwinspect.capture.tcp import StreamClosed, StreamData, StreamGap, StreamOpened, TcpReassembler
 from kwinspect.dissect import DissectConfig, Dissector
+from kwinspect.export import writers
 from kwinspect.model import Endpoint, ErrorRow, Exchange
 from kwinspect.protocol import decode_request, decode_response
 from kwinspect.protocol.checksums import crc32, crc32c
@@ -660,12 +662,26 @@ def _core_run(data: bytes, config: DissectConfig) -> Any:
     rows = []
     for raw in packets:
         d.feed_packet(raw)
-        rows += [e.row() for e in d.drain()]
+        rows += _rendered(d.drain(), d)
     d.finish()
-    rows += [e.row() for e in d.drain()]
+    rows += _rendered(d.drain(), d)
     return ([tuple(p) for p in packets], repr(src.stats), [(i.kind, i.message, i.offset) for i in src.issues],
             [None if s is None else tuple(s) for s in segs], repr(parser.stats),
             [(i.kind, i.message) for i in parser.issues], rows, d.packet_counts(), d.byte_counts())
+
+
+def _rendered(events, d: Dissector) -> list:
+    """Each event's row, with its jsonl line and its records' lines (the row renderers of
+    both cores are compared too)."""
+    out = []
+    for e in events:
+        table = "exchanges" if isinstance(e, Exchange) else "errors" if isinstance(e, ErrorRow) else None
+        line = writers.open_writer("jsonl", table, io.StringIO()).line(e) if table else None
+        records = [writers.open_writer("jsonl", "records", io.StringIO()).line(r)
+                   for r in records_from_exchange(e, values="auto", topic_names=d.shared.topic_names)
+                   ] if table == "exchanges" else []
+        out.append((e.row(), line, records))
+    return out
 
 
 def check_core(case: dict) -> None:

@@ -4,7 +4,8 @@ The capture fast paths read their C functions from kwinspect.capture.fastpath wh
 reader is iterated or a PacketParser/Dissector is made, so setting them to None there
 gives the Python reference path (what KWINSPECT_PURE=1 gives a new process). The
 decoders read kwinspect.protocol.compiled when they make a decoder for an (api key,
-version, direction) and cache it, so the caches are emptied on the way in and out.
+version, direction) and cache it, so the caches are emptied on the way in and out. A
+writer reads kwinspect.export.fastrender when it renders its first jsonl row.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sysconfig
 from collections.abc import Iterator
 
 from kwinspect.capture import fastpath
+from kwinspect.export import fastrender
 from kwinspect.protocol import compiled, decode
 
 _NAMES = ("scan_pcap", "scan_pcapng", "tcp_segment")
@@ -23,7 +25,7 @@ _DECODE_NAMES = ("compile_program", "decode_request", "decode_response", "decode
 
 def compiled_available() -> bool:
     return all(getattr(fastpath, n) is not None for n in _NAMES) and \
-        all(getattr(compiled, n) is not None for n in _DECODE_NAMES)
+        all(getattr(compiled, n) is not None for n in _DECODE_NAMES) and fastrender.JsonlRow is not None
 
 
 def require_compiled() -> None:
@@ -46,7 +48,9 @@ def python_core() -> Iterator[None]:
     or iterated inside it)."""
     saved = {n: getattr(fastpath, n) for n in _NAMES}
     saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
+    saved_render = fastrender.JsonlRow
     try:
+        fastrender.JsonlRow = None  # read when a writer renders its first row
         for n in _NAMES:
             setattr(fastpath, n, None)
         for n in _DECODE_NAMES:
@@ -58,4 +62,5 @@ def python_core() -> Iterator[None]:
             setattr(fastpath, n, v)
         for n, v in saved_decode.items():
             setattr(compiled, n, v)
+        fastrender.JsonlRow = saved_render
         decode.clear_caches()
