@@ -24,6 +24,7 @@ Value conventions (documented in docs/cli.md, "Output formats"):
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import io
@@ -33,8 +34,10 @@ import math
 import operator
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -728,6 +731,24 @@ def _sanitize_strings(v: Any) -> Any:
     return v
 
 
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[list]:
+    """Holds back Ctrl-C (SIGINT with Python's default handler, in the main thread) for
+    the block; the list it yields is non-empty when one came. pyarrow creates the file
+    before its writer exists: a Ctrl-C in between left a file with no footer (unreadable)
+    and no writer to close it, where docs/cli.md promises a readable one."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield []
+        return
+    came: list = []
+    signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class ParquetWriter(RowWriter):
     """Parquet with the explicit table schema, written in row groups of ``batch_size``.
 
@@ -754,10 +775,14 @@ class ParquetWriter(RowWriter):
             sink: Any = sys.stdout.buffer
         else:
             sink = out
-        self._writer = pq.ParquetWriter(sink, self.schema, compression=compression)
+        with _ctrl_c_deferred() as ctrl_c:
+            self._writer = pq.ParquetWriter(sink, self.schema, compression=compression)
         self._batch_size = max(1, batch_size)
         self._cols: dict[str, list[Any]] = {c: [] for c in self.columns}
         self._pending = 0
+        if ctrl_c:  # now that there is a writer to close, it is a Ctrl-C like any other
+            self.close()
+            signal.raise_signal(signal.SIGINT)
 
     def write(self, item: Any) -> None:
         row = _row_dict(item)
