@@ -411,6 +411,7 @@ class _Worker:
         self.seq = 0
         self.keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
         self.progress = 0
+        self.fed = 0  # packets (segments) the reader gave this worker
 
     def batch(self, items: list) -> None:
         d = self.d
@@ -428,6 +429,7 @@ class _Worker:
                 stats.packets = pos - 1  # feed_packet counts it: the packet's number in the capture
                 streams.number = it[7]
                 feed_packet(new(RawPacket, it[2:7]))
+                self.fed += 1
             elif tag == TAG_MARK:
                 stats.packets = pos
                 if pending:
@@ -438,6 +440,7 @@ class _Worker:
                 stats.packets = pos
                 streams.number = it[4]
                 feed_segment(new(TcpSegment, it[2]), it[3])
+                self.fed += 1
             elif tag == TAG_ADVANCE:
                 stats.packets = pos
                 d.advance(it[2])
@@ -455,12 +458,12 @@ class _Worker:
             if pending:
                 self.collect()
 
-    def _fold(self, ev: Any, names: _TrackingNames, key: tuple) -> bool:
+    def _fold(self, ev: Any, names: _TrackingNames, key: tuple, row_key: int) -> bool:
         """True when the fold took the event (it did not look up a topic id: its part
         of the result is the same with the main process's names)."""
         names.log = log = []
         try:
-            plan = self.fold.prepare(ev, names)
+            plan = self.fold.prepare(ev, names, row_key)
         finally:
             names.log = None
         if plan is None or log:
@@ -500,7 +503,7 @@ class _Worker:
                 pass
             elif type(ev) is Exchange and ev.api_key in LEARN_APIS:
                 ev = _lighten(ev, bodies)
-            elif fold is not None and self._fold(ev, names, (pos, phase, order, seq)):
+            elif fold is not None and self._fold(ev, names, (pos, phase, order, seq), row_key):
                 self._left_out(pos, phase, order, seq, row_key)
                 continue
             elif render is not None:
@@ -574,6 +577,7 @@ def _work(pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int, bo
             counts = d.packet_counts()
             counts.update({"tcp_" + k: v for k, v in d.byte_counts().items()})  # of its connections
             counts.update(reader_counts)  # the parser's counters are the reader's, whole
+            counts["fed"] = worker.fed
             conns = []
             for conn_id, info in d.connections.items():
                 if info.conversation is not None:
@@ -689,6 +693,10 @@ class MergedDissector:
         }
 
     packet_accounting_error = Dissector.packet_accounting_error  # over the merged packet_counts()
+
+    def packets_fed(self) -> list[int]:
+        """TCP packets (segments) the reader handed each worker: each packet goes to one."""
+        return [c["fed"] if c is not None else 0 for c in self._counts]
 
     def byte_counts(self) -> dict[str, int]:
         """Dissector.byte_counts() summed over the workers (each reassembles its connections)."""
@@ -868,7 +876,7 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
     process's (rendered and dropped exchanges are not counted).
 
     ``fold``, a partial result each worker keeps (``analyze.summary.SummaryFold``):
-    ``prepare(event, topic_names)`` -> a plan, or None when the event must go to the
+    ``prepare(event, topic_names, row_key)`` -> a plan, or None when the event must go to the
     main process (its part of the result depends on its place in capture order, or on
     other workers' connections); ``commit(plan)`` takes it in; ``partial()`` is what
     the worker sends at the end. Events the workers took are not yielded; at the end
