@@ -1,17 +1,16 @@
 """``--jobs N`` for the offline commands: TCP connections shared out over worker processes.
 
-Every worker reads the whole capture (reading and the header peek cost ~10% of a
-one-process run) and hands only the packets of its own connections to its own
-``Dissector``, so each connection is reassembled, framed and decoded by exactly one
-worker. The owner of a connection is decided from its 4-tuple in the packet-parser
-stage (the parser's fast path, or a full parse for anything else: VLANs, IPv6,
-fragments) by ``_Router``: by default a new connection goes to the worker with the
-fewest captured bytes so far (every worker counts every packet, so all agree without
-talking to each other; on the reference capture this split 72/76 MB where crc32 of
-the 4-tuple split 1:2), or ``mode="hash"``: crc32 of the 4-tuple. Every worker sees every packet's timestamp
-(``Dissector.advance``), so idle connections are flushed at the same packets as with
-one process. Every worker parses every packet, so the parser's counters (not TCP,
-unparseable, fragments) are whole in each; worker 0's are used.
+One reader process (run/split.py) reads the capture once, with the compiled reader
+and header peek when built, decides which worker owns each TCP connection, and hands
+each worker only the packets of its own connections, in batches, with what keeps the
+worker in step with one process: the packet numbers, the idle checks that fall on
+other workers' packets (so idle connections are flushed at the same packets), a mark
+every ``WATERMARK_EVERY`` packets (where every worker sends its watermark), the
+tcp.stream number of each packet, the broker endpoints proven on other connections
+(its shadow Dissector sees every connection until decided) and the packet parser's
+rows (malformed packets, to worker 0). The parser's counters (not TCP, unparseable,
+fragments) are the reader's, whole. Each worker reassembles, frames and decodes its
+own connections with its own ``Dissector``, driven here through its public API.
 
 The main process merges the workers' events by (packet position, phase, first packet
 of the connection, worker order): the order one process emits them in. Phases: events
@@ -34,11 +33,15 @@ What crosses connections, and how the result stays identical to ``--jobs 1``:
 - ``broker_id`` (``SharedState.brokers``) is recomputed in the main process for every
   exchange; the exchange ``index`` is renumbered in merge order.
 - ``Dissector.known_brokers`` (a broker endpoint proven on another connection decides
-  the direction of a connection on an undeclared port): workers record each test and
-  its answer. If one differs from the global answer, the parallel run is abandoned and
-  the capture is read again by one process, skipping the events already handed on
-  (identical up to there). Declaring the broker ports (``--kafka-ports``) or capturing
-  the handshakes avoids those tests.
+  the direction of a connection on an undeclared port): the reader's shadow adds each
+  endpoint at the packet one process would, and every worker gets it there. Workers
+  still record each test and its answer; if one differed from the global answer, the
+  parallel run would be abandoned and the capture read again by one process, skipping
+  the events already handed on (identical up to there).
+
+Partial results (``fold``, used by ``summary``): a worker counts the events whose part
+of the result does not depend on their place in capture order and sends its partial
+result at the end; the main process merges them (analyze/summary.py).
 
 Known difference: connections flushed as idle (no packet for ``idle_timeout``) at the
 same packet by different workers come out in the order they were opened, not in the
@@ -94,10 +97,10 @@ API_VERSIONS = int(ApiKey.API_VERSIONS)
 LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
 PUMP_BYTES = 64 << 20  # how far (pickled bytes) a worker may run ahead of the merge
 INPUT_BYTES = 32 << 20  # how far (pickled bytes) the reader may run ahead of a worker
-# A worker keeps the connections it owns and a shadow of the others until they are
-# decided, so with N workers a flood of connections costs about N times what one
-# process holds (1M SYNs: 1.7 GiB per worker, 858 MiB in one process). Past this many
-# connections open at once (own + shadow) the run goes on in one process instead.
+# A worker keeps the connections it owns and the reader a shadow of every connection
+# until it is decided, so a flood of connections costs the reader about what one
+# process holds (1M SYNs: 858 MiB in one process). Past this many connections open at
+# once (in a worker, or in the reader's shadow) the run goes on in one process instead.
 MAX_OPEN_CONNECTIONS = 50_000
 PHASE_PACKET, PHASE_IDLE, PHASE_FINISH, PHASE_CLOSE, PHASE_ISSUES, PHASE_MARK = 0, 1, 2, 3, 8, 9
 

@@ -35,6 +35,7 @@ only when a worker is that far behind.
 
 from __future__ import annotations
 
+import os
 import pickle
 import traceback
 import zlib
@@ -49,8 +50,9 @@ from kwinspect.stream.row_order import WATERMARK_EVERY
 
 BATCH_PACKETS = 2048  # packets between two batches (a multiple of WATERMARK_EVERY)
 MAX_ROUTES = 1_000_000  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
-VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any
+LOAD_GUARD, GUARD_BYTES = 1.25, 1 << 20  # a worker this far ahead of the lightest misses its turn
 IDLE_CHECK_EVERY = 60.0  # Dissector.flush_idle: the next check a minute after the last
+NO_NUMBER = object()  # a direction whose tcp.stream number must be asked for
 
 # items of a batch, each (tag, packet number, ...), in packet order
 TAG_PACKET = 0  # (tag, pos, ts, linktype, data, wire_len, index, tcp_stream): a RawPacket's fields
@@ -73,17 +75,21 @@ class _Router:
 
     Keys are (source ip, destination ip, source port, destination port) bytes, as they
     sit at offset 26 of an Ethernet/IPv4 frame; both directions are stored on first
-    sight. ``balance`` (the default) gives a new connection to the worker with the
-    fewest captured bytes so far, counting each connection the mean bytes per connection
-    when it is assigned; ``hash`` uses crc32 of the 4-tuple.
+    sight. ``balance`` (the default) gives new connections to the workers in turn,
+    skipping a worker that has more than ``LOAD_GUARD`` times the captured bytes of the
+    lightest (plus 1 MiB): a connection's size is unknown when it opens, and a client's
+    connections to every broker open within a millisecond, the busy ones among them, so
+    taking turns spreads them where "fewest bytes so far" sent them all to one worker
+    (capture (a): 34/91 MB by bytes so far, 56/67 MB in turn). ``hash``: crc32 of the
+    4-tuple.
     """
 
     def __init__(self, jobs: int, mode: str) -> None:
         self.jobs = jobs
         self.mode = mode
         self.owners: dict[bytes, int] = {}
-        self.load = [0] * jobs
-        self.connections = 0
+        self.load = [0] * jobs  # captured bytes of each worker's connections (counted by the reader)
+        self.turn = 0
 
     def assign(self, key: bytes, rkey: bytes) -> int:
         if self.mode == "hash" or len(self.owners) >= MAX_ROUTES:
@@ -93,12 +99,11 @@ class _Router:
                 self.owners[key] = self.owners[rkey] = w
             return w
         load = self.load
-        w = load.index(min(load))
-        # A new connection is charged the mean bytes per connection so far up front: the
-        # producer's connections to every broker open within a millisecond, when they
-        # have no bytes yet, and would otherwise all go to the same worker.
-        load[w] += max(VIRTUAL_CHARGE, sum(load) // max(1, self.connections))
-        self.connections += 1
+        w = self.turn % self.jobs
+        low = min(load)
+        if load[w] > low * LOAD_GUARD + GUARD_BYTES:
+            w = load.index(low)
+        self.turn = w + 1
         self.owners[key] = self.owners[rkey] = w
         return w
 
@@ -213,15 +218,19 @@ class Splitter:
                 self.decided.add(rkey)
         shadow.drain()
 
+    def _idle_check(self, w: int, pos: int, ts: float) -> None:
+        """An idle check falls on this packet: its owner makes it itself, the others are told."""
+        self.next_check = ts + IDLE_CHECK_EVERY
+        item = (TAG_ADVANCE, pos, ts)
+        for other, batch in enumerate(self.batches):
+            if other != w:
+                batch.append(item)
+
     def _tcp(self, w: int, pos: int, ts: float, key: bytes, flags: int, raw, rkey: bytes | None) -> None:
         """What every TCP packet costs besides its own item: the idle schedule and the shadow."""
         self.last_ts = ts
-        if ts >= self.next_check:  # an idle check: the owner makes it itself
-            self.next_check = ts + IDLE_CHECK_EVERY
-            item = (TAG_ADVANCE, pos, ts)
-            for other, batch in enumerate(self.batches):
-                if other != w:
-                    batch.append(item)
+        if ts >= self.next_check:
+            self._idle_check(w, pos, ts)
         shadow = self.shadow
         if key in self.decided and not flags & SYN:  # SYN: the 4-tuple starts over
             if ts >= shadow.next_idle_check:
@@ -238,6 +247,7 @@ class Splitter:
         parsing = self.parsing
         parser = parsing.parser
         pst = parser.stats
+        known_numbers, decided, shadow = streams.known, self.decided, self.shadow
         pos = 0
         try:
             for raw in _merged(sources):
@@ -245,9 +255,10 @@ class Splitter:
                 data = raw.data
                 # The parser's fast path (Ethernet, IPv4 without options or fragments,
                 # TCP): the owner comes from the header bytes, the worker parses it.
-                if (raw.linktype == 1 and len(data) >= 54 and data[12] == 8 and data[13] == 0
+                n = len(data)
+                if (raw.linktype == 1 and n >= 54 and data[12] == 8 and data[13] == 0
                         and data[14] == 0x45 and data[23] == 6 and not (data[20] & 0x3F or data[21])
-                        and 40 <= (total := (data[16] << 8) | data[17]) <= len(data) - 14
+                        and 40 <= (total := (data[16] << 8) | data[17]) <= n - 14
                         and 20 <= (data[46] >> 4) * 4 <= total - 20):
                     key = data[26:38]
                     w = owners.get(key)
@@ -256,14 +267,25 @@ class Splitter:
                         rkey = data[30:34] + data[26:30] + data[36:38] + data[34:36]
                         w = router.assign(key, rkey)
                     if balance:
-                        load[w] += len(data)
+                        load[w] += n
                     pst.packets += 1
                     pst.tcp += 1
                     flags = data[47]
                     ts = raw.ts
-                    batches[w].append((TAG_PACKET, pos, ts, raw.linktype, data, raw.wire_len, raw.index,
-                                       streams.of(key, flags, int.from_bytes(data[38:42], "big"))))
-                    self._tcp(w, pos, ts, key, flags, raw, rkey)
+                    # StreamNumbers.of, inlined for the common packet (no SYN, direction known)
+                    number = known_numbers.get(key, NO_NUMBER) if not flags & SYN else NO_NUMBER
+                    if number is NO_NUMBER:
+                        number = streams.of(key, flags, int.from_bytes(data[38:42], "big"))
+                    batches[w].append((TAG_PACKET, pos, ts, 1, data, raw.wire_len, raw.index, number))
+                    # what every TCP packet costs besides its own item (as _tcp, inlined)
+                    self.last_ts = ts
+                    if ts >= self.next_check:
+                        self._idle_check(w, pos, ts)
+                    if key in decided and not flags & SYN:  # SYN: the 4-tuple starts over
+                        if ts >= shadow.next_idle_check:
+                            shadow.advance(ts)
+                    else:
+                        self.to_shadow(raw, key, rkey if rkey is not None else _reverse_key(key))
                 else:
                     parsing.stats.packets = pos  # the packet number of its issues' rows
                     tcp_before = pst.tcp
@@ -310,7 +332,15 @@ def read_and_split(paths: list[str], config: DissectConfig | None, jobs: int, mo
                    max_open: int) -> None:
     """The reader process's body; a failure goes to every worker, which reports it."""
     try:
-        Splitter(config, jobs, mode, outs, max_open).run(paths)
+        splitter = Splitter(config, jobs, mode, outs, max_open)
+        splitter.run(paths)
+        if os.environ.get("KWINSPECT_JOBS_DEBUG"):
+            import resource
+            import sys
+
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            print(f"kwinspect reader: cpu {ru.ru_utime + ru.ru_stime:.2f} s, packets {splitter.pos}, "
+                  f"load {splitter.router.load}", file=sys.stderr)
     except BaseException:  # noqa: BLE001 - handed to the workers, then to the main process
         for out in outs:
             try:
