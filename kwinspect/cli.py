@@ -110,8 +110,9 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+", jobs: bool = Tr
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     if jobs:  # not for the tui, which decodes in one process as it browses
         g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
-                       help="decode with N processes, TCP connections shared out among them; same "
-                            "output as one (default 1; 0 = one per CPU)")
+                       help="decode with N worker processes, TCP connections shared out among them "
+                            "by one process that reads the capture; same output as one process "
+                            "(default 1; 0 = one per CPU)")
 
 
 def _schema_options(p: argparse.ArgumentParser) -> None:

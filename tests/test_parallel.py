@@ -526,3 +526,24 @@ def test_parallel_rows_equal_one_process_with_the_pure_python_core():
             got = _rows(dissect_files_parallel([path], None, run=run2, jobs=2), run2)
             assert got == want, path
             assert run2.dissector.packet_counts() == run1.dissector.packet_counts(), path
+
+
+def test_record_sets_cut_from_produce_and_fetch_bodies_as_the_full_walk_does():
+    """A group the main process may rebuild travels with its record sets cut to counts and
+    sizes; the targeted copy (only the dicts on the way to each record set) pickles to
+    the same bytes as the walk over every node, on every Produce and Fetch body of the
+    shipped and public captures, and a body of another shape still takes the walk."""
+    import pickle
+
+    compared = 0
+    for path in CAPTURES + PUBLIC:
+        for ev in dissect_files([path]):
+            if isinstance(ev, Exchange) and ev.api_key in (parallel.PRODUCE, parallel.FETCH):
+                for msg in (ev.request, ev.response):
+                    if msg is not None and isinstance(msg.body, dict):
+                        light = parallel._records_light(msg.api_key, msg.is_request, msg.body)
+                        assert pickle.dumps(light) == pickle.dumps(parallel._without_record_bytes(msg.body))
+                        compared += 1
+    assert compared > 200
+    odd = {"responses": [{"partitions": "not a list"}]}
+    assert parallel._records_light(parallel.FETCH, False, odd) == odd

@@ -194,7 +194,9 @@ class _RecordingSet(set):
 class _WorkerDissector(Dissector):
     """A Dissector that tags each event with (phase, first packet of its connection)."""
 
-    direct_data = False  # _on_tcp sees every TCP event, to tag what each one emits
+    # In-order data still goes straight to _on_data (no StreamData per segment): it only
+    # happens while the packet's own segment is fed, so what it emits is the packet's
+    # own connection's (see _pad_tags); every other TCP event goes through _on_tcp.
 
     def __init__(self, config: DissectConfig | None) -> None:
         known = _RecordingSet()
@@ -231,11 +233,19 @@ class _WorkerDissector(Dissector):
         super().report_parser_issues(ts)
 
     def _pad_tags(self) -> None:
-        """Events appended outside a connection's handling (parser issues): they come
-        first among the events of their packet, as in Dissector.feed_packet / finish."""
+        """Events appended outside _tagged: while a packet is fed, its in-order data's
+        (only this packet's connection has events at this packet, so any order above the
+        parser rows' -1 keeps them after those, as in Dissector.feed_packet); otherwise
+        (at the end: TLS retries, parser rows) they come first, as in Dissector.finish."""
         missing = len(self._events) - len(self.tags)
         if missing > 0:
-            self.tags.extend([(self.phase, -1)] * missing)
+            self.tags.extend([(self.phase, 0 if self.phase == PHASE_PACKET else -1)] * missing)
+
+    def note_rows(self, rows: list) -> None:
+        """The reader's parser rows of the packet being handled: first among its events."""
+        self._pad_tags()
+        self._events.extend(rows)
+        self.tags.extend([(self.phase, -1)] * len(rows))
 
     def _tagged(self, fn, conn_id, *args) -> None:
         if self._depth == 0:
@@ -317,10 +327,45 @@ def _for_rebuild(ev: Any, bodies: bool | str) -> Any:
         msg = getattr(ev, attr)
         if msg is not None and isinstance(msg.body, dict) and msg.api_key in (PRODUCE, FETCH):
             msg = copy.copy(msg)
-            msg.body = _without_record_bytes(msg.body)
+            msg.body = _records_light(msg.api_key, msg.is_request, msg.body)
             msg.raw_body = None
             setattr(ev, attr, msg)
     return ev
+
+
+def _records_light(api_key: int, is_request: bool, body: dict) -> Any:
+    """``_without_record_bytes(body)`` for a Produce or Fetch body, without walking every
+    node: the schema puts record sets only in a Produce request's
+    ``topic_data[].partition_data[].records`` and a Fetch response's
+    ``responses[].partitions[].records``, so only the dicts on the way to them are copied
+    (the rest is shared: it is pickled, never changed). A body of another shape takes
+    the walk."""
+    if is_request != (api_key == PRODUCE):
+        return body  # a Produce response or a Fetch request: no record sets
+    key_t, key_p = ("topic_data", "partition_data") if api_key == PRODUCE else ("responses", "partitions")
+    topics = body.get(key_t)
+    if type(topics) is not list:
+        return _without_record_bytes(body)
+    light_topics = []
+    for t in topics:
+        parts = t.get(key_p) if type(t) is dict else None
+        if type(parts) is not list:
+            return _without_record_bytes(body)
+        light_parts = []
+        for part in parts:
+            if type(part) is not dict:
+                return _without_record_bytes(body)
+            rs = part.get("records")
+            if rs is not None and hasattr(rs, "batches") and hasattr(rs, "issues"):
+                part = dict(part)
+                part["records"] = _RecordSetSummary(rs)
+            light_parts.append(part)
+        light = dict(t)
+        light[key_p] = light_parts
+        light_topics.append(light)
+    light_body = dict(body)
+    light_body[key_t] = light_topics
+    return light_body
 
 
 def _record_set_summaries(api_key: int, body: Any) -> dict:
@@ -454,8 +499,7 @@ class _Worker:
                 finally:
                     known.quiet = False
             elif tag == TAG_ROWS:
-                for row in it[2]:
-                    d.note(row)
+                d.note_rows(it[2])
             elif tag == TAG_SECRETS:
                 d.add_tls_secrets(it[2], it[3])
             if pending:
