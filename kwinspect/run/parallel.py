@@ -551,8 +551,7 @@ class _Worker:
             elif type(ev) is Exchange and ev.api_key in LEARN_APIS:
                 ev = _lighten(ev, bodies)
             elif fold is not None and self._fold(ev, names, (pos, phase, order, seq), row_key):
-                self._left_out(pos, phase, order, seq, row_key)
-                continue
+                continue  # not counted for a fallback's skip: with a fold, a fallback starts over
             elif render is not None:
                 # The row's final text (the main process only merges and writes it), or a
                 # count of events the consumer does not want (kept for the fallback's skip).
