@@ -591,6 +591,10 @@ class SummaryFold:
     def __init__(self) -> None:
         self.builder = SummaryBuilder()
         self.first: dict[tuple, int] = {}  # key -> row key of the earliest event with it sent on
+        # (status, client id, client, api name, api key) of an exchange -> the row key from
+        # which exchanges like it are folded: the latest `first` of its keys when it was
+        # worked out (`first` only goes down, so this only errs towards sending one on)
+        self._fold_from: dict[tuple, int] = {}
 
     @staticmethod
     def _order_keys(item: Any) -> tuple | None:
@@ -607,19 +611,27 @@ class SummaryFold:
     def prepare(self, item: Any, topic_names: Any, row_key: int) -> tuple | None:
         """A plan for :meth:`commit`, or None: the event goes to the main process.
         ``row_key``: where the event sorts in capture order (stream/row_order.py)."""
-        if isinstance(item, Exchange) and item.api_key in BODY_APIS:
-            return None
+        like = None
+        if type(item) is Exchange:
+            if item.api_key in BODY_APIS:
+                return None
+            like = (item.status, item.client_id, item.client, item.api_name, item.api_key)
+            start = self._fold_from.get(like)
+            if start is not None and row_key >= start:
+                return item, record_set_volumes(item, topic_names)
         keys = self._order_keys(item)
         if keys is None:
             return None
         first = self.first
-        if any((r := first.get(k)) is None or row_key < r for k in keys):
-            for k in keys:
-                r = first.get(k)
-                if r is None or row_key < r:
-                    first[k] = row_key
-            return None
-        return item, record_set_volumes(item, topic_names)
+        fold = True
+        for k in keys:
+            r = first.get(k)
+            if r is None or row_key < r:
+                first[k] = row_key
+                fold = False
+        if like is not None:
+            self._fold_from[like] = max(first[k] for k in keys)
+        return (item, record_set_volumes(item, topic_names)) if fold else None
 
     def commit(self, plan: tuple) -> None:
         item, volumes = plan
