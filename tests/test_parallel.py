@@ -547,3 +547,35 @@ def test_record_sets_cut_from_produce_and_fetch_bodies_as_the_full_walk_does():
     assert compared > 200
     odd = {"responses": [{"partitions": "not a list"}]}
     assert parallel._records_light(parallel.FETCH, False, odd) == odd
+
+
+def test_reader_routes_vlan_tagged_and_fragmented_packets_as_one_process(tmp_path):
+    """The packets the reader's header peek does not take (802.1Q tags, IP fragments) go
+    through its own parser and travel as segments (a datagram made of fragments as one);
+    mixed with plain ones on the same connections, the rows, packet counts and the
+    packets each worker got are one process's. Every fragmented datagram has IP id 0
+    here: the shadow must get the reader's reassembled segments, not parse fragments
+    itself (it would miss those of decided connections and mix up the next datagram)."""
+    from kwinspect.capture.packets import PacketParser
+    from kwinspect.capture.readers import open_capture
+    from tests.helpers.pcapgen import build_frames, write_pcap
+
+    parser = PacketParser()
+    src = open_capture(os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap"))
+    segs = [seg for raw in src if (seg := parser.parse(raw)) is not None]
+    frames = []
+    for k, seg in enumerate(segs):
+        kw = {"vlan": (100,)} if k % 3 == 1 else {"fragment_size": 64} if k % 3 == 2 else {}
+        frames.extend(build_frames([seg], **kw))
+    path = str(tmp_path / "mixed.pcap")
+    write_pcap(path, frames)
+    assert len(frames) > len(segs) + 40  # some segments really are in several fragments
+    want, run1 = _sequential(path)
+    assert sum(1 for r in want if isinstance(r, dict) and r.get("status") == "paired") > 20
+    for jobs in (2, 3):
+        run2 = FileRun()
+        got = _rows(dissect_files_parallel([path], None, run=run2, jobs=jobs), run2)
+        assert got == want, jobs
+        assert isinstance(run2.dissector, MergedDissector), "fell back to one process"
+        assert run2.dissector.packet_counts() == run1.dissector.packet_counts()
+        assert sum(run2.dissector.packets_fed()) == run1.dissector.stats.tcp_packets == len(segs)

@@ -205,13 +205,15 @@ class Splitter:
             self.batches[w] = []
         return True
 
-    def to_shadow(self, raw, key: bytes, rkey: bytes) -> None:
+    def to_shadow(self, raw, key: bytes, rkey: bytes, seg=None, packets: int = 1) -> None:
+        """A packet of an undecided connection (or a SYN) for the shadow: the common packet
+        as it is (its parser's fast path), anything else as the reader's parser made it
+        (a datagram reassembled from fragments the shadow never sees one by one)."""
         shadow = self.shadow
-        spst = shadow.parser.stats
-        before = spst.tcp
-        seg = shadow.parser.parse(raw)
+        if seg is None:
+            seg = shadow.parser.parse(raw)
         if seg is not None:
-            shadow.feed_segment(seg, _packets=max(1, spst.tcp - before))
+            shadow.feed_segment(seg, _packets=packets)
             info = shadow.connection(seg.src, seg.dst)
             if info is not None and info.kind != "undecided" and key:
                 self.decided.add(key)
@@ -226,17 +228,19 @@ class Splitter:
             if other != w:
                 batch.append(item)
 
-    def _tcp(self, w: int, pos: int, ts: float, key: bytes, flags: int, raw, rkey: bytes | None) -> None:
-        """What every TCP packet costs besides its own item: the idle schedule and the shadow."""
+    def _segment(self, w: int, pos: int, raw, seg, key: bytes, rkey: bytes, packets: int) -> None:
+        """What a segment the reader's parser made costs besides its own item: the idle
+        schedule and the shadow."""
+        ts = seg.ts
         self.last_ts = ts
         if ts >= self.next_check:
             self._idle_check(w, pos, ts)
         shadow = self.shadow
-        if key in self.decided and not flags & SYN:  # SYN: the 4-tuple starts over
+        if key in self.decided and not seg.flags & SYN:  # SYN: the 4-tuple starts over
             if ts >= shadow.next_idle_check:
                 shadow.advance(ts)
         else:
-            self.to_shadow(raw, key, rkey if rkey is not None else _reverse_key(key))
+            self.to_shadow(raw, key, rkey, seg, packets)
 
     def run(self, paths: list[str]) -> None:
         sources = self.sources = [open_capture(p) for p in paths]
@@ -299,12 +303,11 @@ class Splitter:
                         if w is None:
                             w = router.assign(key, rkey)
                         if balance:
-                            load[w] += len(data)
-                        batches[w].append((TAG_SEGMENT, pos, tuple(seg), max(1, pst.tcp - tcp_before),
+                            load[w] += n
+                        packets = max(1, pst.tcp - tcp_before)  # a reassembled datagram: its fragments
+                        batches[w].append((TAG_SEGMENT, pos, tuple(seg), packets,
                                            streams.of(key, seg.flags, seg.seq)))
-                        self._tcp(w, pos, seg.ts, key, seg.flags, raw, rkey)
-                    else:
-                        self.to_shadow(raw, b"", b"")  # IP fragments: the shadow needs every one
+                        self._segment(w, pos, raw, seg, key, rkey, packets)
                 if pos % WATERMARK_EVERY == 0:
                     self.to_all((TAG_MARK, pos, raw.ts))
                     if pos % BATCH_PACKETS == 0 and not self.flush():
