@@ -579,3 +579,16 @@ def test_reader_routes_vlan_tagged_and_fragmented_packets_as_one_process(tmp_pat
         assert isinstance(run2.dissector, MergedDissector), "fell back to one process"
         assert run2.dissector.packet_counts() == run1.dissector.packet_counts()
         assert sum(run2.dissector.packets_fed()) == run1.dissector.stats.tcp_packets == len(segs)
+
+
+def test_partial_summaries_need_no_fallback_on_any_capture():
+    """The broker ids of folded exchanges are settled from the broker table's history on
+    every shipped and public capture: none has to start over in one process."""
+    from kwinspect.analyze.summary import SummaryFold
+
+    for path in CAPTURES + PUBLIC:
+        run = FileRun()
+        for _ in dissect_files_parallel([path], run=run, jobs=2, bodies="summary", fold=SummaryFold()):
+            pass
+        assert isinstance(run.dissector, MergedDissector), path
+        assert len(run.dissector.partials) == 2, path

@@ -24,7 +24,8 @@ does, once for the whole capture, what every worker used to do for itself:
   travel with each packet.
 - **known brokers**: a shadow Dissector sees every connection until it is decided
   (then only time), so its set of broker endpoints proven on some connection is one
-  process's; each endpoint it adds is sent to every worker at its packet.
+  process's; each endpoint it adds is sent to every worker at its packet. It is fed
+  the segments this process's parser made (never fragments to reassemble again).
 - TLS secrets found in pcapng files go to every worker at their place.
 
 Batches go out every ``BATCH_PACKETS`` packets to every worker (a worker with no packet
