@@ -4,7 +4,8 @@ The capture fast paths read their C functions from kwinspect.capture.fastpath wh
 reader is iterated or a PacketParser/Dissector is made, so setting them to None there
 gives the Python reference path (what KWINSPECT_PURE=1 gives a new process). The
 decoders read kwinspect.protocol.compiled when they make a decoder for an (api key,
-version, direction) and cache it, so the caches are emptied on the way in and out.
+version, direction) and cache it, so the caches are emptied on the way in and out. The
+labels (kwinspect.stream.labels) read their compiled walks at each call.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from collections.abc import Iterator
 
 from kwinspect.capture import fastpath
 from kwinspect.protocol import compiled, decode
+from kwinspect.stream import labels
 
 _NAMES = ("scan_pcap", "scan_pcapng", "tcp_segment")
 _DECODE_NAMES = ("compile_program", "decode_request", "decode_response", "decode_struct")
+_LABEL_NAMES = ("compiled_errors", "compiled_topics", "compiled_record_sets")
 
 
 def compiled_available() -> bool:
     return all(getattr(fastpath, n) is not None for n in _NAMES) and \
-        all(getattr(compiled, n) is not None for n in _DECODE_NAMES)
+        all(getattr(compiled, n) is not None for n in _DECODE_NAMES) and \
+        all(getattr(labels, n) is not None for n in _LABEL_NAMES)
 
 
 def require_compiled() -> None:
@@ -46,11 +50,14 @@ def python_core() -> Iterator[None]:
     or iterated inside it)."""
     saved = {n: getattr(fastpath, n) for n in _NAMES}
     saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
+    saved_labels = {n: getattr(labels, n) for n in _LABEL_NAMES}
     try:
         for n in _NAMES:
             setattr(fastpath, n, None)
         for n in _DECODE_NAMES:
             setattr(compiled, n, None)
+        for n in _LABEL_NAMES:
+            setattr(labels, n, None)
         decode.clear_caches()
         yield
     finally:
@@ -58,4 +65,19 @@ def python_core() -> Iterator[None]:
             setattr(fastpath, n, v)
         for n, v in saved_decode.items():
             setattr(compiled, n, v)
+        for n, v in saved_labels.items():
+            setattr(labels, n, v)
         decode.clear_caches()
+
+
+@contextlib.contextmanager
+def python_labels() -> Iterator[None]:
+    """Only the labels' Python walks inside the block (cheap: no decoder cache to empty)."""
+    saved = {n: getattr(labels, n) for n in _LABEL_NAMES}
+    try:
+        for n in _LABEL_NAMES:
+            setattr(labels, n, None)
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(labels, n, v)
