@@ -9,6 +9,10 @@
  *   errors(body, names) -> list | None       list(iter_errors(body, names))
  *   topics(body, names) -> list | None       topics_of(body, names)
  *   record_sets(api_key, body, names) -> list | None     list(iter_record_sets(...))
+ *   exchange(api_key, request_body, response_body, names) -> tuple | None
+ *       what Conversation.emit asks, in one call: (the response's errors, the request's
+ *       topics or else the response's, the request's and the response's record sets whose
+ *       issues are not empty)
  *
  * None means "not the ordinary case": a subclass of dict, list, int or str where the walk
  * would look at it, a key that is not a str where the Python walk uses it, a record set of
@@ -35,7 +39,7 @@ enum { OK = 0, FAIL = -1, DECLINE = 1 };
 
 static PyObject *g_error_fn, *g_record_set;
 static PyObject *s_get, *s_name, *s_topic, *s_topic_name, *s_topic_id, *s_index, *s_partition_index,
-    *s_records, *s_topic_data, *s_partition_data, *s_responses, *s_partitions, *s_zero_uuid, *s_error_code;
+    *s_records, *s_topic_data, *s_partition_data, *s_responses, *s_partitions, *s_zero_uuid, *s_error_code, *s_issues;
 
 /* ---- str tests the walks make on keys -------------------------------------------------- */
 
@@ -272,6 +276,17 @@ static int walk_list(Errors *w, PyObject *list, int in_topics, int in_parts)
     return OK;
 }
 
+/* A walk's DECLINE or FAIL: NULL, with *declined set for a decline or an error that may
+ * be swallowed (an Exception: the Python walk will raise it again, or not). */
+static PyObject *declined_by(int r, int *declined)
+{
+    if (r == DECLINE || (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))) {
+        PyErr_Clear();
+        *declined = 1;
+    }
+    return NULL;
+}
+
 /* NULL with an error set: None (the Python walk decides), unless the error must not be
  * swallowed (KeyboardInterrupt and the like, not an Exception). */
 static PyObject *decline(PyObject *partial)
@@ -294,19 +309,16 @@ static int configured(void)
     return 1;
 }
 
-static PyObject *errors(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The error walk of a body: a new list, or NULL: declined (*declined set, no error set) or
+ * an error to raise. */
+static PyObject *errors_of(PyObject *body, PyObject *names, int *declined)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "errors(body, names)");
+    if (!PyDict_CheckExact(body)) {
+        *declined = 1;
         return NULL;
     }
-    if (!configured())
-        return NULL;
-    PyObject *body = args[0];
-    if (!PyDict_CheckExact(body))
-        Py_RETURN_NONE;
     Errors w;
-    w.names = args[1];
+    w.names = names;
     w.out = PyList_New(0);
     if (w.out == NULL)
         return NULL;
@@ -315,9 +327,24 @@ static PyObject *errors(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     w.ctx_node[0] = body;
     w.ctx_topics[0] = w.ctx_parts[0] = 0;
     int r = walk_errors(&w, body);
-    if (r != OK)
-        return decline(w.out);
+    if (r != OK) {
+        Py_DECREF(w.out);
+        return declined_by(r, declined);
+    }
     return w.out;
+}
+
+static PyObject *errors(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "errors(body, names)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    int declined = 0;
+    PyObject *out = errors_of(args[0], args[1], &declined);
+    return out != NULL ? out : decline(NULL);
 }
 
 /* ---- the topic walk (labels._walk_topics / _walk_topics_list / _note_topic) ------------- */
@@ -447,24 +474,30 @@ static int walk_topics_list(Topics *w, PyObject *list, int in_topic_array)
     return r;
 }
 
+static PyObject *topics_of(PyObject *body, PyObject *names, int *declined)
+{
+    if (!PyDict_CheckExact(body)) {
+        *declined = 1;
+        return NULL;
+    }
+    Topics w = {names, PyDict_New(), 0};
+    if (w.seen == NULL)
+        return NULL;
+    int r = walk_topics(&w, body, 0);
+    PyObject *out = r == OK ? PyDict_Keys(w.seen) : declined_by(r, declined);
+    Py_DECREF(w.seen);
+    return out;
+}
+
 static PyObject *topics(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "topics(body, names)");
         return NULL;
     }
-    PyObject *body = args[0];
-    if (!PyDict_CheckExact(body))
-        Py_RETURN_NONE;
-    Topics w = {args[1], PyDict_New(), 0};
-    if (w.seen == NULL)
-        return NULL;
-    int r = walk_topics(&w, body, 0);
-    if (r != OK)
-        return decline(w.seen);
-    PyObject *out = PyDict_Keys(w.seen);
-    Py_DECREF(w.seen);
-    return out;
+    int declined = 0;
+    PyObject *out = topics_of(args[0], args[1], &declined);
+    return out != NULL ? out : decline(NULL);
 }
 
 /* ---- record sets (labels.iter_record_sets) ----------------------------------------------- */
@@ -478,51 +511,40 @@ static int falsy_str_or_none(PyObject *v) /* 1: None/absent/"", 0: a non-empty s
     return PyUnicode_GET_LENGTH(v) == 0;
 }
 
-static PyObject *record_sets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* (topic, partition, record set) of a Produce request's or Fetch response's body into out
+ * (api_key: 0 or 1; body: a dict); only those whose record set has issues when `troubled`. */
+static int sets_into(long api_key, PyObject *body, PyObject *names, PyObject *out, int troubled)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "record_sets(api_key, body, names)");
-        return NULL;
-    }
-    if (!configured())
-        return NULL;
-    PyObject *body = args[1], *names = args[2];
-    if (!PyLong_CheckExact(args[0]) || !PyDict_CheckExact(body))
-        Py_RETURN_NONE;
-    long api_key = PyLong_AsLong(args[0]);
-    if (api_key == -1 && PyErr_Occurred())
-        return decline(NULL);
-    PyObject *out = PyList_New(0);
-    if (out == NULL)
-        return NULL;
-    if (api_key != 0 && api_key != 1)
-        return out;
     int err = 0;
     PyObject *topics_list = get(body, api_key == 0 ? s_topic_data : s_responses, &err);
     PyObject *parts_key = api_key == 0 ? s_partition_data : s_partitions;
     if (err)
-        return decline(out);
+        return FAIL;
     if (topics_list == NULL || topics_list == Py_None)
-        return out;
+        return OK;
     if (!PyList_CheckExact(topics_list))
-        return decline(out); /* `topics or ()` of anything else: Python */
+        return DECLINE; /* `topics or ()` of anything else: Python */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(topics_list); i++) {
         PyObject *t = PyList_GET_ITEM(topics_list, i);
         if (!PyDict_CheckExact(t)) {
             if (PyDict_Check(t))
-                return decline(out);
+                return DECLINE;
             continue;
         }
         /* name = t.get("name") or t.get("topic") */
         PyObject *name = get(t, s_name, &err);
-        int f = err ? -1 : falsy_str_or_none(name);
+        if (err)
+            return FAIL;
+        int f = falsy_str_or_none(name);
         if (f < 0)
-            return decline(out);
+            return DECLINE;
         if (f) {
             name = get(t, s_topic, &err);
-            f = err ? -1 : falsy_str_or_none(name);
+            if (err)
+                return FAIL;
+            f = falsy_str_or_none(name);
             if (f < 0)
-                return decline(out);
+                return DECLINE;
         }
         if (name == NULL)
             name = Py_None;
@@ -531,7 +553,7 @@ static PyObject *record_sets(PyObject *self, PyObject *const *args, Py_ssize_t n
             PyObject *tid = get(t, s_topic_id, &err);
             if (err || (tid != NULL && PyUnicode_Check(tid) && !PyUnicode_CheckExact(tid))) {
                 Py_DECREF(name);
-                return decline(out);
+                return err ? FAIL : DECLINE;
             }
             if (tid != NULL && PyUnicode_CheckExact(tid)) {
                 Py_DECREF(name);
@@ -539,13 +561,13 @@ static PyObject *record_sets(PyObject *self, PyObject *const *args, Py_ssize_t n
                 name = names_get(names, tid, tid);
                 Py_DECREF(tid);
                 if (name == NULL)
-                    return decline(out);
+                    return FAIL;
             }
         }
         PyObject *parts = get(t, parts_key, &err);
         if (err || (parts != NULL && parts != Py_None && !PyList_CheckExact(parts))) {
             Py_DECREF(name);
-            return decline(out);
+            return err ? FAIL : DECLINE;
         }
         Py_ssize_t nparts = parts != NULL && parts != Py_None ? PyList_GET_SIZE(parts) : 0;
         for (Py_ssize_t j = 0; j < nparts; j++) {
@@ -553,36 +575,137 @@ static PyObject *record_sets(PyObject *self, PyObject *const *args, Py_ssize_t n
             if (!PyDict_CheckExact(part)) {
                 if (PyDict_Check(part)) {
                     Py_DECREF(name);
-                    return decline(out);
+                    return DECLINE;
                 }
                 continue;
             }
             PyObject *rs = get(part, s_records, &err);
             if (err || (rs != NULL && rs != Py_None && (PyObject *)Py_TYPE(rs) != g_record_set)) {
                 Py_DECREF(name);
-                return decline(out); /* hasattr(rs, "batches"): Python */
+                return err ? FAIL : DECLINE; /* hasattr(rs, "batches"): Python */
             }
             if (rs == NULL || rs == Py_None)
                 continue;
+            if (troubled) { /* if rs.issues: */
+                PyObject *issues = PyObject_GetAttr(rs, s_issues);
+                int any = issues != NULL ? PyObject_IsTrue(issues) : -1;
+                Py_XDECREF(issues);
+                if (any <= 0) {
+                    if (any == 0)
+                        continue;
+                    Py_DECREF(name);
+                    return FAIL;
+                }
+            }
             /* part.get("index", part.get("partition_index")) */
             PyObject *partition = get(part, s_index, &err);
             if (partition == NULL && !err)
                 partition = get(part, s_partition_index, &err);
             if (err) {
                 Py_DECREF(name);
-                return decline(out);
+                return FAIL;
             }
             PyObject *item = PyTuple_Pack(3, name, partition != NULL ? partition : Py_None, rs);
             if (item == NULL || PyList_Append(out, item) < 0) {
                 Py_XDECREF(item);
                 Py_DECREF(name);
-                return decline(out);
+                return FAIL;
             }
             Py_DECREF(item);
         }
         Py_DECREF(name);
     }
+    return OK;
+}
+
+static PyObject *sets_of(long api_key, PyObject *body, PyObject *names, int troubled, int *declined)
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    int r = sets_into(api_key, body, names, out, troubled);
+    if (r != OK) {
+        Py_DECREF(out);
+        return declined_by(r, declined);
+    }
     return out;
+}
+
+static PyObject *record_sets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "record_sets(api_key, body, names)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    PyObject *body = args[1];
+    if (!PyLong_CheckExact(args[0]) || !PyDict_CheckExact(body))
+        Py_RETURN_NONE;
+    long api_key = PyLong_AsLong(args[0]);
+    if (api_key == -1 && PyErr_Occurred())
+        return decline(NULL);
+    if (api_key != 0 && api_key != 1)
+        return PyList_New(0);
+    int declined = 0;
+    PyObject *out = sets_of(api_key, body, args[2], 0, &declined);
+    return out != NULL ? out : decline(NULL);
+}
+
+/* ---- one exchange's labels in one call (Conversation.emit) --------------------------------- */
+
+static int truthy_body(PyObject *body) /* 1/0, -1: neither None nor a dict (Python decides) */
+{
+    if (body == Py_None)
+        return 0;
+    if (!PyDict_CheckExact(body))
+        return -1;
+    return PyDict_GET_SIZE(body) > 0;
+}
+
+static PyObject *exchange(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "exchange(api_key, request_body, response_body, names)");
+        return NULL;
+    }
+    if (!configured())
+        return NULL;
+    PyObject *req = args[1], *resp = args[2], *names = args[3];
+    int has_req = truthy_body(req), has_resp = truthy_body(resp);
+    if (!PyLong_CheckExact(args[0]) || has_req < 0 || has_resp < 0)
+        Py_RETURN_NONE;
+    long api_key = PyLong_AsLong(args[0]);
+    if (api_key == -1 && PyErr_Occurred())
+        return decline(NULL);
+    int records = api_key == 0 || api_key == 1, declined = 0;
+    PyObject *errors = NULL, *topics = NULL, *req_sets = NULL, *resp_sets = NULL, *out = NULL;
+    /* in emit's order: the response's errors, the request's topics (else the response's),
+     * the record sets with issues of the request, then of the response */
+    errors = has_resp ? errors_of(resp, names, &declined) : PyList_New(0);
+    if (errors == NULL)
+        goto done;
+    topics = has_req ? topics_of(req, names, &declined) : PyList_New(0);
+    if (topics == NULL)
+        goto done;
+    if (PyList_GET_SIZE(topics) == 0 && has_resp) {
+        Py_SETREF(topics, topics_of(resp, names, &declined));
+        if (topics == NULL)
+            goto done;
+    }
+    req_sets = records && has_req ? sets_of(api_key, req, names, 1, &declined) : PyList_New(0);
+    if (req_sets == NULL)
+        goto done;
+    resp_sets = records && has_resp ? sets_of(api_key, resp, names, 1, &declined) : PyList_New(0);
+    if (resp_sets == NULL)
+        goto done;
+    out = PyTuple_Pack(4, errors, topics, req_sets, resp_sets);
+done:
+    Py_XDECREF(errors);
+    Py_XDECREF(topics);
+    Py_XDECREF(req_sets);
+    Py_XDECREF(resp_sets);
+    return out != NULL ? out : decline(NULL);
 }
 
 /* ---- module ------------------------------------------------------------------------------ */
@@ -610,6 +733,9 @@ static PyMethodDef methods[] = {
      "errors(body, names) -> list | None: list(labels.iter_errors(body, names)), None: ask Python"},
     {"topics", (PyCFunction)(void (*)(void))topics, METH_FASTCALL,
      "topics(body, names) -> list | None: labels.topics_of(body, names), None: ask Python"},
+    {"exchange", (PyCFunction)(void (*)(void))exchange, METH_FASTCALL,
+     "exchange(api_key, request_body, response_body, names) -> (errors, topics, request's troubled\n"
+     "record sets, response's) | None: what Conversation.emit asks of labels, in one call"},
     {"record_sets", (PyCFunction)(void (*)(void))record_sets, METH_FASTCALL,
      "record_sets(api_key, body, names) -> list | None: list(labels.iter_record_sets(...))"},
     {NULL, NULL, 0, NULL},
@@ -634,7 +760,8 @@ PyMODINIT_FUNC PyInit__clabels(void)
         intern(&s_partition_index, "partition_index") || intern(&s_records, "records") ||
         intern(&s_topic_data, "topic_data") || intern(&s_partition_data, "partition_data") ||
         intern(&s_responses, "responses") || intern(&s_partitions, "partitions") ||
-        intern(&s_zero_uuid, "AAAAAAAAAAAAAAAAAAAAAA") || intern(&s_error_code, "error_code"))
+        intern(&s_zero_uuid, "AAAAAAAAAAAAAAAAAAAAAA") || intern(&s_error_code, "error_code") ||
+        intern(&s_issues, "issues"))
         return NULL;
     return PyModule_Create(&module);
 }

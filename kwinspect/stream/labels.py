@@ -6,7 +6,7 @@ without a table per api: error codes live in fields whose name ends in
 ``error_code``; topics in elements of arrays whose field name mentions topics.
 
 With the compiled core, ``response_errors``, ``message_topics``, ``topics_of`` and
-``iter_record_sets`` first ask the C twin of the generic walks (``_clabels.c``, through
+``iter_record_sets`` (and Conversation.emit, all at once) first ask the C twin of the generic walks (``_clabels.c``, through
 the facade at the end of this module); where it declines (None: a subclass, an odd
 key, deep nesting) the Python walks below run, and they stay the reference.
 """
@@ -452,3 +452,7 @@ if _c is not None:
 compiled_errors = _c.errors if _c is not None else None
 compiled_topics = _c.topics if _c is not None else None
 compiled_record_sets = _c.record_sets if _c is not None else None
+# (api_key, request body, response body, names) -> (response_errors, the request's topics or
+# else the response's, the request's and the response's record sets with issues) | None:
+# what Conversation.emit asks, in one call
+compiled_exchange = _c.exchange if _c is not None else None

@@ -21,7 +21,7 @@ from kwinspect.stream import labels
 
 _NAMES = ("scan_pcap", "scan_pcapng", "tcp_segment")
 _DECODE_NAMES = ("compile_program", "decode_request", "decode_response", "decode_struct")
-_LABEL_NAMES = ("compiled_errors", "compiled_topics", "compiled_record_sets")
+_LABEL_NAMES = ("compiled_errors", "compiled_topics", "compiled_record_sets", "compiled_exchange")
 
 
 def compiled_available() -> bool:

@@ -34,6 +34,8 @@ from tests.stream.test_labels_guided import (
     mutated,
 )
 
+C_EXCHANGE = labels.compiled_exchange  # (tests set the facade's to None)
+
 
 @pytest.fixture(autouse=True)
 def _compiled():
@@ -81,6 +83,11 @@ def assert_same(api_key, body, request, clean, names, *, must_take=False):
         assert [(t, p, id(rs)) for t, p, rs in sets] == [(t, p, id(rs)) for t, p, rs in w_sets]
     # every lookup the C makes, the Python makes (run/parallel.py replays them)
     assert set(log) <= set(want_log)
+    # and all at once, as Conversation.emit asks (the body as request, response or both)
+    for pair in ((body, None), (None, body), (body, body)):
+        got = C_EXCHANGE(api_key, *pair, names)
+        if got is not None:
+            assert got == python_exchange(api_key, *pair, names)
     # and through the public functions, whichever path they take
     logged = LoggingNames(names)
     if not request:
@@ -91,10 +98,40 @@ def assert_same(api_key, body, request, clean, names, *, must_take=False):
 # -- every body of every capture ---------------------------------------------------------------
 
 
+def python_exchange(api_key, req_body, resp_body, names):
+    """What Conversation.emit takes from the Python walks one by one (the generic ones: a
+    clean body's guided walk equals them)."""
+    with python_labels():
+        errors = labels.response_errors(api_key, resp_body, False, names) if resp_body else []
+        topics = labels.message_topics(api_key, req_body, True, False, names) if req_body else []
+        if not topics and resp_body:
+            topics = labels.topics_of(resp_body, names)
+        sets = [[s for s in labels.iter_record_sets(api_key, body, names) if s[2].issues]
+                if api_key in (0, 1) and body else [] for body in (req_body, resp_body)]
+    return (errors, topics, *sets)
+
+
 @pytest.mark.parametrize("pcap", CAPTURES + PUBLIC, ids=lambda p: p.rsplit("/", 1)[-1])
 def test_every_body_of_every_capture(pcap, monkeypatch):
+    from rig.verify import keylog_of
+
+    keys = None
+    if keylog_of(pcap):
+        from kwinspect.capture.keylog import KeyLog
+
+        keys = KeyLog()
+        keys.add_file(keylog_of(pcap))
     seen = []
+
+    def run():
+        for _ev in dissect_files([pcap], DissectConfig(kafka_ports=_ports(pcap), tls_keys=keys)):
+            pass
+        if "captures-public" not in pcap:
+            assert seen
+        seen.clear()
+
     response_errors, message_topics = conversation.response_errors, conversation.message_topics
+    compiled_exchange = labels.compiled_exchange
 
     def checked_errors(api_key, body, clean, names=None):
         seen.append(api_key)
@@ -106,20 +143,21 @@ def test_every_body_of_every_capture(pcap, monkeypatch):
         assert_same(api_key, body, request, clean, dict(names or {}), must_take=type(body) is dict)
         return message_topics(api_key, body, request, clean, names)
 
+    def checked_exchange(api_key, req_body, resp_body, names):
+        seen.append(api_key)
+        got = compiled_exchange(api_key, req_body, resp_body, names)
+        assert got is not None  # real bodies are the ordinary case
+        assert got == python_exchange(api_key, req_body, resp_body, dict(names))
+        return got
+
+    # emit asking the walks one by one ...
     monkeypatch.setattr(conversation, "response_errors", checked_errors)
     monkeypatch.setattr(conversation, "message_topics", checked_topics)
-    from rig.verify import keylog_of
-
-    keys = None
-    if keylog_of(pcap):
-        from kwinspect.capture.keylog import KeyLog
-
-        keys = KeyLog()
-        keys.add_file(keylog_of(pcap))
-    for _ev in dissect_files([pcap], DissectConfig(kafka_ports=_ports(pcap), tls_keys=keys)):
-        pass
-    if "captures-public" not in pcap:
-        assert seen
+    monkeypatch.setattr(labels, "compiled_exchange", None)
+    run()
+    # ... and all at once
+    monkeypatch.setattr(labels, "compiled_exchange", checked_exchange)
+    run()
 
 
 # -- generated bodies ----------------------------------------------------------------------------
