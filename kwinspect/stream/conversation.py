@@ -567,6 +567,9 @@ class Conversation:
                 message=e["message"] or (f"group {e['group']}" if e.get("group") else None),
                 ts=ts, stream=stream, frame=frame, response_frame=response_frame, tcp_stream=tcp_stream,
                 order=order))
+        if req_sets is not None and not (req_sets or resp_sets or (req is not None and req.issues)
+                                         or (resp is not None and resp.issues)):
+            return  # the C found no troubled record set, and neither message has issues
         for msg, sets in ((req, req_sets), (resp, resp_sets)):
             if msg is None:
                 continue
