@@ -227,6 +227,8 @@ static int walk_errors(Errors *w, PyObject *node) /* node: the top of the ctx st
         if (in_topics < 0 || in_parts < 0)
             return FAIL;
         w->path_key[w->npath++] = key;
+        Py_INCREF(key); /* held: an error's dict is made by Python code */
+        Py_INCREF(value);
         if (is_dict) {
             w->ctx_node[w->nctx] = value;
             w->ctx_topics[w->nctx] = (char)in_topics;
@@ -236,6 +238,8 @@ static int walk_errors(Errors *w, PyObject *node) /* node: the top of the ctx st
         } else {
             r = walk_list(w, value, in_topics, in_parts);
         }
+        Py_DECREF(value);
+        Py_DECREF(key);
         w->npath--;
         if (r != OK)
             return r;
@@ -428,12 +432,16 @@ static int walk_topics(Topics *w, PyObject *node, int in_topic_array)
             int in_topics = topic_array(key);
             if (in_topics < 0)
                 return FAIL;
+            Py_INCREF(value); /* held: a lookup below may run Python code */
             r = walk_topics_list(w, value, in_topics);
+            Py_DECREF(value);
         } else if (t == &PyDict_Type) {
             if (w->depth >= MAX_DEPTH)
                 return DECLINE;
             w->depth++;
+            Py_INCREF(value);
             r = walk_topics(w, value, 0);
+            Py_DECREF(value);
             w->depth--;
         } else if (PyList_Check(value) || PyDict_Check(value)) {
             return DECLINE;
@@ -511,8 +519,99 @@ static int falsy_str_or_none(PyObject *v) /* 1: None/absent/"", 0: a non-empty s
     return PyUnicode_GET_LENGTH(v) == 0;
 }
 
+/* One element `t` (a dict) of the topics array: its partitions' record sets into out. */
+static int topic_sets(PyObject *t, PyObject *parts_key, PyObject *names, PyObject *out, int troubled)
+{
+    int err = 0;
+    /* name = t.get("name") or t.get("topic") */
+    PyObject *name = get(t, s_name, &err);
+    if (err)
+        return FAIL;
+    int f = falsy_str_or_none(name);
+    if (f < 0)
+        return DECLINE;
+    if (f) {
+        name = get(t, s_topic, &err);
+        if (err)
+            return FAIL;
+        f = falsy_str_or_none(name);
+        if (f < 0)
+            return DECLINE;
+    }
+    if (name == NULL)
+        name = Py_None;
+    Py_INCREF(name);
+    if (f) { /* not name and isinstance(t.get("topic_id"), str): names.get(tid, tid) */
+        PyObject *tid = get(t, s_topic_id, &err);
+        if (err || (tid != NULL && PyUnicode_Check(tid) && !PyUnicode_CheckExact(tid))) {
+            Py_DECREF(name);
+            return err ? FAIL : DECLINE;
+        }
+        if (tid != NULL && PyUnicode_CheckExact(tid)) {
+            Py_DECREF(name);
+            Py_INCREF(tid);
+            name = names_get(names, tid, tid);
+            Py_DECREF(tid);
+            if (name == NULL)
+                return FAIL;
+        }
+    }
+    PyObject *parts = get(t, parts_key, &err);
+    if (err || (parts != NULL && parts != Py_None && !PyList_CheckExact(parts))) {
+        Py_DECREF(name);
+        return err ? FAIL : DECLINE;
+    }
+    if (parts == NULL || parts == Py_None) {
+        Py_DECREF(name);
+        return OK;
+    }
+    int r = OK;
+    Py_INCREF(parts);
+    for (Py_ssize_t j = 0; r == OK && j < PyList_GET_SIZE(parts); j++) {
+        PyObject *part = PyList_GET_ITEM(parts, j);
+        if (!PyDict_CheckExact(part)) {
+            if (PyDict_Check(part))
+                r = DECLINE;
+            continue;
+        }
+        PyObject *rs = get(part, s_records, &err);
+        if (err || (rs != NULL && rs != Py_None && (PyObject *)Py_TYPE(rs) != g_record_set)) {
+            r = err ? FAIL : DECLINE; /* hasattr(rs, "batches"): Python */
+            break;
+        }
+        if (rs == NULL || rs == Py_None)
+            continue;
+        if (troubled) { /* if rs.issues: (a list; anything else: Python) */
+            PyObject *issues = PyObject_GetAttr(rs, s_issues);
+            int kind = issues == NULL ? FAIL : !PyList_CheckExact(issues) ? DECLINE : OK;
+            Py_ssize_t any = kind == OK ? PyList_GET_SIZE(issues) : 0;
+            Py_XDECREF(issues);
+            if (kind != OK)
+                r = kind;
+            if (any == 0)
+                continue;
+        }
+        /* part.get("index", part.get("partition_index")) */
+        PyObject *partition = get(part, s_index, &err);
+        if (partition == NULL && !err)
+            partition = get(part, s_partition_index, &err);
+        if (err) {
+            r = FAIL;
+            break;
+        }
+        PyObject *item = PyTuple_Pack(3, name, partition != NULL ? partition : Py_None, rs);
+        if (item == NULL || PyList_Append(out, item) < 0)
+            r = FAIL;
+        Py_XDECREF(item);
+    }
+    Py_DECREF(parts);
+    Py_DECREF(name);
+    return r;
+}
+
 /* (topic, partition, record set) of a Produce request's or Fetch response's body into out
- * (api_key: 0 or 1; body: a dict); only those whose record set has issues when `troubled`. */
+ * (api_key: 0 or 1; body: a dict); only those whose record set has issues when `troubled`.
+ * The list and each topic are held while a lookup (Python code) runs. */
 static int sets_into(long api_key, PyObject *body, PyObject *names, PyObject *out, int troubled)
 {
     int err = 0;
@@ -524,98 +623,21 @@ static int sets_into(long api_key, PyObject *body, PyObject *names, PyObject *ou
         return OK;
     if (!PyList_CheckExact(topics_list))
         return DECLINE; /* `topics or ()` of anything else: Python */
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(topics_list); i++) {
+    int r = OK;
+    Py_INCREF(topics_list);
+    for (Py_ssize_t i = 0; r == OK && i < PyList_GET_SIZE(topics_list); i++) {
         PyObject *t = PyList_GET_ITEM(topics_list, i);
         if (!PyDict_CheckExact(t)) {
             if (PyDict_Check(t))
-                return DECLINE;
+                r = DECLINE;
             continue;
         }
-        /* name = t.get("name") or t.get("topic") */
-        PyObject *name = get(t, s_name, &err);
-        if (err)
-            return FAIL;
-        int f = falsy_str_or_none(name);
-        if (f < 0)
-            return DECLINE;
-        if (f) {
-            name = get(t, s_topic, &err);
-            if (err)
-                return FAIL;
-            f = falsy_str_or_none(name);
-            if (f < 0)
-                return DECLINE;
-        }
-        if (name == NULL)
-            name = Py_None;
-        Py_INCREF(name);
-        if (f) { /* not name and isinstance(t.get("topic_id"), str): names.get(tid, tid) */
-            PyObject *tid = get(t, s_topic_id, &err);
-            if (err || (tid != NULL && PyUnicode_Check(tid) && !PyUnicode_CheckExact(tid))) {
-                Py_DECREF(name);
-                return err ? FAIL : DECLINE;
-            }
-            if (tid != NULL && PyUnicode_CheckExact(tid)) {
-                Py_DECREF(name);
-                Py_INCREF(tid);
-                name = names_get(names, tid, tid);
-                Py_DECREF(tid);
-                if (name == NULL)
-                    return FAIL;
-            }
-        }
-        PyObject *parts = get(t, parts_key, &err);
-        if (err || (parts != NULL && parts != Py_None && !PyList_CheckExact(parts))) {
-            Py_DECREF(name);
-            return err ? FAIL : DECLINE;
-        }
-        Py_ssize_t nparts = parts != NULL && parts != Py_None ? PyList_GET_SIZE(parts) : 0;
-        for (Py_ssize_t j = 0; j < nparts; j++) {
-            PyObject *part = PyList_GET_ITEM(parts, j);
-            if (!PyDict_CheckExact(part)) {
-                if (PyDict_Check(part)) {
-                    Py_DECREF(name);
-                    return DECLINE;
-                }
-                continue;
-            }
-            PyObject *rs = get(part, s_records, &err);
-            if (err || (rs != NULL && rs != Py_None && (PyObject *)Py_TYPE(rs) != g_record_set)) {
-                Py_DECREF(name);
-                return err ? FAIL : DECLINE; /* hasattr(rs, "batches"): Python */
-            }
-            if (rs == NULL || rs == Py_None)
-                continue;
-            if (troubled) { /* if rs.issues: */
-                PyObject *issues = PyObject_GetAttr(rs, s_issues);
-                int any = issues != NULL ? PyObject_IsTrue(issues) : -1;
-                Py_XDECREF(issues);
-                if (any <= 0) {
-                    if (any == 0)
-                        continue;
-                    Py_DECREF(name);
-                    return FAIL;
-                }
-            }
-            /* part.get("index", part.get("partition_index")) */
-            PyObject *partition = get(part, s_index, &err);
-            if (partition == NULL && !err)
-                partition = get(part, s_partition_index, &err);
-            if (err) {
-                Py_DECREF(name);
-                return FAIL;
-            }
-            PyObject *item = PyTuple_Pack(3, name, partition != NULL ? partition : Py_None, rs);
-            if (item == NULL || PyList_Append(out, item) < 0) {
-                Py_XDECREF(item);
-                Py_DECREF(name);
-                return FAIL;
-            }
-            Py_DECREF(item);
-        }
-        Py_DECREF(name);
+        Py_INCREF(t);
+        r = topic_sets(t, parts_key, names, out, troubled);
+        Py_DECREF(t);
     }
-    return OK;
+    Py_DECREF(topics_list);
+    return r;
 }
 
 static PyObject *sets_of(long api_key, PyObject *body, PyObject *names, int troubled, int *declined)

@@ -308,3 +308,27 @@ def test_record_sets_name_topics_and_partitions_as_python():
     names = LoggingNames({})
     assert labels.compiled_record_sets(0, body, names) == [("t", None, a), (TID, 2, b)]
     assert names.log == [(TID, None)]
+
+
+def test_a_lookup_that_empties_the_body_does_not_break_the_walk():
+    """A mapping's get is Python code that could change what is being walked: the C holds
+    what it walks, and walks on over what is left (make fuzz-asan runs this module too)."""
+    class Emptying(dict):
+        def __init__(self, *nodes) -> None:
+            super().__init__()
+            self.nodes = nodes
+
+        def __bool__(self) -> bool:
+            return True
+
+        def get(self, tid, default=None):
+            for node in self.nodes:
+                node.clear()
+            return default
+
+    topic = {"topic_id": TID, "partitions": [{"x": [1]}]}
+    body = {"topics": [topic, {"name": "t"}], "error_code": 0}
+    assert labels.compiled_topics(body, Emptying(body, topic, body["topics"])) == [TID]
+    topic = {"topic_id": TID, "partition_data": [{"index": 0, "records": RecordSet()}]}
+    sets = {"topic_data": [topic]}
+    assert labels.compiled_record_sets(0, sets, Emptying(sets, sets["topic_data"], topic)) == []
