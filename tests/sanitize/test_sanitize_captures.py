@@ -40,10 +40,18 @@ def kwinspect(*args: str) -> subprocess.CompletedProcess:
                           timeout=600, env=ENV, cwd=ROOT)
 
 
+_ROWS: dict[tuple, list[dict]] = {}
+
+
 def rows(table: str, path: Path, *extra: str) -> list[dict]:
-    proc = kwinspect(table, "-F", "jsonl", *extra, str(path))
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines()]
+    """`kwinspect TABLE -F jsonl` of a file, run once per file and arguments (each test
+    of a capture asks for its original's tables again: a process each cost minutes)."""
+    key = (table, str(path), extra)
+    if key not in _ROWS:
+        proc = kwinspect(table, "-F", "jsonl", *extra, str(path))
+        assert proc.returncode == 0, proc.stderr
+        _ROWS[key] = [json.loads(line) for line in proc.stdout.splitlines()]
+    return _ROWS[key]
 
 
 @pytest.fixture(scope="module")
