@@ -28,6 +28,9 @@ from kwinspect.spark.pipeline import PipelineOptions, _pcapng_spans, run_pipelin
 from tests.helpers.pcapgen import LINKTYPE_ETHERNET, LINKTYPE_RAW, Frame, to_bytes, write_pcapng
 from tests.spark.compare import compare, single_process_tables
 
+# with the other modules that use the local Spark session (one session start, one worker)
+pytestmark = pytest.mark.xdist_group("spark-session")
+
 CAPTURES = Path(__file__).resolve().parents[2] / "captures"
 SPLIT = 4096
 SPARK_SPLIT = 32 << 10  # fewer, bigger ranges for the Spark run: a task costs Spark time

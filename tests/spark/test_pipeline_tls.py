@@ -15,7 +15,9 @@ from kwinspect import cli
 from kwinspect.spark.pipeline import PipelineOptions, run_pipeline
 from tests.spark.compare import compare, single_process_tables
 
-pytestmark = pytest.mark.spark
+# one worker holds the local Spark session (tests/spark/conftest.py) for every module
+# that needs it: a second session start costs a JVM and its warm-up again
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-session")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CAPTURES = os.path.join(ROOT, "captures")

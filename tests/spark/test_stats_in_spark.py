@@ -11,7 +11,9 @@ import pytest
 from kwinspect.analyze.stats import STATS_COLUMNS
 from kwinspect.cli import main
 
-pytestmark = pytest.mark.spark
+# one worker holds the local Spark session (tests/spark/conftest.py) for every module
+# that needs it: a second session start costs a JVM and its warm-up again
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-session")]
 
 CAPTURE = Path(__file__).resolve().parents[2] / "captures" / "confluent-mock-produce-consume.pcap"
 
