@@ -19,7 +19,7 @@ from types import ModuleType
 
 PURE_ENV = "KWINSPECT_PURE"
 # Every extension module setup.py builds (tests/test_core.py checks the two lists agree).
-EXTENSIONS = ("kwinspect.capture._cpackets", "kwinspect.protocol._cdecode")
+EXTENSIONS = ("kwinspect.capture._cpackets", "kwinspect.protocol._cdecode", "kwinspect._cdriver")
 
 
 def pure_requested() -> bool:

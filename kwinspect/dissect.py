@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from typing import Any
 
+from kwinspect import core
 from kwinspect.capture import fastpath
 from kwinspect.capture.keylog import KeyLog
 from kwinspect.capture.packets import IP4_HEADER, TCP_HEADER, PacketParser, TcpSegment
@@ -59,6 +60,12 @@ from kwinspect.stream.framing import (
 )
 
 _new = tuple.__new__  # a TcpSegment without the namedtuple's Python-level __new__
+_cdriver = core.load("kwinspect._cdriver")
+# The compiled per-segment path (``_cdriver.c`` beside this module), or None: one in-order
+# segment of a decided Kafka connection through feed_segment, TcpReassembler.feed,
+# _on_data and FrameSplitter.feed, on the same objects' fields; it declines (None,
+# nothing changed) whatever is not that ordinary case, and the Python path takes it.
+segment_fastpath = _cdriver.segment if _cdriver is not None else None
 DEFAULT_KAFKA_PORTS = frozenset({9092})
 # Segments held, all connections together, by connections not yet known to carry Kafka
 # (each holds up to stream.detect.DETECT_BUFFER bytes while it waits for an answer).
@@ -189,6 +196,14 @@ class Dissector:
         self.tcp = TcpReassembler(idle_timeout=self.config.idle_timeout)
         if self.direct_data:
             self.tcp.data_sink = self._on_data
+        # the compiled per-segment path, for the methods it is the twin of (a subclass that
+        # changes one of them, or watches every TCP event, keeps the Python path)
+        self._c_driver = self._c_driver_state = None
+        cls = type(self)
+        if (segment_fastpath is not None and self._c_segment is not None and self.direct_data
+                and cls.feed_segment is Dissector.feed_segment and cls._on_data is Dissector._on_data):
+            self._c_driver = segment_fastpath
+            self._c_driver_state = (self, self.tcp, deque, Frame, FrameSplitter)
         self.conversation_class = conversation_class
         self.on_frame = on_frame
         self.on_close = on_close
@@ -250,6 +265,15 @@ class Dissector:
             if seg is not None:
                 pstats.packets += 1
                 pstats.tcp += 1
+                c_driver = self._c_driver
+                if c_driver is not None:  # feed_segment's ordinary case in C (_cdriver.c)
+                    done = c_driver(self._c_driver_state, seg, 1)
+                    if done is not None:
+                        if done is not True:  # the connection's splitter has frames ready
+                            self._frames_to_conversation(done, seg.src)
+                        if seg.ts >= self.next_idle_check:
+                            self.flush_idle(seg.ts)
+                        return
                 self.feed_segment(seg, 1)
                 return
         ts, linktype, data, _wire, index = raw

@@ -14,6 +14,7 @@ import shutil
 import sysconfig
 from collections.abc import Iterator
 
+from kwinspect import dissect
 from kwinspect.capture import fastpath
 from kwinspect.protocol import compiled, decode
 
@@ -23,7 +24,7 @@ _DECODE_NAMES = ("compile_program", "decode_request", "decode_response", "decode
 
 def compiled_available() -> bool:
     return all(getattr(fastpath, n) is not None for n in _NAMES) and \
-        all(getattr(compiled, n) is not None for n in _DECODE_NAMES)
+        all(getattr(compiled, n) is not None for n in _DECODE_NAMES) and dissect.segment_fastpath is not None
 
 
 def require_compiled() -> None:
@@ -45,10 +46,12 @@ def python_core() -> Iterator[None]:
     """The pure-Python fast paths inside the block (readers, parsers and dissectors made
     or iterated inside it)."""
     saved = {n: getattr(fastpath, n) for n in _NAMES}
+    saved_driver = dissect.segment_fastpath
     saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
     try:
         for n in _NAMES:
             setattr(fastpath, n, None)
+        dissect.segment_fastpath = None
         for n in _DECODE_NAMES:
             setattr(compiled, n, None)
         decode.clear_caches()
@@ -56,6 +59,7 @@ def python_core() -> Iterator[None]:
     finally:
         for n, v in saved.items():
             setattr(fastpath, n, v)
+        dissect.segment_fastpath = saved_driver
         for n, v in saved_decode.items():
             setattr(compiled, n, v)
         decode.clear_caches()
