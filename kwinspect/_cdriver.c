@@ -33,6 +33,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <structmember.h>
 
 #define FIN 0x01
 #define SYN 0x02
@@ -50,11 +51,97 @@ static PyObject *S_stats, *S_tcp_packets, *S_last_ts_d, *S_packets, *S_kafka_byt
     *S_chunks, *S_parts, *S_parts_len, *S_need_off, *S_part_chunks, *S_pos, *S_peak_buffered,
     *S_append, *S_popleft, *S_clear, *S_move_to_end;
 
+/* Attribute access.  The objects on this path are instances of classes with __slots__ (the
+ * reassembler's halves and connections, DirectionStats, the driver's connection state), whose
+ * fields are member descriptors at fixed offsets, or of plain classes whose fields live in the
+ * instance dict.  Each call site keeps the type it saw last and how that type stores the field:
+ * an object slot (its offset), the instance dict (no data descriptor of that name on the
+ * class, and the generic getattr/setattr), or anything else (PyObject_GetAttr/SetAttr every
+ * time).  That spares the type and descriptor lookups per access with the same semantics: a
+ * slot is a data descriptor, found before any instance dict; without a data descriptor, the
+ * generic lookup reads the instance dict first (a class attribute such as a dataclass default
+ * only counts when the dict has no such key) and the generic setattr writes the dict.  A value
+ * not found that way (an unset slot, a key not in the dict) takes PyObject_GetAttr, which
+ * finds the class attribute or raises the AttributeError. */
+#define VIA_GETATTR 0
+#define VIA_DICT (-1)
+typedef struct {
+    PyTypeObject *type; /* strong reference: the way is only valid for this type */
+    Py_ssize_t way;     /* > 0: the slot's offset; VIA_DICT; VIA_GETATTR */
+} Slot;
+
+static void slot_resolve(PyTypeObject *type, PyObject *name, Slot *c)
+{
+    PyObject *descr = _PyType_Lookup(type, name); /* borrowed */
+    Py_ssize_t way = VIA_GETATTR;
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0)
+            way = m->offset;
+    } else if ((descr == NULL || Py_TYPE(descr)->tp_descr_set == NULL) /* not a data descriptor */
+               && type->tp_getattro == PyObject_GenericGetAttr
+               && type->tp_setattro == PyObject_GenericSetAttr
+               && (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT))) {
+        way = VIA_DICT;
+    }
+    Py_INCREF(type);
+    Py_XSETREF(c->type, type);
+    c->way = way;
+}
+
+/* a new reference to obj.name, or NULL with an exception */
+static inline PyObject *fast_get(PyObject *obj, PyObject *name, Slot *c)
+{
+    if (c->type != Py_TYPE(obj))
+        slot_resolve(Py_TYPE(obj), name, c);
+    if (c->way > 0) {
+        PyObject *v = *(PyObject **)((char *)obj + c->way);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    } else if (c->way == VIA_DICT) {
+        PyObject **dictptr = _PyObject_GetDictPtr(obj); /* (makes the dict of a managed one) */
+        if (dictptr != NULL && *dictptr != NULL) {
+            PyObject *v = PyDict_GetItemWithError(*dictptr, name);
+            if (v != NULL) {
+                Py_INCREF(v);
+                return v;
+            }
+            if (PyErr_Occurred())
+                return NULL;
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+static inline int fast_set(PyObject *obj, PyObject *name, PyObject *v, Slot *c)
+{
+    if (c->type != Py_TYPE(obj))
+        slot_resolve(Py_TYPE(obj), name, c);
+    if (c->way > 0) {
+        PyObject **field = (PyObject **)((char *)obj + c->way);
+        PyObject *old = *field;
+        Py_INCREF(v);
+        *field = v;
+        Py_XDECREF(old);
+        return 0;
+    } else if (c->way == VIA_DICT) {
+        PyObject **dictptr = _PyObject_GetDictPtr(obj);
+        if (dictptr != NULL && *dictptr != NULL)
+            return PyDict_SetItem(*dictptr, name, v);
+    }
+    return PyObject_SetAttr(obj, name, v);
+}
+
+#define GET(obj, name) __extension__({ static Slot c_; fast_get((obj), (name), &c_); })
+#define SET(obj, name, v) __extension__({ static Slot c_; fast_set((obj), (name), (v), &c_); })
+
 /* A 64-bit value of an int attribute: 0, or 1 when it is not an int / does not fit
  * (decline), or -1 on an error (exception set). */
-static int get_ll(PyObject *obj, PyObject *name, long long *out)
+static int get_ll_c(PyObject *obj, PyObject *name, Slot *c, long long *out)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = fast_get(obj, name, c);
     if (v == NULL)
         return -1;
     if (!PyLong_Check(v)) {
@@ -71,20 +158,20 @@ static int get_ll(PyObject *obj, PyObject *name, long long *out)
     return 0;
 }
 
-static int set_ll(PyObject *obj, PyObject *name, long long value)
+static int set_ll_c(PyObject *obj, PyObject *name, Slot *c, long long value)
 {
     PyObject *v = PyLong_FromLongLong(value);
     if (v == NULL)
         return -1;
-    int r = PyObject_SetAttr(obj, name, v);
+    int r = fast_set(obj, name, v, c);
     Py_DECREF(v);
     return r;
 }
 
 /* the attribute is None: 1, not None: 0, error: -1 */
-static int is_none(PyObject *obj, PyObject *name)
+static int is_none_c(PyObject *obj, PyObject *name, Slot *c)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = fast_get(obj, name, c);
     if (v == NULL)
         return -1;
     int r = v == Py_None;
@@ -93,15 +180,20 @@ static int is_none(PyObject *obj, PyObject *name)
 }
 
 /* the attribute's truth value (1/0), -1 on error */
-static int truth(PyObject *obj, PyObject *name)
+static int truth_c(PyObject *obj, PyObject *name, Slot *c)
 {
-    PyObject *v = PyObject_GetAttr(obj, name);
+    PyObject *v = fast_get(obj, name, c);
     if (v == NULL)
         return -1;
     int r = PyObject_IsTrue(v);
     Py_DECREF(v);
     return r;
 }
+
+#define get_ll(obj, name, out) __extension__({ static Slot c_; get_ll_c((obj), (name), &c_, (out)); })
+#define set_ll(obj, name, value) __extension__({ static Slot c_; set_ll_c((obj), (name), &c_, (value)); })
+#define is_none(obj, name) __extension__({ static Slot c_; is_none_c((obj), (name), &c_); })
+#define truth(obj, name) __extension__({ static Slot c_; truth_c((obj), (name), &c_); })
 
 static inline int add_ok(long long a, long long b, long long *out) { return !__builtin_add_overflow(a, b, out); }
 
@@ -167,24 +259,24 @@ static PyObject *segment(PyObject *self, PyObject *args)
     int entry_hot = 0, info_hot = 0, conn_hot = 0;
 
     /* ---- phase 1: TcpReassembler.feed's reads ---------------------------------------- */
-    tstats = PyObject_GetAttr(tcp, S_stats);
+    tstats = GET(tcp, S_stats);
     if (tstats == NULL)
         FAIL;
-    PyObject *hot_a = PyObject_GetAttr(tcp, S_hot_a);
+    PyObject *hot_a = GET(tcp, S_hot_a);
     if (hot_a == NULL)
         FAIL;
     Py_DECREF(hot_a); /* only its identity is compared; tcp holds it */
-    hot_b = PyObject_GetAttr(tcp, S_hot_b);
+    hot_b = GET(tcp, S_hot_b);
     if (hot_b == NULL)
         FAIL;
     if (src == hot_a && dst == hot_b) {
-        entry = PyObject_GetAttr(tcp, S_hot_ab);
+        entry = GET(tcp, S_hot_ab);
         entry_hot = 1;
     } else if (src == hot_b && dst == hot_a) {
-        entry = PyObject_GetAttr(tcp, S_hot_ba);
+        entry = GET(tcp, S_hot_ba);
         entry_hot = 1;
     } else {
-        PyObject *dirs = PyObject_GetAttr(tcp, S_dirs);
+        PyObject *dirs = GET(tcp, S_dirs);
         if (dirs == NULL)
             FAIL;
         PyObject *k = PyTuple_Pack(2, src, dst);
@@ -232,7 +324,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
     CHECK(get_ll(tcp, S_max_total_buffered, &max_total));
     if (buffered_total > max_total)
         DECLINE;
-    st = PyObject_GetAttr(h, S_st);
+    st = GET(h, S_st);
     if (st == NULL)
         FAIL;
     long long tsegs, hsegs, nxt, payload_bytes = 0, max_end = 0, delivered = 0, end = 0, recent_bytes = 0,
@@ -243,7 +335,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
     if (n) {
         if (seq_delta(seq, nxt) != 0 || n > max_window)
             DECLINE; /* not the next byte: Python places it */
-        ooo = PyObject_GetAttr(h, S_ooo_s);
+        ooo = GET(h, S_ooo_s);
         if (ooo == NULL)
             FAIL;
         if ((t = PyObject_IsTrue(ooo)) < 0)
@@ -260,7 +352,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
         CHECK(get_ll(h, S_max_end, &max_end));
         CHECK(get_ll(h, S_recent_bytes, &recent_bytes));
         CHECK(get_ll(tcp, S_overlap_check_bytes, &keep));
-        recent = PyObject_GetAttr(h, S_recent);
+        recent = GET(h, S_recent);
         if (recent == NULL)
             FAIL;
         if (recent != Py_None && (PyObject *)Py_TYPE(recent) != deque_type)
@@ -276,7 +368,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
         if ((t = truth(p, S_started)) < 0)
             FAIL;
         if (t) {
-            PyObject *pooo = PyObject_GetAttr(p, S_ooo_s);
+            PyObject *pooo = GET(p, S_ooo_s);
             if (pooo == NULL)
                 FAIL;
             t = PyObject_IsTrue(pooo);
@@ -294,7 +386,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
             if (pnxt > LLONG_MAX - (1LL << 32) || pnxt < LLONG_MIN + (1LL << 32))
                 DECLINE;
             long long a = pnxt + seq_delta(ack, pnxt);
-            PyObject *pa = PyObject_GetAttr(p, S_peer_ack);
+            PyObject *pa = GET(p, S_peer_ack);
             if (pa == NULL)
                 FAIL;
             int newer = 1;
@@ -320,28 +412,28 @@ static PyObject *segment(PyObject *self, PyObject *args)
             }
         }
     }
-    conn_last_ts = PyObject_GetAttr(conn, S_last_ts);
+    conn_last_ts = GET(conn, S_last_ts);
     if (conn_last_ts == NULL)
         FAIL;
-    last_conn = PyObject_GetAttr(tcp, S_last_conn);
+    last_conn = GET(tcp, S_last_conn);
     if (last_conn == NULL)
         FAIL;
-    cid = PyObject_GetAttr(conn, S_cid);
+    cid = GET(conn, S_cid);
     if (cid == NULL)
         FAIL;
 
     /* ---- phase 1: Dissector.feed_segment's reads --------------------------------------- */
-    dstats = PyObject_GetAttr(d, S_stats);
+    dstats = GET(d, S_stats);
     if (dstats == NULL)
         FAIL;
     long long tcp_packets, info_packets;
     CHECK(get_ll(dstats, S_tcp_packets, &tcp_packets));
-    hot_pair = PyObject_GetAttr(d, S_hot_pair);
+    hot_pair = GET(d, S_hot_pair);
     if (hot_pair == NULL)
         FAIL;
     if (PyTuple_CheckExact(hot_pair) && PyTuple_GET_SIZE(hot_pair) == 2 && PyTuple_GET_ITEM(hot_pair, 0) == src
         && PyTuple_GET_ITEM(hot_pair, 1) == dst) {
-        info = PyObject_GetAttr(d, S_hot_info);
+        info = GET(d, S_hot_info);
         if (info == NULL)
             FAIL;
         info_hot = 1;
@@ -349,7 +441,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
         int le = PyObject_RichCompareBool(src, dst, Py_LE);
         if (le < 0)
             FAIL;
-        PyObject *byt = PyObject_GetAttr(d, S_conn_by_tuple);
+        PyObject *byt = GET(d, S_conn_by_tuple);
         if (byt == NULL)
             FAIL;
         PyObject *k = le ? PyTuple_Pack(2, src, dst) : PyTuple_Pack(2, dst, src);
@@ -379,16 +471,16 @@ static PyObject *segment(PyObject *self, PyObject *args)
     Py_ssize_t nframes = 0, buflen = 0;
     int whole = 0; /* 1: the payload is whole frames (fast path); 0: the part of a frame */
     if (n) {
-        hot_cid = PyObject_GetAttr(d, S_hot_cid);
+        hot_cid = GET(d, S_hot_cid);
         if (hot_cid == NULL)
             FAIL;
         if (hot_cid == cid) {
-            dconn = PyObject_GetAttr(d, S_hot_conn);
+            dconn = GET(d, S_hot_conn);
             if (dconn == NULL)
                 FAIL;
             conn_hot = 1;
         } else {
-            PyObject *conns = PyObject_GetAttr(d, S_conns);
+            PyObject *conns = GET(d, S_conns);
             if (conns == NULL)
                 FAIL;
             dconn = PyDict_Check(conns) ? PyDict_GetItemWithError(conns, cid) : NULL;
@@ -402,15 +494,15 @@ static PyObject *segment(PyObject *self, PyObject *args)
         }
         if (dconn == Py_None)
             DECLINE;
-        dirty = PyObject_GetAttr(d, S_dirty);
+        dirty = GET(d, S_dirty);
         if (dirty == NULL)
             FAIL;
         if (!PySet_CheckExact(dirty))
             DECLINE;
-        cinfo = PyObject_GetAttr(dconn, S_info);
+        cinfo = GET(dconn, S_info);
         if (cinfo == NULL)
             FAIL;
-        kind = PyObject_GetAttr(cinfo, S_kind);
+        kind = GET(cinfo, S_kind);
         if (kind == NULL)
             FAIL;
         if (!PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "tls") == 0
@@ -424,7 +516,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
             FAIL;
         if (!t)
             DECLINE; /* detection: Python's */
-        broker = PyObject_GetAttr(cinfo, S_broker);
+        broker = GET(cinfo, S_broker);
         if (broker == NULL)
             FAIL;
         if (broker != Py_None) {
@@ -432,7 +524,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
             if (to_broker < 0)
                 FAIL;
             key = to_broker ? S_to_broker : S_to_client;
-            bytes_d = PyObject_GetAttr(cinfo, S_bytes);
+            bytes_d = GET(cinfo, S_bytes);
             if (bytes_d == NULL)
                 FAIL;
             if (!PyDict_CheckExact(bytes_d))
@@ -453,10 +545,10 @@ static PyObject *segment(PyObject *self, PyObject *args)
         CHECK(get_ll(dstats, S_kafka_bytes, &kafka_bytes));
         if (kafka_bytes > LLONG_MAX - n)
             DECLINE;
-        pkt = PyObject_GetAttr(dstats, S_packets);
+        pkt = GET(dstats, S_packets);
         if (pkt == NULL)
             FAIL;
-        PyObject *splitters = PyObject_GetAttr(dconn, S_splitters);
+        PyObject *splitters = GET(dconn, S_splitters);
         if (splitters == NULL)
             FAIL;
         sp = PyDict_CheckExact(splitters) ? PyDict_GetItemWithError(splitters, src) : NULL;
@@ -473,20 +565,20 @@ static PyObject *segment(PyObject *self, PyObject *args)
             FAIL;
         if (t)
             DECLINE;
-        buf = PyObject_GetAttr(sp, S_buf);
+        buf = GET(sp, S_buf);
         if (buf == NULL)
             FAIL;
         if (!PyByteArray_CheckExact(buf))
             DECLINE;
         buflen = PyByteArray_GET_SIZE(buf);
-        sp_state = PyObject_GetAttr(sp, S_state);
+        sp_state = GET(sp, S_state);
         if (sp_state == NULL)
             FAIL;
         int in_sync = PyUnicode_Check(sp_state) && PyUnicode_CompareWithASCIIString(sp_state, "sync") == 0;
-        ready = PyObject_GetAttr(sp, S_ready);
+        ready = GET(sp, S_ready);
         if (ready == NULL)
             FAIL;
-        chunks = PyObject_GetAttr(sp, S_chunks);
+        chunks = GET(sp, S_chunks);
         if (chunks == NULL)
             FAIL;
         if ((PyObject *)Py_TYPE(ready) != deque_type || (PyObject *)Py_TYPE(chunks) != deque_type)
@@ -527,10 +619,10 @@ static PyObject *segment(PyObject *self, PyObject *args)
                 DECLINE;
             if (!(base + buflen + parts_len + n < need_off))
                 DECLINE;
-            parts = PyObject_GetAttr(sp, S_parts);
+            parts = GET(sp, S_parts);
             if (parts == NULL)
                 FAIL;
-            part_chunks = PyObject_GetAttr(sp, S_part_chunks);
+            part_chunks = GET(sp, S_part_chunks);
             if (part_chunks == NULL)
                 FAIL;
             if (!PyList_CheckExact(parts) || !PyList_CheckExact(part_chunks))
@@ -540,21 +632,21 @@ static PyObject *segment(PyObject *self, PyObject *args)
 
     /* ---- phase 2: write ---------------------------------------------------------------- */
     result = NULL;
-    if (set_ll(dstats, S_tcp_packets, tcp_packets + 1) < 0 || PyObject_SetAttr(d, S_last_ts_d, ts) < 0)
+    if (set_ll(dstats, S_tcp_packets, tcp_packets + 1) < 0 || SET(d, S_last_ts_d, ts) < 0)
         goto done;
     if (set_ll(tstats, S_segments, tsegs + 1) < 0)
         goto done;
     if (!entry_hot) {
         hot_ba = PyTuple_Pack(3, conn, p, h);
-        if (hot_ba == NULL || PyObject_SetAttr(tcp, S_hot_a, src) < 0 || PyObject_SetAttr(tcp, S_hot_b, dst) < 0
-            || PyObject_SetAttr(tcp, S_hot_ab, entry) < 0 || PyObject_SetAttr(tcp, S_hot_ba, hot_ba) < 0)
+        if (hot_ba == NULL || SET(tcp, S_hot_a, src) < 0 || SET(tcp, S_hot_b, dst) < 0
+            || SET(tcp, S_hot_ab, entry) < 0 || SET(tcp, S_hot_ba, hot_ba) < 0)
             goto done;
     }
     t = PyObject_RichCompareBool(ts, conn_last_ts, Py_GT);
-    if (t < 0 || (t && PyObject_SetAttr(conn, S_last_ts, ts) < 0))
+    if (t < 0 || (t && SET(conn, S_last_ts, ts) < 0))
         goto done;
     if (conn != last_conn) {
-        PyObject *lru = PyObject_GetAttr(tcp, S_conns);
+        PyObject *lru = GET(tcp, S_conns);
         if (lru == NULL)
             goto done;
         PyObject *r = PyObject_CallMethodOneArg(lru, S_move_to_end, conn);
@@ -562,7 +654,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
         if (r == NULL)
             goto done;
         Py_DECREF(r);
-        if (PyObject_SetAttr(tcp, S_last_conn, conn) < 0)
+        if (SET(tcp, S_last_conn, conn) < 0)
             goto done;
     }
     if (set_ll(st, S_segments, hsegs + 1) < 0)
@@ -574,9 +666,9 @@ static PyObject *segment(PyObject *self, PyObject *args)
         if (e > max_end && set_ll(h, S_max_end, e) < 0)
             goto done;
         /* the data sink: Dissector._on_data */
-        if (!conn_hot && (PyObject_SetAttr(d, S_hot_cid, cid) < 0 || PyObject_SetAttr(d, S_hot_conn, dconn) < 0))
+        if (!conn_hot && (SET(d, S_hot_cid, cid) < 0 || SET(d, S_hot_conn, dconn) < 0))
             goto done;
-        if (PySet_Add(dirty, dconn) < 0 || PyObject_SetAttr(cinfo, S_last_ts, ts) < 0)
+        if (PySet_Add(dirty, dconn) < 0 || SET(cinfo, S_last_ts, ts) < 0)
             goto done;
         if (key != NULL) {
             PyObject *v = PyLong_FromLongLong(counted + n);
@@ -625,7 +717,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
                 Py_DECREF(r);
                 q += 4 + (Py_ssize_t)size;
             }
-            if (set_ll(sp, S_frames, sp_frames + nframes) < 0 || PyObject_SetAttr(sp, S_last_frame, last) < 0
+            if (set_ll(sp, S_frames, sp_frames + nframes) < 0 || SET(sp, S_last_frame, last) < 0
                 || set_ll(sp, S_frame_bytes, frame_bytes + n) < 0 || set_ll(sp, S_fed_bytes, fed_bytes + n) < 0
                 || set_ll(sp, S_base, base + n) < 0)
                 goto done;
@@ -660,7 +752,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
         if (recent == Py_None) {
             Py_DECREF(recent);
             recent = PyObject_CallNoArgs(deque_type);
-            if (recent == NULL || PyObject_SetAttr(h, S_recent, recent) < 0)
+            if (recent == NULL || SET(h, S_recent, recent) < 0)
                 goto done;
         }
         PyObject *item = Py_BuildValue("(LO)", nxt, payload);
@@ -710,9 +802,9 @@ static PyObject *segment(PyObject *self, PyObject *args)
         PyObject *pair = PyTuple_Pack(2, src, dst);
         if (pair == NULL)
             goto done;
-        int r = PyObject_SetAttr(d, S_hot_pair, pair);
+        int r = SET(d, S_hot_pair, pair);
         Py_DECREF(pair);
-        if (r < 0 || PyObject_SetAttr(d, S_hot_info, info) < 0)
+        if (r < 0 || SET(d, S_hot_info, info) < 0)
             goto done;
     }
     if (set_ll(info, S_packets, info_packets + packets) < 0)
