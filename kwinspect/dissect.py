@@ -331,6 +331,11 @@ class Dissector:
     def feed_segment(self, seg: TcpSegment, _packets: int = 0) -> None:
         """Feed one TCP segment (``_packets``: how many captured packets it stands for;
         0 = fed directly, not through feed_packet, counted as one)."""
+        # The compiled driver (_cdriver.c, called by feed_packet) is the twin of this method
+        # and of _on_data for in-order segments of decided Kafka connections, on these same
+        # fields: stats (tcp_packets, kafka_bytes, packets), _last_ts, _hot_pair/_hot_info,
+        # _conn_by_tuple, _hot_cid/_hot_conn, _conns, _dirty; a connection state's info,
+        # decided, tls, splitters; a ConnectionInfo's kind, broker, bytes, last_ts, packets.
         self.stats.tcp_packets += 1
         ts = seg.ts
         self._last_ts = ts
