@@ -265,16 +265,11 @@ class Dissector:
             if seg is not None:
                 pstats.packets += 1
                 pstats.tcp += 1
-                c_driver = self._c_driver
-                if c_driver is not None:  # feed_segment's ordinary case in C (_cdriver.c)
-                    done = c_driver(self._c_driver_state, seg, 1)
-                    if done is not None:
-                        if done is not True:  # the connection's splitter has frames ready
-                            self._frames_to_conversation(done, seg.src)
-                        if seg.ts >= self.next_idle_check:
-                            self.flush_idle(seg.ts)
-                        return
-                self.feed_segment(seg, 1)
+                # (the compiled driver's call is a method of its own: more locals here put
+                # CPython 3.11's frame-stack chunk boundary where an out-of-memory fails
+                # the call without a MemoryError, tests/fuzz_regressions/test_element_floods.py)
+                if self._c_driver is None or not self._feed_segment_compiled(seg):
+                    self.feed_segment(seg, 1)
                 return
         ts, linktype, data, _wire, index = raw
         if linktype == 1 and data[12:14] == b"\x08\x00" and len(data) >= 54:
@@ -298,6 +293,18 @@ class Dissector:
             # a reassembled IP datagram stands for all of its fragment packets
             n = pstats.tcp - tcp_before
             self.feed_segment(seg, n if n > 1 else 1)
+
+    def _feed_segment_compiled(self, seg: TcpSegment) -> bool:
+        """feed_segment's ordinary case in C (_cdriver.c): False when it declined (nothing
+        changed; feed_segment takes the segment)."""
+        done = self._c_driver(self._c_driver_state, seg, 1)
+        if done is None:
+            return False
+        if done is not True:  # the connection's splitter has frames ready
+            self._frames_to_conversation(done, seg.src)
+        if seg.ts >= self.next_idle_check:
+            self.flush_idle(seg.ts)
+        return True
 
     def add_tls_secrets(self, secrets_type: int, data: bytes) -> None:
         """Key material found in the capture (a pcapng Decryption Secrets Block; readers call
