@@ -81,7 +81,8 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) bench/fuzz.py
 
-# The fuzz targets that reach the C extensions (pcap, dissect, core, decode) with them
+# The fuzz targets that reach the C extensions (pcap, dissect, core, decode), and the
+# compiled labels' tests (odd Python objects no decoded body holds), with them
 # built under AddressSanitizer, preloaded (the interpreter itself is not instrumented;
 # PYTHONMALLOC=malloc puts every Python buffer under ASan's eye). A report does not stop
 # the run (-fsanitize-recover, halt_on_error=0): each goes to build/asan/report.*, and
@@ -95,6 +96,9 @@ fuzz-asan: $(STAMP)
 	status=0; PYTHONMALLOC=malloc LD_PRELOAD="$$($${CC:-gcc} -print-file-name=libasan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0:halt_on_error=0:log_path=build/asan/report \
 	  $(PY) bench/fuzz.py $(FUZZ_ASAN_ARGS) || status=$$?; \
+	PYTHONMALLOC=malloc LD_PRELOAD="$$($${CC:-gcc} -print-file-name=libasan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:halt_on_error=0:log_path=build/asan/report \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/stream/test_labels_compiled.py || status=$$?; \
 	$(PY) setup.py -q build_ext --inplace --force; \
 	if ls build/asan/report.* >/dev/null 2>&1; then \
 	  cat build/asan/report.*; echo "fuzz-asan: AddressSanitizer reports above"; exit 1; fi; \

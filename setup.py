@@ -15,6 +15,10 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.protocol._cdecode", ["kwinspect/protocol/_cdecode.c"],
               extra_compile_args=["-O2", "-std=c99"]),
+    Extension("kwinspect.stream._clabels", ["kwinspect/stream/_clabels.c"],
+              extra_compile_args=["-O2", "-std=c99"]),
+    Extension("kwinspect.export._crender", ["kwinspect/export/_crender.c"],
+              extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect._cdriver", ["kwinspect/_cdriver.c"], extra_compile_args=["-O2", "-std=c99"]),
 ]
 

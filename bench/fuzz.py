@@ -5,7 +5,7 @@
 
 Targets, seeds, mutators and invariants live in tests/fuzz/harness.py (the
 bounded tests use the same code): decode (decode_request/decode_response for
-every api/version), records (parse_record_set + full record decoding, codecs),
+every api/version, and the compiled labels of each body against the Python walks), records (parse_record_set + full record decoding, codecs),
 framing (FrameSplitter with gaps and any chunking), tcp (TcpReassembler on
 mangled real segments), pcap (open_capture + PacketParser on mutated files),
 dissect (the whole Dissector and every output row on mutated captures), core

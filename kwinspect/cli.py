@@ -110,8 +110,9 @@ def _input_options(p: argparse.ArgumentParser, nargs: str = "+", jobs: bool = Tr
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     if jobs:  # not for the tui, which decodes in one process as it browses
         g.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
-                       help="decode with N processes, TCP connections shared out among them; same "
-                            "output as one (default 1; 0 = one per CPU)")
+                       help="decode with N worker processes, TCP connections shared out among them "
+                            "by one process that reads the capture; same output as one process "
+                            "(default 1; 0 = one per CPU)")
 
 
 def _schema_options(p: argparse.ArgumentParser) -> None:
@@ -500,9 +501,10 @@ def _check_inputs(paths: list[str]) -> None:
             raise PermissionError(f"{path}: permission denied")
 
 
-def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None, fold: Any = None) -> Iterator[Any]:
     """The events of the inputs; with --jobs and ``render`` (see dissect_files_parallel)
-    also rows the workers rendered to their final text (str)."""
+    also rows the workers rendered to their final text (str); with ``fold``, the workers'
+    partial results are in ``run.dissector.partials`` at the end."""
     from kwinspect.export.progress import Progress
 
     _check_inputs(args.pcap)
@@ -517,16 +519,16 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None) -> I
                       "summary": "summary"}.get(args.command, True)
             yield from dissect_files_parallel(args.pcap, _config(args), run=run,
                                               progress=lambda done, _total: progress.update(done),
-                                              jobs=args.jobs, bodies=bodies, render=render)
+                                              jobs=args.jobs, bodies=bodies, render=render, fold=fold)
             return
         yield from dissect_files(args.pcap, _config(args), run=run,
                                  progress=lambda done, _total: progress.update(done))
 
 
-def _consume(args, run: FileRun, handle: Callable[[Any], Any]) -> bool:
+def _consume(args, run: FileRun, handle: Callable[[Any], Any], fold: Any = None) -> bool:
     """Feed every event of the inputs to handle(); True when Ctrl-C cut the input short."""
     try:
-        for ev in _events(args, run):
+        for ev in _events(args, run, fold=fold):
             handle(ev)
     except KeyboardInterrupt:
         return True
@@ -691,22 +693,26 @@ STATS_TABLE_CHUNK = 10_000  # rows the stats table's column widths are taken fro
 
 
 def cmd_summary(args) -> int:
-    from kwinspect.analyze.summary import SummaryBuilder, render_summary
-    from kwinspect.stream.labels import iter_record_sets
+    from kwinspect.analyze.summary import SummaryBuilder, SummaryFold, render_summary
 
     builder = SummaryBuilder()
     run = FileRun()
+    # --jobs: the workers count what does not depend on capture order (SummaryFold) and
+    # the partial summaries are merged here, exactly (SummaryBuilder.merge_partial)
+    restart = None
+    if getattr(args, "jobs", 1) > 1:
+        from kwinspect.run.parallel import RESTART as restart
 
     def add(ev) -> None:
-        builder.add(ev)
-        if isinstance(ev, Exchange) and ev.api_key in (PRODUCE, FETCH):
-            msg = ev.request if ev.api_key == PRODUCE else ev.response
-            direction = "produce" if ev.api_key == PRODUCE else "fetch"
-            names = run.dissector.shared.topic_names if run.dissector else None
-            for topic, _part, rs in iter_record_sets(ev.api_key, msg.body if msg else None, names):
-                builder.add_topic_volume(topic, direction, rs.record_count, rs.size)
+        nonlocal builder
+        if restart is not None and ev is restart:  # the run goes on in one process: every event comes again
+            builder = SummaryBuilder()
+            return
+        builder.add_event(ev, run.dissector.shared.topic_names if run.dissector else None)
 
-    interrupted = _consume(args, run, add)
+    interrupted = _consume(args, run, add, fold=SummaryFold() if restart is not None else None)
+    for partial, broker_ids in getattr(run.dissector, "partials", ()):
+        builder.merge_partial(partial, broker_ids)
     summary = builder.build(sources=args.pcap, interrupted=interrupted,
                             packet_counts=run.dissector.packet_counts() if run.dissector else None,
                             byte_counts=run.dissector.byte_counts() if run.dissector else None)

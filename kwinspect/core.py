@@ -4,7 +4,8 @@ The hot paths have two implementations: Python (the reference, always there) and
 extension modules built by ``pip install`` / ``make demo`` where a compiler and the
 Python headers are found (setup.py; without them the install still succeeds and
 the Python path runs). Each accelerated module asks ``load()`` for its extension
-through its own facade (``capture/fastpath.py``, ``protocol/compiled.py``) and falls back to its Python
+through its own facade (``capture/fastpath.py``, ``protocol/compiled.py``,
+``stream/labels.py``, ``export/fastrender.py``) and falls back to its Python
 code when it gets None. ``KWINSPECT_PURE=1`` forces the Python path everywhere
 (the equality tests run both paths this way, in one process, through the facades).
 
@@ -19,7 +20,8 @@ from types import ModuleType
 
 PURE_ENV = "KWINSPECT_PURE"
 # Every extension module setup.py builds (tests/test_core.py checks the two lists agree).
-EXTENSIONS = ("kwinspect.capture._cpackets", "kwinspect.protocol._cdecode", "kwinspect._cdriver")
+EXTENSIONS = ("kwinspect.capture._cpackets", "kwinspect.protocol._cdecode", "kwinspect.stream._clabels",
+              "kwinspect.export._crender", "kwinspect._cdriver")
 
 
 def pure_requested() -> bool:

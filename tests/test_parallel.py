@@ -6,6 +6,7 @@ No timing here (bench/run.py measures the speed-up); these tests pin the output.
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import pytest
@@ -379,3 +380,215 @@ def test_a_connection_flood_goes_on_in_one_process_with_the_same_rows(tmp_path, 
     run = FileRun()
     assert _rows(dissect_files_parallel(paths, run=run, jobs=2), run) == want
     assert type(run.dissector) is MergedDissector
+
+
+# --- one reader (run/split.py) and partial summaries (analyze/summary.SummaryFold) ---
+
+def _summary(args: list[str], capsys) -> str:
+    assert cli.main(["summary", "-q", *args]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("core", ["compiled", "python"])
+def test_summary_merged_from_partials_equals_one_process_on_every_capture(core, capsys):
+    """summary -j 2 / -j 3 (workers count what does not depend on capture order, the main
+    process merges): the JSON and the text of one process, on every shipped and public
+    capture, with the compiled core and with the pure-Python one (KWINSPECT_PURE=1)."""
+    from tests.helpers.cores import python_core, require_compiled
+
+    if core == "compiled":
+        require_compiled()
+    with python_core() if core == "python" else _nothing():
+        for path in CAPTURES + PUBLIC:
+            want = _summary(["-F", "json", path], capsys)
+            for jobs in ("2", "3"):
+                assert _summary(["-F", "json", "-j", jobs, path], capsys) == want, (path, jobs)
+        path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+        assert _summary(["-j", "2", path], capsys) == _summary([path], capsys)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture(scope="module")
+def big_capture(tmp_path_factory):
+    """20 copies of a real produce/consume capture on their own client addresses: enough
+    connections and exchanges of each kind that most are counted in the workers."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("big") / "big.pcap"
+    src = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    subprocess.run([sys.executable, os.path.join(ROOT, "bench", "make_big_capture.py"), src, "--repeat", "20",
+                    "-o", str(out)], check=True, capture_output=True, timeout=300)
+    return str(out)
+
+
+def test_summary_workers_count_most_exchanges_and_the_merge_is_exact(big_capture, capsys):
+    """On a capture with many connections the workers fold exchanges into their partial
+    summaries (what travels: the first of each status, API and client, the exchanges whose
+    bodies the summary reads, and those labelled with topic ids another worker may have
+    learned), and the merged summary is still one process's, byte for byte."""
+    from kwinspect.analyze.summary import SummaryFold
+
+    want = _summary(["-F", "json", big_capture], capsys)
+    assert json.loads(want)["exchanges"] > 1000
+    assert _summary(["-F", "json", "-j", "2", big_capture], capsys) == want
+    assert _summary(["-j", "2", big_capture], capsys) == _summary([big_capture], capsys)
+    run = FileRun()
+    shipped = sum(1 for _ in dissect_files_parallel([big_capture], run=run, jobs=2, bodies="summary",
+                                                    fold=SummaryFold()))
+    folded = sum(part["exchanges"] for part, _ids in run.dissector.partials)
+    # 20 copies x (18 ApiVersions/Metadata/FindCoordinator + 9 Fetch v13 by topic id) travel
+    assert folded > 200 and folded + shipped > 1000, (folded, shipped)
+    assert len(run.dissector.partials) == 2 and all(part["exchanges"] for part, _ids in run.dissector.partials)
+
+
+def test_the_reader_hands_each_packet_to_exactly_one_worker(big_capture):
+    """One reader: every TCP packet goes to one worker (the same count one process feeds
+    its dissector), both workers get a share, and the parser's counters are whole."""
+    from kwinspect.dissect import Dissector
+
+    for path in (big_capture, *CAPTURES):
+        one = FileRun()
+        for _ in dissect_files([path], run=one):
+            pass
+        assert isinstance(one.dissector, Dissector)
+        for jobs in (2, 3):
+            run = FileRun()
+            for _ in dissect_files_parallel([path], run=run, jobs=jobs):
+                pass
+            fed = run.dissector.packets_fed()
+            assert sum(fed) == one.dissector.stats.tcp_packets, (path, jobs, fed)
+            assert run.dissector.packet_counts() == one.dissector.packet_counts(), path
+            if path == big_capture:
+                assert min(fed) > 0 and max(fed) < sum(fed) * 0.8, fed
+
+
+def test_summary_goes_on_in_one_process_when_a_broker_id_is_not_certain(monkeypatch, capsys):
+    """When the broker id of a worker's last exchange to a broker cannot be told without
+    capture order (it changed during the capture), and when any other cross-connection
+    check fails mid-run, the summary starts over in one process: still one process's."""
+    path = os.path.join(ROOT, "captures", "tansu-produce-consume.pcap")
+    want = _summary(["-F", "json", path], capsys)
+
+    def uncertain(self, broker, key):
+        raise parallel._Fallback("forced by the test")
+
+    with monkeypatch.context() as m:
+        m.setattr(MergedDissector, "_broker_id_at", uncertain)
+        assert _summary(["-F", "json", "-j", "2", path], capsys) == want
+    real = MergedDissector.settle
+    calls = {"n": 0}
+
+    def settle(self, batch):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise parallel._Fallback("forced by the test")
+        return real(self, batch)
+
+    monkeypatch.setattr(MergedDissector, "settle", settle)
+    assert _summary(["-F", "json", "-j", "2", path], capsys) == want
+    assert calls["n"] >= 5
+
+
+def test_broker_id_of_folded_exchanges_from_the_broker_table_history():
+    """The id one process gives a broker's last exchange that a worker folded: the id in
+    force at its merge key when the broker never had another; otherwise start over."""
+    m = MergedDissector(True)
+    broker = "10.0.0.1:9092"
+    m._broker_history = [((), {}), ((10, 0, 1, 1), {1: ("10.0.0.1", 9092)})]
+    assert m._broker_id_at(broker, (5, 0, 1, 1)) is None  # before the broker table knew it
+    assert m._broker_id_at(broker, (11, 0, 1, 1)) == 1
+    m._broker_history.append(((20, 0, 1, 1), {2: ("10.0.0.1", 9092)}))  # the address moved to id 2
+    with pytest.raises(parallel._Fallback):
+        m._broker_id_at(broker, (21, 0, 1, 1))
+    m._broker_history = [((), {}), ((10, 0, 1, 1), {1: ("10.0.0.1", 9092)}), ((20, 0, 1, 1), {})]
+    with pytest.raises(parallel._Fallback):  # id 1, then none: was an exchange folded while it was 1?
+        m._broker_id_at(broker, (21, 0, 1, 1))
+    m._ids_given[broker] = {1}  # an exchange handed on had it: the summary keeps 1 either way
+    assert m._broker_id_at(broker, (21, 0, 1, 1)) is None
+
+
+def test_parallel_rows_equal_one_process_with_the_pure_python_core():
+    """Without the compiled reader and parser the one-reader path runs on the Python ones."""
+    from tests.helpers.cores import python_core
+
+    with python_core():
+        for path in CAPTURES:
+            want, run1 = _sequential(path)
+            run2 = FileRun()
+            got = _rows(dissect_files_parallel([path], None, run=run2, jobs=2), run2)
+            assert got == want, path
+            assert run2.dissector.packet_counts() == run1.dissector.packet_counts(), path
+
+
+def test_record_sets_cut_from_produce_and_fetch_bodies_as_the_full_walk_does():
+    """A group the main process may rebuild travels with its record sets cut to counts and
+    sizes; the targeted copy (only the dicts on the way to each record set) pickles to
+    the same bytes as the walk over every node, on every Produce and Fetch body of the
+    shipped and public captures, and a body of another shape still takes the walk."""
+    import pickle
+
+    compared = 0
+    for path in CAPTURES + PUBLIC:
+        for ev in dissect_files([path]):
+            if isinstance(ev, Exchange) and ev.api_key in (parallel.PRODUCE, parallel.FETCH):
+                for msg in (ev.request, ev.response):
+                    if msg is not None and isinstance(msg.body, dict):
+                        light = parallel._records_light(msg.api_key, msg.is_request, msg.body)
+                        assert pickle.dumps(light) == pickle.dumps(parallel._without_record_bytes(msg.body))
+                        compared += 1
+    assert compared > 200
+    odd = {"responses": [{"partitions": "not a list"}]}
+    assert parallel._records_light(parallel.FETCH, False, odd) == odd
+
+
+def test_reader_routes_vlan_tagged_and_fragmented_packets_as_one_process(tmp_path):
+    """The packets the reader's header peek does not take (802.1Q tags, IP fragments) go
+    through its own parser and travel as segments (a datagram made of fragments as one);
+    mixed with plain ones on the same connections, the rows, packet counts and the
+    packets each worker got are one process's. Every fragmented datagram has IP id 0
+    here: the shadow must get the reader's reassembled segments, not parse fragments
+    itself (it would miss those of decided connections and mix up the next datagram)."""
+    from kwinspect.capture.packets import PacketParser
+    from kwinspect.capture.readers import open_capture
+    from tests.helpers.pcapgen import build_frames, write_pcap
+
+    parser = PacketParser()
+    src = open_capture(os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap"))
+    segs = [seg for raw in src if (seg := parser.parse(raw)) is not None]
+    frames = []
+    for k, seg in enumerate(segs):
+        kw = {"vlan": (100,)} if k % 3 == 1 else {"fragment_size": 64} if k % 3 == 2 else {}
+        frames.extend(build_frames([seg], **kw))
+    path = str(tmp_path / "mixed.pcap")
+    write_pcap(path, frames)
+    assert len(frames) > len(segs) + 40  # some segments really are in several fragments
+    want, run1 = _sequential(path)
+    assert sum(1 for r in want if isinstance(r, dict) and r.get("status") == "paired") > 20
+    for jobs in (2, 3):
+        run2 = FileRun()
+        got = _rows(dissect_files_parallel([path], None, run=run2, jobs=jobs), run2)
+        assert got == want, jobs
+        assert isinstance(run2.dissector, MergedDissector), "fell back to one process"
+        assert run2.dissector.packet_counts() == run1.dissector.packet_counts()
+        assert sum(run2.dissector.packets_fed()) == run1.dissector.stats.tcp_packets == len(segs)
+
+
+def test_partial_summaries_need_no_fallback_on_any_capture():
+    """The broker ids of folded exchanges are settled from the broker table's history on
+    every shipped and public capture: none has to start over in one process."""
+    from kwinspect.analyze.summary import SummaryFold
+
+    for path in CAPTURES + PUBLIC:
+        run = FileRun()
+        for _ in dissect_files_parallel([path], run=run, jobs=2, bodies="summary", fold=SummaryFold()):
+            pass
+        assert isinstance(run.dissector, MergedDissector), path
+        assert len(run.dissector.partials) == 2, path

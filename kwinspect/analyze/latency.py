@@ -177,6 +177,29 @@ class LatencyStats:
             self.add(ex)
         return self
 
+    def parts(self) -> tuple:
+        """The values counted so far (per group, all, long polls, skipped), for
+        :meth:`merge_parts` of another accumulator (--jobs workers' partial summaries)."""
+        return (self._groups, self._all, self._long_polls, self.long_polls, self.skipped, self._broker_ids)
+
+    def merge_parts(self, parts: tuple) -> None:
+        """Add another accumulator's :meth:`parts` (the percentiles are of all the values:
+        exact; the series for plots are not merged)."""
+        groups, values, long_polls, n_long_polls, skipped, broker_ids = parts
+        for key, vals in groups.items():
+            mine = self._groups.get(key)
+            if mine is None:
+                self._groups[key] = array("d", vals)
+            else:
+                mine.extend(vals)
+        self._all.extend(values)
+        for key, n in long_polls.items():
+            self._long_polls[key] = self._long_polls.get(key, 0) + n
+        self.long_polls += n_long_polls
+        self.skipped += skipped
+        for key, bid in broker_ids.items():
+            self._broker_ids.setdefault(key, bid)
+
     @property
     def count(self) -> int:
         return len(self._all)

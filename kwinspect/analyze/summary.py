@@ -37,10 +37,16 @@ from kwinspect.model import (
     plural,
 )
 from kwinspect.protocol.schema.api_keys import ApiKey
+from kwinspect.stream.labels import iter_record_sets
 
 METADATA = int(ApiKey.METADATA)
 API_VERSIONS = int(ApiKey.API_VERSIONS)
 DESCRIBE_CLUSTER = int(ApiKey.DESCRIBE_CLUSTER)
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+# exchanges whose bodies the summary reads beyond counts (client software, advertised
+# brokers) or that teach the broker ids: never folded into a --jobs worker's partial summary
+BODY_APIS = frozenset({API_VERSIONS, METADATA, DESCRIBE_CLUSTER, int(ApiKey.FIND_COORDINATOR)})
 
 # Anomaly kinds that describe normal behaviour; listed, but not as problems.
 INFO_KINDS = frozenset({PARTIAL_BATCH, TLS_DECRYPTED})
@@ -268,6 +274,14 @@ class SummaryBuilder:
         else:
             raise TypeError(f"cannot summarize {type(item).__name__}")
 
+    def add_event(self, item: Exchange | ErrorRow, topic_names: Any = None) -> None:
+        """What ``kwinspect summary`` adds per event: the event, and for Produce requests
+        and Fetch responses the records and bytes of their record sets, counted from the
+        batch headers (``topic_names``: topic id -> name, for bodies naming topics by id)."""
+        self.add(item)
+        for volume in record_set_volumes(item, topic_names):
+            self.add_topic_volume(*volume)
+
     def add_all(self, items: Iterable[Exchange | ErrorRow | RecordRow]) -> SummaryBuilder:
         for item in items:
             self.add(item)
@@ -396,6 +410,79 @@ class SummaryBuilder:
         acc.bytes += nbytes
         self._records += records
 
+    # -- partial summaries (--jobs) ----------------------------------------
+    def partial(self) -> dict[str, Any]:
+        """This builder's counts, to merge into another with :meth:`merge_partial`. Only
+        for a builder fed what :class:`SummaryFold` takes: its broker ids are left out
+        (the merge is given them)."""
+        return {
+            "first": self._first, "last": self._last, "exchanges": self._exchanges,
+            "statuses": dict(self._statuses), "streams": self._streams, "tls": self._tls,
+            "tls_decrypted": self._tls_decrypted, "not_kafka": self._not_kafka,
+            "broker_conns": dict(self._broker_conns), "conn_keys": self._conn_keys,
+            "broker_reqs": dict(self._broker_reqs), "client_conns": dict(self._client_conns),
+            "client_reqs": dict(self._client_reqs), "stream_clients": dict(self._stream_clients),
+            "api_counts": dict(self._api_counts), "api_versions": dict(self._api_versions),
+            "api_errors": dict(self._api_errors), "api_unanswered": dict(self._api_unanswered),
+            "latency": self._latency.parts(), "kafka_errors": self._kafka_errors,
+            "anomalies": self._anomalies,
+            "topics": {t: (a.produce_records, a.fetch_records, a.bytes, a.requests) for t, a in self._topics.items()},
+            "records": self._records,
+        }
+
+    def merge_partial(self, part: dict[str, Any], broker_ids: dict[str, int | None]) -> None:
+        """Add another builder's :meth:`partial`. Exact when every key whose place follows
+        its first occurrence was already added here in capture order (``SummaryFold``),
+        so only counts, sets and latency values are added; ``broker_ids``: the id the last
+        of its exchanges to each broker had (None: none, the id here stays)."""
+        self._seen(part["first"])
+        self._seen(part["last"])
+        self._exchanges += part["exchanges"]
+        self._statuses.update(part["statuses"])
+        self._streams |= part["streams"]
+        self._tls |= part["tls"]
+        self._tls_decrypted |= part["tls_decrypted"]
+        self._not_kafka |= part["not_kafka"]
+        for broker, conns in part["broker_conns"].items():
+            self._broker_conns[broker] |= conns
+        for conn, ckey in part["conn_keys"].items():
+            self._conn_keys.setdefault(conn, ckey)
+        self._broker_reqs.update(part["broker_reqs"])
+        for broker, bid in broker_ids.items():
+            if bid is not None:
+                self._broker_ids[broker] = bid
+        for ckey, conns in part["client_conns"].items():
+            self._client_conns[ckey] |= conns
+        self._client_reqs.update(part["client_reqs"])
+        for stream, ckeys in part["stream_clients"].items():
+            self._stream_clients[stream] |= ckeys
+        self._api_counts.update(part["api_counts"])
+        for api, versions in part["api_versions"].items():
+            self._api_versions[api] |= versions
+        self._api_errors.update(part["api_errors"])
+        self._api_unanswered.update(part["api_unanswered"])
+        self._latency.merge_parts(part["latency"])
+        for key, e in part["kafka_errors"].items():
+            mine = self._kafka_errors.get(key)
+            if mine is None:
+                self._kafka_errors[key] = {**e, "apis": set(e["apis"])}
+            else:
+                mine["count"] += e["count"]
+                mine["apis"] |= e["apis"]
+        for kind, a in part["anomalies"].items():
+            mine = self._anomalies.get(kind)
+            if mine is None:
+                self._anomalies[kind] = dict(a)
+            else:
+                mine["count"] += a["count"]
+        for topic, (produced, fetched, nbytes, requests) in part["topics"].items():
+            acc = self._topics[topic]
+            acc.produce_records += produced
+            acc.fetch_records += fetched
+            acc.bytes += nbytes
+            acc.requests += requests
+        self._records += part["records"]
+
     # -- result -----------------------------------------------------------
     def build(self, sources: Iterable[str] = (), interrupted: bool = False,
               packet_counts: dict[str, int] | None = None,
@@ -477,6 +564,83 @@ class SummaryBuilder:
 
 def summarize(items: Iterable[Exchange | ErrorRow | RecordRow], **build_kwargs: Any) -> Summary:
     return SummaryBuilder().add_all(items).build(**build_kwargs)
+
+
+def record_set_volumes(item: Any, topic_names: Any = None) -> list[tuple[str, str, int, int]]:
+    """(topic, "produce"/"fetch", records, bytes) of each record set of a Produce request
+    or Fetch response, from the batch headers; nothing for other events."""
+    if not isinstance(item, Exchange) or item.api_key not in (PRODUCE, FETCH):
+        return []
+    produce = item.api_key == PRODUCE
+    msg = item.request if produce else item.response
+    direction = "produce" if produce else "fetch"
+    return [(topic, direction, rs.record_count, rs.size)
+            for topic, _part, rs in iter_record_sets(item.api_key, msg.body if msg else None, topic_names)]
+
+
+class SummaryFold:
+    """A ``--jobs`` worker's part of the summary (run/parallel.py ``fold``): the events
+    whose part does not depend on their place in capture order are counted here and
+    merged at the end (:meth:`SummaryBuilder.merge_partial`); the others go to the main
+    process, which adds them in capture order: the exchanges whose bodies the summary
+    reads (``BODY_APIS``), and an event with a key whose place in the output is where it
+    first occurred (a status, an API, a client, a Kafka error, an anomaly kind)
+    unless an event with that key that sorts before it was already sent. So the first
+    of each key in capture order is always added by the main process, in its place."""
+
+    def __init__(self) -> None:
+        self.builder = SummaryBuilder()
+        self.first: dict[tuple, int] = {}  # key -> row key of the earliest event with it sent on
+        # (status, client id, client, api name, api key) of an exchange -> the row key from
+        # which exchanges like it are folded: the latest `first` of its keys when it was
+        # worked out (`first` only goes down, so this only errs towards sending one on)
+        self._fold_from: dict[tuple, int] = {}
+
+    @staticmethod
+    def _order_keys(item: Any) -> tuple | None:
+        if isinstance(item, Exchange):
+            # clients with equal counts and names (None and "") keep their first occurrence's order
+            return (("status", item.status), ("client", item.client_id, _host(item.client)),
+                    ("api", api_label(item)))
+        if isinstance(item, ErrorRow):
+            if item.kind == KAFKA_ERROR:
+                return (("kafka_error", item.name, item.code),)
+            return (("anomaly", item.kind),)
+        return None
+
+    def prepare(self, item: Any, topic_names: Any, row_key: int) -> tuple | None:
+        """A plan for :meth:`commit`, or None: the event goes to the main process.
+        ``row_key``: where the event sorts in capture order (stream/row_order.py)."""
+        like = None
+        if type(item) is Exchange:
+            if item.api_key in BODY_APIS:
+                return None
+            like = (item.status, item.client_id, item.client, item.api_name, item.api_key)
+            start = self._fold_from.get(like)
+            if start is not None and row_key >= start:
+                return item, record_set_volumes(item, topic_names)
+        keys = self._order_keys(item)
+        if keys is None:
+            return None
+        first = self.first
+        fold = True
+        for k in keys:
+            r = first.get(k)
+            if r is None or row_key < r:
+                first[k] = row_key
+                fold = False
+        if like is not None:
+            self._fold_from[like] = max(first[k] for k in keys)
+        return (item, record_set_volumes(item, topic_names)) if fold else None
+
+    def commit(self, plan: tuple) -> None:
+        item, volumes = plan
+        self.builder.add(item)
+        for volume in volumes:
+            self.builder.add_topic_volume(*volume)
+
+    def partial(self) -> dict[str, Any]:
+        return self.builder.partial()
 
 
 # ---------------------------------------------------------------------------
@@ -721,4 +885,5 @@ def render_summary(summary: Summary, console: Any = None, max_rows: int | None =
     console.print(Group(*parts))
 
 
-__all__ = ["INFO_KINDS", "Summary", "SummaryBuilder", "guess_library", "render_summary", "summarize"]
+__all__ = ["INFO_KINDS", "Summary", "SummaryBuilder", "SummaryFold", "guess_library", "record_set_volumes",
+           "render_summary", "summarize"]

@@ -24,6 +24,7 @@ Value conventions (documented in docs/cli.md, "Output formats"):
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import io
@@ -33,13 +34,16 @@ import math
 import operator
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from kwinspect.analyze.termsafe import term_safe
+from kwinspect.export import fastrender
 from kwinspect.export.tables import LIST_COLUMNS, TABLES, TIMESTAMP_COLUMNS
 from kwinspect.model import (
     ERROR_COLUMNS,
@@ -392,6 +396,21 @@ def _compile_fast(columns: tuple[str, ...], fmt: str, newline: bool = False) -> 
     return scope["fast"]
 
 
+def _jsonl_renderer(columns: tuple[str, ...], newline: bool) -> Callable[[Any], str]:
+    """values -> jsonl line: the compiled renderer (export/fastrender.py) in front of the
+    generated function, which it hands every row it does not render itself, or that
+    function alone (pure-Python core)."""
+    fast = _compile_fast(columns, "jsonl", newline=newline)
+    if fastrender.JsonlRow is None:
+        return fast
+    kinds = bytes(1 if c in TIMESTAMP_COLUMNS else 2 if c in LIST_COLUMNS else 0 for c in columns)
+    prefixes = tuple(("{" if i == 0 else ", ") + _enc_str(c) + ": " for i, c in enumerate(columns))
+    try:
+        return fastrender.JsonlRow(kinds, prefixes, "}\n" if newline else "}", fast)
+    except ValueError:  # a column name that is not ASCII: the generated function alone
+        return fast
+
+
 class _FastRows:
     """Per-writer fast path for one column tuple (see above)."""
 
@@ -404,11 +423,11 @@ class _FastRows:
     # start-up, in every --jobs worker too).
     @functools.cached_property
     def _jsonl(self):
-        return _compile_fast(self.columns, "jsonl") if self.columns else None
+        return _jsonl_renderer(self.columns, newline=False) if self.columns else None
 
     @functools.cached_property
     def jsonl_nl(self):
-        return _compile_fast(self.columns, "jsonl", newline=True) if self.columns else None
+        return _jsonl_renderer(self.columns, newline=True) if self.columns else None
 
     @functools.cached_property
     def _csv(self):
@@ -712,6 +731,24 @@ def _sanitize_strings(v: Any) -> Any:
     return v
 
 
+@contextlib.contextmanager
+def _ctrl_c_deferred() -> Iterator[list]:
+    """Holds back Ctrl-C (SIGINT with Python's default handler, in the main thread) for
+    the block; the list it yields is non-empty when one came. pyarrow creates the file
+    before its writer exists: a Ctrl-C in between left a file with no footer (unreadable)
+    and no writer to close it, where docs/cli.md promises a readable one."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield []
+        return
+    came: list = []
+    signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class ParquetWriter(RowWriter):
     """Parquet with the explicit table schema, written in row groups of ``batch_size``.
 
@@ -738,10 +775,14 @@ class ParquetWriter(RowWriter):
             sink: Any = sys.stdout.buffer
         else:
             sink = out
-        self._writer = pq.ParquetWriter(sink, self.schema, compression=compression)
+        with _ctrl_c_deferred() as ctrl_c:
+            self._writer = pq.ParquetWriter(sink, self.schema, compression=compression)
         self._batch_size = max(1, batch_size)
         self._cols: dict[str, list[Any]] = {c: [] for c in self.columns}
         self._pending = 0
+        if ctrl_c:  # now that there is a writer to close, it is a Ctrl-C like any other
+            self.close()
+            signal.raise_signal(signal.SIGINT)
 
     def write(self, item: Any) -> None:
         row = _row_dict(item)

@@ -1,7 +1,8 @@
 """The one loop that drives a Dissector: read packets, feed them, hand on the rows.
 
-Every front end runs it: capture files (run/files.py), each --jobs worker
-(run/parallel.py), the TUI indexer and live capture (run/live.py)::
+Every front end that reads packets runs it: capture files (run/files.py), the TUI
+indexer, live capture (run/live.py) and each Spark connection (--jobs workers are fed
+batches by one reader instead, run/split.py, and call the same Dissector API)::
 
     loop = PacketLoop(Dissector(config))
     for row in loop.run(packets):   # Exchange / ErrorRow values in capture order
@@ -9,13 +10,11 @@ Every front end runs it: capture files (run/files.py), each --jobs worker
 
 What differs between them is a hook, not a copy of the loop:
 
-- ``feed(raw)``: a --jobs worker routes each packet to its own dissector or only
-  counts it;
+- ``feed(raw)``: how a packet reaches the dissector (``feed_packet`` unless overridden);
 - ``label(event)``: what is held for an event (the TUI attaches its raw frames the
   moment the event completes);
-- ``collect``/``mark``: where completed rows and watermarks go (workers ship both to
-  the main process, which orders the rows; everyone else orders them here with
-  stream/row_order.RowOrder);
+- ``collect``/``mark``: where completed rows and watermarks go (ordered here with
+  stream/row_order.RowOrder, or elsewhere: a Spark connection keeps them);
 - ``tick(count)``: every 1024 packets (progress, cancel; True abandons the run:
   no more packets are read and the dissector is not finished);
 - ``ordered=False``: rows in completion order (live capture), ``eager=True``: rows

@@ -1,17 +1,16 @@
 """``--jobs N`` for the offline commands: TCP connections shared out over worker processes.
 
-Every worker reads the whole capture (reading and the header peek cost ~10% of a
-one-process run) and hands only the packets of its own connections to its own
-``Dissector``, so each connection is reassembled, framed and decoded by exactly one
-worker. The owner of a connection is decided from its 4-tuple in the packet-parser
-stage (the parser's fast path, or a full parse for anything else: VLANs, IPv6,
-fragments) by ``_Router``: by default a new connection goes to the worker with the
-fewest captured bytes so far (every worker counts every packet, so all agree without
-talking to each other; on the reference capture this split 72/76 MB where crc32 of
-the 4-tuple split 1:2), or ``mode="hash"``: crc32 of the 4-tuple. Every worker sees every packet's timestamp
-(``Dissector.advance``), so idle connections are flushed at the same packets as with
-one process. Every worker parses every packet, so the parser's counters (not TCP,
-unparseable, fragments) are whole in each; worker 0's are used.
+One reader process (run/split.py) reads the capture once, with the compiled reader
+and header peek when built, decides which worker owns each TCP connection, and hands
+each worker only the packets of its own connections, in batches, with what keeps the
+worker in step with one process: the packet numbers, the idle checks that fall on
+other workers' packets (so idle connections are flushed at the same packets), a mark
+every ``WATERMARK_EVERY`` packets (where every worker sends its watermark), the
+tcp.stream number of each packet, the broker endpoints proven on other connections
+(its shadow Dissector sees every connection until decided) and the packet parser's
+rows (malformed packets, to worker 0). The parser's counters (not TCP, unparseable,
+fragments) are the reader's, whole. Each worker reassembles, frames and decodes its
+own connections with its own ``Dissector``, driven here through its public API.
 
 The main process merges the workers' events by (packet position, phase, first packet
 of the connection, worker order): the order one process emits them in. Phases: events
@@ -34,11 +33,15 @@ What crosses connections, and how the result stays identical to ``--jobs 1``:
 - ``broker_id`` (``SharedState.brokers``) is recomputed in the main process for every
   exchange; the exchange ``index`` is renumbered in merge order.
 - ``Dissector.known_brokers`` (a broker endpoint proven on another connection decides
-  the direction of a connection on an undeclared port): workers record each test and
-  its answer. If one differs from the global answer, the parallel run is abandoned and
-  the capture is read again by one process, skipping the events already handed on
-  (identical up to there). Declaring the broker ports (``--kafka-ports``) or capturing
-  the handshakes avoids those tests.
+  the direction of a connection on an undeclared port): the reader's shadow adds each
+  endpoint at the packet one process would, and every worker gets it there. Workers
+  still record each test and its answer; if one differed from the global answer, the
+  parallel run would be abandoned and the capture read again by one process, skipping
+  the events already handed on (identical up to there).
+
+Partial results (``fold``, used by ``summary``): a worker counts the events whose part
+of the result does not depend on their place in capture order and sends its partial
+result at the end; the main process merges them (analyze/summary.py).
 
 Known difference: connections flushed as idle (no packet for ``idle_timeout``) at the
 same packet by different workers come out in the order they were opened, not in the
@@ -54,20 +57,31 @@ import os
 import pickle
 import threading
 import traceback
-import zlib
 from collections import deque
 from collections.abc import Iterator
 from operator import itemgetter
 from typing import Any
 
-from kwinspect.capture.packets import SYN
-from kwinspect.capture.readers import open_capture
-from kwinspect.capture.tcp import StreamOpened, TcpStreamNumbers, endpoint_key
+from kwinspect.capture.packets import TcpSegment
+from kwinspect.capture.readers import RawPacket, open_capture
+from kwinspect.capture.tcp import StreamOpened
 from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
 from kwinspect.protocol.schema.api_keys import ApiKey
-from kwinspect.run.files import FileRun, ProgressFn, _merged, dissect_files
-from kwinspect.run.loop import PacketLoop
+from kwinspect.run.files import FileRun, ProgressFn, dissect_files
+from kwinspect.run.split import (
+    MSG_BATCH,
+    MSG_END,
+    MSG_FALLBACK,
+    TAG_ADVANCE,
+    TAG_BROKER,
+    TAG_MARK,
+    TAG_PACKET,
+    TAG_ROWS,
+    TAG_SECRETS,
+    TAG_SEGMENT,
+    read_and_split,
+)
 from kwinspect.stream.conversation import (
     DESCRIBE_CLUSTER,
     FIND_COORDINATOR,
@@ -81,18 +95,17 @@ PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
 API_VERSIONS = int(ApiKey.API_VERSIONS)
 LEARN_APIS = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER})
-BATCH_PACKETS = 2048  # packets between two messages from a worker (a multiple of WATERMARK_EVERY)
 PUMP_BYTES = 64 << 20  # how far (pickled bytes) a worker may run ahead of the merge
-MAX_ROUTES = 1_000_000
-# A worker keeps the connections it owns and a shadow of the others until they are
-# decided, so with N workers a flood of connections costs about N times what one
-# process holds (1M SYNs: 1.7 GiB per worker, 858 MiB in one process). Past this many
-# connections open at once (own + shadow) the run goes on in one process instead.
+INPUT_BYTES = 32 << 20  # how far (pickled bytes) the reader may run ahead of a worker
+# A worker keeps the connections it owns and the reader a shadow of every connection
+# until it is decided, so a flood of connections costs the reader about what one
+# process holds (1M SYNs: 858 MiB in one process). Past this many connections open at
+# once (in a worker, or in the reader's shadow) the run goes on in one process instead.
 MAX_OPEN_CONNECTIONS = 50_000
-VIRTUAL_CHARGE = 64 << 10  # bytes a new connection counts for before it has any  # 4-tuples whose owner is remembered (~150 bytes each, both directions)
 PHASE_PACKET, PHASE_IDLE, PHASE_FINISH, PHASE_CLOSE, PHASE_ISSUES, PHASE_MARK = 0, 1, 2, 3, 8, 9
 
 DROP = object()  # what a ``render`` function returns for an event the consumer does not want
+RESTART = object()  # yielded (with a ``fold``) when the run goes on in one process: start over
 # A worker with more than this times its fair share of the bytes leaves rendering to the main
 # process (which then shares a core with the lighter workers): with 3 busy connections on 2
 # workers (capture b) one worker has twice the other's work, and the main process has room.
@@ -181,7 +194,9 @@ class _RecordingSet(set):
 class _WorkerDissector(Dissector):
     """A Dissector that tags each event with (phase, first packet of its connection)."""
 
-    direct_data = False  # _on_tcp sees every TCP event, to tag what each one emits
+    # In-order data still goes straight to _on_data (no StreamData per segment): it only
+    # happens while the packet's own segment is fed, so what it emits is the packet's
+    # own connection's (see _pad_tags); every other TCP event goes through _on_tcp.
 
     def __init__(self, config: DissectConfig | None) -> None:
         known = _RecordingSet()
@@ -193,7 +208,7 @@ class _WorkerDissector(Dissector):
         self.first_pos: dict[Any, int] = {}
         self.tags: list[tuple[int, int]] = []
         self._depth = 0
-        self.reports_parser_issues = True
+        self.finish_rows: list = []  # the reader's parser rows at the end of input (worker 0)
 
     def note(self, item: tuple) -> None:
         """A record for the main process among the events (see _RecordingSet)."""
@@ -208,20 +223,29 @@ class _WorkerDissector(Dissector):
         super().finish()
 
     def report_parser_issues(self, ts: float | None) -> None:
-        # Every worker parses every packet the fast path does not take, so each has the
-        # same parser issues: worker 0 reports them, the others only mark them seen.
-        if self.reports_parser_issues:
-            super().report_parser_issues(ts)
-        else:
-            self._parser_issues_seen = len(self.parser.issues)
-            self.parser.issues_dropped = 0
+        # The reader parses every packet this worker's fast path would not take and
+        # reports their issues itself (to worker 0, at their packet); at the end the
+        # parser's last rows come from it too, where Dissector.finish reports them.
+        if self.finish_rows:
+            for row in self.finish_rows:
+                self.note(row)
+            self.finish_rows = []
+        super().report_parser_issues(ts)
 
     def _pad_tags(self) -> None:
-        """Events appended outside a connection's handling (parser issues): they come
-        first among the events of their packet, as in Dissector.feed_packet / finish."""
+        """Events appended outside _tagged: while a packet is fed, its in-order data's
+        (only this packet's connection has events at this packet, so any order above the
+        parser rows' -1 keeps them after those, as in Dissector.feed_packet); otherwise
+        (at the end: TLS retries, parser rows) they come first, as in Dissector.finish."""
         missing = len(self._events) - len(self.tags)
         if missing > 0:
-            self.tags.extend([(self.phase, -1)] * missing)
+            self.tags.extend([(self.phase, 0 if self.phase == PHASE_PACKET else -1)] * missing)
+
+    def note_rows(self, rows: list) -> None:
+        """The reader's parser rows of the packet being handled: first among its events."""
+        self._pad_tags()
+        self._events.extend(rows)
+        self.tags.extend([(self.phase, -1)] * len(rows))
 
     def _tagged(self, fn, conn_id, *args) -> None:
         if self._depth == 0:
@@ -303,10 +327,45 @@ def _for_rebuild(ev: Any, bodies: bool | str) -> Any:
         msg = getattr(ev, attr)
         if msg is not None and isinstance(msg.body, dict) and msg.api_key in (PRODUCE, FETCH):
             msg = copy.copy(msg)
-            msg.body = _without_record_bytes(msg.body)
+            msg.body = _records_light(msg.api_key, msg.is_request, msg.body)
             msg.raw_body = None
             setattr(ev, attr, msg)
     return ev
+
+
+def _records_light(api_key: int, is_request: bool, body: dict) -> Any:
+    """``_without_record_bytes(body)`` for a Produce or Fetch body, without walking every
+    node: the schema puts record sets only in a Produce request's
+    ``topic_data[].partition_data[].records`` and a Fetch response's
+    ``responses[].partitions[].records``, so only the dicts on the way to them are copied
+    (the rest is shared: it is pickled, never changed). A body of another shape takes
+    the walk."""
+    if is_request != (api_key == PRODUCE):
+        return body  # a Produce response or a Fetch request: no record sets
+    key_t, key_p = ("topic_data", "partition_data") if api_key == PRODUCE else ("responses", "partitions")
+    topics = body.get(key_t)
+    if type(topics) is not list:
+        return _without_record_bytes(body)
+    light_topics = []
+    for t in topics:
+        parts = t.get(key_p) if type(t) is dict else None
+        if type(parts) is not list:
+            return _without_record_bytes(body)
+        light_parts = []
+        for part in parts:
+            if type(part) is not dict:
+                return _without_record_bytes(body)
+            rs = part.get("records")
+            if rs is not None and hasattr(rs, "batches") and hasattr(rs, "issues"):
+                part = dict(part)
+                part["records"] = _RecordSetSummary(rs)
+            light_parts.append(part)
+        light = dict(t)
+        light[key_p] = light_parts
+        light_topics.append(light)
+    light_body = dict(body)
+    light_body[key_t] = light_topics
+    return light_body
 
 
 def _record_set_summaries(api_key: int, body: Any) -> dict:
@@ -353,214 +412,129 @@ def _lighten(ev: Any, bodies: bool | str) -> Any:
     return ev
 
 
-def _worker(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
-            mode: str = "balance", render: Any = None) -> None:
+def _worker(inp, out, config: DissectConfig | None, jobs: int, me: int, bodies: bool | str,
+            render: Any = None, fold: Any = None) -> None:
+    pump = None
     try:
-        _work(paths, config, jobs, me, out, bodies, mode, render)
+        pump = _Pump(inp, INPUT_BYTES)
+        _work(pump, out, config, jobs, me, bodies, render, fold)
     except BaseException:  # noqa: BLE001 - reported to the main process, which raises
         out.send(("error", traceback.format_exc()))
     finally:
+        if pump is not None:
+            pump.close()
         out.close()
 
 
-class _Router:
-    """Which worker owns a connection, the same answer in every worker.
+class _GivenStreams:
+    """The tcp.stream numbers of a worker's TcpReassembler: the reader numbers every packet
+    of the capture (run/split.py) and sends the number with it; ``see`` is only ever asked
+    about the packet being fed."""
 
-    Keys are (source ip, destination ip, source port, destination port) bytes, as they
-    sit at offset 26 of an Ethernet/IPv4 frame; both directions are stored on first
-    sight. ``balance`` (the default) gives a new connection to the worker with the
-    fewest captured bytes so far, counting each connection the mean bytes per connection
-    when it is assigned (every worker counts every packet, so all agree);
-    ``hash`` uses crc32 of the 4-tuple.
-    """
-
-    def __init__(self, jobs: int, mode: str) -> None:
-        self.jobs = jobs
-        self.mode = mode
-        self.owners: dict[bytes, int] = {}
-        self.load = [0] * jobs
-        self.connections = 0
-
-    def assign(self, key: bytes, rkey: bytes) -> int:
-        if self.mode == "hash" or len(self.owners) >= MAX_ROUTES:
-            # past MAX_ROUTES, new connections are hashed and not remembered (every
-            # worker passes the limit at the same packet, so all still agree)
-            w = zlib.crc32(key if key <= rkey else rkey) % self.jobs
-            if self.mode == "hash" and len(self.owners) < MAX_ROUTES:
-                self.owners[key] = self.owners[rkey] = w
-            return w
-        load = self.load
-        w = load.index(min(load))
-        # A new connection is charged the mean bytes per connection so far up front: the
-        # producer's connections to every broker open within a millisecond, when they
-        # have no bytes yet, and would otherwise all go to the same worker.
-        load[w] += max(VIRTUAL_CHARGE, sum(load) // max(1, self.connections))
-        self.connections += 1
-        self.owners[key] = self.owners[rkey] = w
-        return w
-
-
-def _reverse_key(key: bytes) -> bytes:
-    """The key of the other direction: (dst ip, src ip, dst port, src port)."""
-    n = len(key)
-    half = (n - 4) // 2
-    return key[half:2 * half] + key[:half] + key[n - 2:] + key[n - 4:n - 2]
-
-
-class _CaptureStreams:
-    """tcp.stream numbers across the whole capture, in a worker that reassembles only some
-    connections. Every worker keeps the same numbering (``numbers``, keyed by 4-tuple
-    bytes): its own connections' TcpReassembler asks it through ``see`` (for the packet
-    being fed, ``key``), and the worker loop feeds it the first packet of each direction
-    and every SYN of the other workers' connections. So the numbers are one process's."""
-
-    __slots__ = ("numbers", "key")
+    __slots__ = ("number",)
 
     def __init__(self) -> None:
-        self.numbers = TcpStreamNumbers()
-        self.key = b""
+        self.number: int | None = None
 
-    def _see_key(self, key: bytes, rkey: bytes, flags: int, seq: int) -> int | None:
-        return self.numbers.see(key if key <= rkey else rkey, 0 if key <= rkey else 1, flags, seq)
-
-    def see(self, _conn_key: Any, _side: int, flags: int, seq: int) -> int | None:
-        """TcpReassembler's call, about the segment of the packet being fed."""
-        return self._see_key(self.key, _reverse_key(self.key), flags, seq)
-
-    def other(self, key: bytes, flags: int, seq: int) -> None:
-        """A packet of a connection another worker owns: numbered when it is a SYN or the
-        first of its direction (no set of seen directions: a flood would make it big)."""
-        rkey = _reverse_key(key)
-        if not flags & SYN and self.numbers.knows_direction(key, rkey):
-            return
-        self._see_key(key, rkey, flags, seq)
+    def see(self, _key: Any, _side: int, _flags: int, _seq: int) -> int | None:
+        return self.number
 
 
-def _seg_keys(seg) -> tuple[bytes, bytes]:
-    a, b = endpoint_key(seg.src), endpoint_key(seg.dst)
-    return a[:-2] + b[:-2] + a[-2:] + b[-2:], b[:-2] + a[:-2] + b[-2:] + a[-2:]
+class _Worker:
+    """One worker: feeds its dissector the items of the reader's batches (its own packets,
+    and the marks, idle checks and notices every worker gets), and sends the rows to the
+    main process, tagged, with the watermarks, unordered. ``fold`` (see
+    dissect_files_parallel) takes the events it can into a partial result instead."""
 
-
-class _WorkerLoop(PacketLoop):
-    """One worker's run of the packet loop: every packet is routed (its own connections
-    to its dissector, the others only counted, and shown to the shadow until decided),
-    and the rows go to the main process, tagged, with the watermarks, unordered."""
-
-    def __init__(self, d: _WorkerDissector, config: DissectConfig | None, jobs: int, me: int, out,
-                 bodies: bool | str, mode: str, render: Any, sources: list) -> None:
-        super().__init__(d, stop_unparseable=False)
+    def __init__(self, d: _WorkerDissector, jobs: int, me: int, out, bodies: bool | str, render: Any,
+                 fold: Any) -> None:
         self.d = d
         self.me, self.jobs, self.out_pipe, self.bodies, self.render = me, jobs, out, bodies, render
-        self.sources = sources
-        self.streams = _CaptureStreams()
+        self.fold = fold
+        self.broker_last: dict[str, tuple] = {}  # broker -> merge key of its last folded exchange
+        self.streams = _GivenStreams()
         d.tcp.streams = self.streams  # type: ignore[assignment]
-        d.reports_parser_issues = me == 0
-        self.router = _Router(jobs, mode)
-        self.balance = mode != "hash"
-        # The shadow sees the other workers' connections only until it has decided what they
-        # carry, so that this worker's set of proven broker endpoints (shared with the shadow)
-        # is the whole capture's, as one process has it. Its events are dropped.
-        self.known = d.known_brokers
-        self.shadow = Dissector(config, known_brokers=self.known)
-        self.decided: set[bytes] = set()
+        self.load = [0] * jobs  # the router's bytes per worker, as of the last batch
         self.items: list = []
         self.seq = 0
-        self.pos = 0
-        self.last_ts: float | None = None
         self.keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
-        self.abandoned = False  # too many connections: the main process reads with one process
+        self.progress = 0
+        self.fed = 0  # packets (segments) the reader gave this worker
 
-    def to_shadow(self, raw, key: bytes, rkey: bytes) -> None:
-        shadow, known = self.shadow, self.known
-        known.quiet = True
+    def batch(self, items: list) -> None:
+        d = self.d
+        stats = d.stats
+        feed_packet, feed_segment = d.feed_packet, d.feed_segment
+        pending = d.pending  # the same list for the whole run (Dissector.pending)
+        streams = self.streams
+        known = d.known_brokers
+        new = tuple.__new__
+        for it in items:
+            tag = it[0]
+            d.pos = pos = it[1]
+            d.phase = PHASE_PACKET
+            if tag == TAG_PACKET:
+                stats.packets = pos - 1  # feed_packet counts it: the packet's number in the capture
+                streams.number = it[7]
+                feed_packet(new(RawPacket, it[2:7]))
+                self.fed += 1
+            elif tag == TAG_MARK:
+                stats.packets = pos
+                if pending:
+                    self.collect()
+                self.mark(it[2])
+                continue
+            elif tag == TAG_SEGMENT:
+                stats.packets = pos
+                streams.number = it[4]
+                feed_segment(new(TcpSegment, it[2]), it[3])
+                self.fed += 1
+            elif tag == TAG_ADVANCE:
+                stats.packets = pos
+                d.advance(it[2])
+            elif tag == TAG_BROKER:
+                known.quiet = True  # not a decision of this worker's: the main process knows it
+                try:
+                    known.add(it[2])
+                finally:
+                    known.quiet = False
+            elif tag == TAG_ROWS:
+                d.note_rows(it[2])
+            elif tag == TAG_SECRETS:
+                d.add_tls_secrets(it[2], it[3])
+            if pending:
+                self.collect()
+
+    def _fold(self, ev: Any, names: _TrackingNames, key: tuple, row_key: int) -> bool:
+        """True when the fold took the event (it did not look up a topic id: its part
+        of the result is the same with the main process's names)."""
+        names.log = log = []
         try:
-            spst = shadow.parser.stats
-            before = spst.tcp
-            seg = shadow.parser.parse(raw)
-            if seg is None:
-                return
-            shadow.feed_segment(seg, _packets=max(1, spst.tcp - before))
-            info = shadow.connection(seg.src, seg.dst)
-            if info is not None and info.kind != "undecided" and key:
-                self.decided.add(key)
-                self.decided.add(rkey)
+            plan = self.fold.prepare(ev, names, row_key)
         finally:
-            known.quiet = False
-            shadow.drain()
+            names.log = None
+        if plan is None or log:
+            return False
+        self.fold.commit(plan)
+        if type(ev) is Exchange:
+            last = self.broker_last.get(ev.broker)
+            if last is None or key > last:
+                self.broker_last[ev.broker] = key
+        return True
 
-    def feed(self, raw) -> None:
-        d, shadow, router = self.d, self.shadow, self.router
-        owners, load, me = router.owners, router.load, self.me
-        parser = d.parser
-        pst = parser.stats
-        self.pos = pos = self.pos + 1
-        d.pos = pos
-        d.phase = PHASE_PACKET
-        data = raw.data
-        # The parser's fast path (Ethernet, IPv4 without options or fragments, TCP):
-        # the owner comes from the header bytes, and the packets of other workers
-        # are only counted, as the parser would count them.
-        if (raw.linktype == 1 and len(data) >= 54 and data[12] == 8 and data[13] == 0
-                and data[14] == 0x45 and data[23] == 6 and not (data[20] & 0x3F or data[21])
-                and 40 <= (total := (data[16] << 8) | data[17]) <= len(data) - 14
-                and 20 <= (data[46] >> 4) * 4 <= total - 20):
-            key = data[26:38]
-            w = owners.get(key)
-            if w is None:
-                rkey = data[30:34] + data[26:30] + data[36:38] + data[34:36]
-                w = router.assign(key, rkey)
-            if self.balance:
-                load[w] += len(data)
-            ts = raw.ts
-            self.last_ts = ts
-            if w == me:
-                self.streams.key = key
-                d.feed_packet(raw)
-                if ts >= shadow.next_idle_check:
-                    shadow.advance(ts)
-            else:
-                self.streams.other(key, data[47], int.from_bytes(data[38:42], "big"))
-                d.stats.packets += 1
-                pst.packets += 1
-                pst.tcp += 1
-                if ts >= d.next_idle_check:
-                    d.advance(ts)
-                if key in self.decided and not data[47] & 0x02:  # SYN: the 4-tuple starts over
-                    if ts >= shadow.next_idle_check:
-                        shadow.advance(ts)
-                else:
-                    self.to_shadow(raw, key, data[30:34] + data[26:30] + data[36:38] + data[34:36])
+    def _left_out(self, pos: Any, phase: int, order: int, seq: int, row_key: Any) -> None:
+        """A count of events the consumer does not get (kept for the fallback's skip)."""
+        items = self.items
+        last = items[-1] if items else None
+        if last is not None and last[0][0] == pos and type(last[1]) is int and last[2] == row_key:
+            items[-1] = (last[0], last[1] + 1, row_key)
         else:
-            d.stats.packets += 1
-            tcp_before = pst.tcp
-            seg = parser.parse(raw)
-            d.report_parser_issues(raw.ts)  # as Dissector.feed_packet does
-            if seg is not None:
-                key, rkey = _seg_keys(seg)
-                w = owners.get(key)
-                if w is None:
-                    w = router.assign(key, rkey)
-                if self.balance:
-                    load[w] += len(data)
-                self.last_ts = seg.ts
-                if w == me:
-                    self.streams.key = key
-                    d.feed_segment(seg, _packets=max(1, pst.tcp - tcp_before))
-                    shadow.advance(seg.ts)
-                else:
-                    self.streams.other(key, seg.flags, seg.seq)
-                    d.advance(seg.ts)
-                    if key in self.decided and not seg.flags & 0x02:
-                        shadow.advance(seg.ts)
-                    else:
-                        self.to_shadow(raw, key, rkey)
-            else:
-                self.to_shadow(raw, b"", b"")  # IP fragments: the shadow needs every one
+            items.append(((pos, phase, order, seq), 1, row_key))
 
-    def collect(self, _pos: Any) -> None:
-        d, items, bodies, render = self.d, self.items, self.bodies, self.render
+    def collect(self) -> None:
+        d, items, bodies, render, fold = self.d, self.items, self.bodies, self.render, self.fold
         names = d.shared.topic_names
-        load, me, jobs = self.router.load, self.me, self.jobs
+        load, me, jobs = self.load, self.me, self.jobs
         events, tags = d.pop_tagged()
         pos = d.pos
         for ev, (phase, order) in zip(events, tags, strict=True):
@@ -574,7 +548,11 @@ class _WorkerLoop(PacketLoop):
                 ev = _for_rebuild(ev, bodies)
             elif type(ev) is tuple:
                 pass
-            elif render is not None and not (type(ev) is Exchange and ev.api_key in LEARN_APIS):
+            elif type(ev) is Exchange and ev.api_key in LEARN_APIS:
+                ev = _lighten(ev, bodies)
+            elif fold is not None and self._fold(ev, names, (pos, phase, order, seq), row_key):
+                continue  # not counted for a fallback's skip: with a fold, a fallback starts over
+            elif render is not None:
                 # The row's final text (the main process only merges and writes it), or a
                 # count of events the consumer does not want (kept for the fallback's skip).
                 # A render that looked up topic ids may differ from one with the global
@@ -587,11 +565,7 @@ class _WorkerLoop(PacketLoop):
                 if log:
                     text = None
                 if text is DROP:
-                    last = items[-1] if items else None
-                    if last is not None and last[0][0] == pos and type(last[1]) is int and last[2] == row_key:
-                        items[-1] = (last[0], last[1] + 1, row_key)
-                    else:
-                        items.append(((pos, phase, order, seq), 1, row_key))
+                    self._left_out(pos, phase, order, seq, row_key)
                     continue
                 ev = text if text is not None else _lighten(ev, bodies)
             else:
@@ -600,77 +574,82 @@ class _WorkerLoop(PacketLoop):
 
     def mark(self, ts: float) -> None:
         # nothing more at or before pos; no row still to come sorts below the watermark
-        self.items.append(((self.pos, PHASE_MARK, 0, self.seq), None, self.d.watermark(ts)))
-
-    def tick(self, count: int) -> bool:
-        if count % BATCH_PACKETS == 0:
-            open_now = self.d.tcp.open_connections() + self.shadow.tcp.open_connections()
-            if open_now > MAX_OPEN_CONNECTIONS:
-                self.out_pipe.send(("fallback", f"more than {MAX_OPEN_CONNECTIONS:,} TCP connections "
-                                                f"open at once (worker {self.me})"))
-                self.abandoned = True
-                return True
-            self.ship()
-        return False
+        self.items.append(((self.d.pos, PHASE_MARK, 0, self.seq), None, self.d.watermark(ts)))
 
     def ship(self) -> None:
-        self.out_pipe.send(("items", self.items, sum(s.stats.file_bytes for s in self.sources)))
+        self.out_pipe.send(("items", self.items, self.progress))
         self.items = []
 
-    def end(self) -> None:
+    def end(self, last_ts: float | None, packets: int, parser_rows: list) -> None:
         d = self.d
-        if self.last_ts is not None:
-            d.advance(self.last_ts)  # advance() is only called when an idle check is due
+        d.pos = packets
+        d.stats.packets = packets
+        if last_ts is not None:
+            d.advance(last_ts)  # the time of the capture's last TCP packet, for the closing rows
+        d.finish_rows = parser_rows
         d.pos = END
         d.finish()
-        self.collect(END)
+        self.collect()
 
 
-def _work(paths: list[str], config: DissectConfig | None, jobs: int, me: int, out, bodies: bool | str,
-          mode: str = "balance", render: Any = None) -> None:
-    sources = [open_capture(p) for p in paths]
+def _work(pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int, bodies: bool | str,
+          render: Any = None, fold: Any = None) -> None:
     d = _WorkerDissector(config)
-    loop = _WorkerLoop(d, config, jobs, me, out, bodies, mode, render, sources)
+    worker = _Worker(d, jobs, me, out, bodies, render, fold)
+    loads = pickle.loads
+    while True:
+        data = pump.get()
+        if data is None:
+            raise RuntimeError("--jobs reader ended without a result")
+        msg = loads(data)
+        kind = msg[0]
+        if kind == MSG_BATCH:
+            _kind, worker.load, worker.progress, items = msg
+            worker.batch(items)
+            if d.tcp.open_connections() > MAX_OPEN_CONNECTIONS:
+                out.send(("fallback", f"more than {MAX_OPEN_CONNECTIONS:,} TCP connections open at once "
+                                      f"(worker {me})"))
+                return
+            worker.ship()
+        elif kind == MSG_END:
+            _kind, last_ts, packets, parser_rows, issues, reader_counts = msg
+            worker.end(last_ts, packets, parser_rows)
+            for path, issue in issues:  # worker 0's: the readers' issues (truncated files and the like)
+                worker.seq += 1
+                worker.items.append(((END, PHASE_ISSUES, 0, worker.seq),
+                                     ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None),
+                                     END))
+            worker.ship()
+            counts = d.packet_counts()
+            counts.update({"tcp_" + k: v for k, v in d.byte_counts().items()})  # of its connections
+            counts.update(reader_counts)  # the parser's counters are the reader's, whole
+            counts["fed"] = worker.fed
+            conns = []
+            for conn_id, info in d.connections.items():
+                if info.conversation is not None:
+                    info.conversation = _ConversationStub(info.conversation.stream)
+                conns.append((d.first_pos.get(conn_id, 0), conn_id.serial, info))
+            if os.environ.get("KWINSPECT_JOBS_DEBUG"):
+                import resource
+                import sys
 
-    def on_secrets(secrets_type: int, data: bytes) -> None:  # pcapng Decryption Secrets Blocks
-        d.add_tls_secrets(secrets_type, data)
-        loop.shadow.add_tls_secrets(secrets_type, data)
-
-    for src in sources:
-        src.on_secrets = on_secrets
-    try:
-        for _ in loop.run(_merged(sources)):
-            pass  # a worker's rows go to the main process, in loop.items
-        if loop.abandoned:
+                ru = resource.getrusage(resource.RUSAGE_SELF)
+                print(f"kwinspect job {me}: cpu {ru.ru_utime + ru.ru_stime:.2f} s, packets {d.stats.tcp_packets}, "
+                      f"kafka packets {counts['kafka']}, events {worker.seq}, load {worker.load}", file=sys.stderr)
+            partial = (fold.partial(), worker.broker_last) if fold is not None else None
+            out.send(("done", counts, conns, [(p, i) for p, i in issues], partial))
             return
-        issues = []
-        if me == 0:
-            for path, src in zip(paths, sources, strict=True):
-                for issue in src.issues:
-                    issues.append((path, issue))
-                    loop.seq += 1
-                    loop.items.append(((END, PHASE_ISSUES, 0, loop.seq),
-                                       ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None),
-                                       END))
-        loop.ship()
-        counts = d.packet_counts()
-        counts.update({"tcp_" + k: v for k, v in d.byte_counts().items()})  # of its connections
-        conns = []
-        for conn_id, info in d.connections.items():
-            if info.conversation is not None:
-                info.conversation = _ConversationStub(info.conversation.stream)
-            conns.append((d.first_pos.get(conn_id, 0), conn_id.serial, info))
-        if os.environ.get("KWINSPECT_JOBS_DEBUG"):
-            import resource
-            import sys
+        elif kind == MSG_FALLBACK:
+            out.send(("fallback", msg[1]))
+            return
+        else:
+            raise RuntimeError(f"--jobs reader failed:\n{msg[1]}")
 
-            ru = resource.getrusage(resource.RUSAGE_SELF)
-            print(f"kwinspect job {me}: cpu {ru.ru_utime + ru.ru_stime:.2f} s, packets {loop.pos}, "
-                  f"kafka packets {counts['kafka']}, events {loop.seq}, load {loop.router.load}", file=sys.stderr)
-        out.send(("done", counts, conns, issues))
-    finally:
-        for src in sources:
-            src.close()
+
+def _reader(paths: list[str], config: DissectConfig | None, jobs: int, mode: str, outs: list,
+            max_open: int) -> None:
+    read_and_split(paths, config, jobs, mode, outs, max_open)
+
 
 
 # ---------------------------------------------------------------------------
@@ -695,13 +674,50 @@ class MergedDissector:
         self._counts: list[dict[str, int] | None] = []
         self._conns: list[tuple[int, int, int, ConnectionInfo]] = []
         self.rebuilt = 0  # exchanges relabelled with the global state (for tests and benchmarks)
+        # the broker table after each change, with the merge key of the exchange that
+        # changed it (a folded exchange's broker id is worked out from it at the end)
+        self._broker_history: list[tuple[tuple, dict]] = [((), {})]
+        self._ids_given: dict[str, set[int]] = {}  # broker -> the ids exchanges handed on carried
+        self._raw_partials: list[tuple[Any, dict[str, tuple]]] = []
+        # the workers' partial results with the broker id one process would have given each
+        # broker's last exchange among them (see dissect_files_parallel's ``fold``)
+        self.partials: list[tuple[Any, dict[str, int | None]]] = []
 
     # -- end of the run ------------------------------------------------------------
-    def final(self, worker: int, counts: dict[str, int], conns: list) -> None:
+    def final(self, worker: int, counts: dict[str, int], conns: list, partial: Any = None) -> None:
         while len(self._counts) <= worker:
             self._counts.append(None)
         self._counts[worker] = counts
         self._conns.extend((first, w_serial, worker, info) for first, w_serial, info in conns)
+        if partial is not None:
+            self._raw_partials.append(partial)
+
+    def settle_partials(self) -> None:
+        """The broker id of each broker's last folded exchange, as one process gives it."""
+        for partial, last_keys in self._raw_partials:
+            self.partials.append((partial, {b: self._broker_id_at(b, k) for b, k in last_keys.items()}))
+        self._raw_partials = []
+
+    def _broker_id_at(self, broker: str, key: tuple) -> int | None:
+        """The broker id the summary keeps for ``broker`` from exchanges folded up to merge
+        key ``key``: the last one's, when every id the broker had until then is that one
+        or None. Anything else (an id that changed, or was lost) depends on which exchange
+        came last in capture order: the run goes on in one process."""
+        ep = self._endpoint(broker)
+        state = SharedState()
+        ids = []
+        for at, brokers in self._broker_history:
+            if at and at >= key:
+                break
+            state.brokers = brokers
+            ids.append(state.broker_id_for(ep))
+        folded = {i for i in ids if i is not None}  # ids some folded exchange may have had
+        given = self._ids_given.get(broker, set())
+        # None as the last one's: the summary keeps an id handed on if there is one, but
+        # cannot tell whether a folded exchange had one of the earlier ids
+        if len(folded | given) > 1 or (ids[-1] is None and folded and not given):
+            raise _Fallback(f"broker id of {broker} changed during the capture")
+        return ids[-1]
 
     def settle_connections(self) -> None:
         self._conns.sort(key=lambda c: (c[0], c[2], c[1]))
@@ -724,6 +740,10 @@ class MergedDissector:
 
     packet_accounting_error = Dissector.packet_accounting_error  # over the merged packet_counts()
 
+    def packets_fed(self) -> list[int]:
+        """TCP packets (segments) the reader handed each worker: each packet goes to one."""
+        return [c["fed"] if c is not None else 0 for c in self._counts]
+
     def byte_counts(self) -> dict[str, int]:
         """Dissector.byte_counts() summed over the workers (each reassembles its connections)."""
         out: dict[str, int] = {}
@@ -741,21 +761,29 @@ class MergedDissector:
             ep = self._endpoints[text] = Endpoint(host[1:-1] if host.startswith("[") else host, int(port))
         return ep
 
-    def _learn(self, ex: Exchange) -> None:
+    def _learn(self, ex: Exchange, key: tuple) -> None:
         if ex.status == STATUS_PAIRED and ex.api_key in LEARN_APIS and ex.response is not None:
             self.shared.learn(ex.api_key, ex.response.body)
+            if self.shared.brokers != self._broker_history[-1][1]:
+                self._broker_history.append((key, dict(self.shared.brokers)))
 
     def _number(self, ex: Exchange) -> None:
         shared = self.shared
         shared.exchange_counter += 1
         ex.index = shared.exchange_counter
-        ex.broker_id = shared.broker_id_for(self._endpoint(ex.broker))
+        ex.broker_id = bid = shared.broker_id_for(self._endpoint(ex.broker))
+        if bid is not None:
+            given = self._ids_given.get(ex.broker)
+            if given is None:
+                self._ids_given[ex.broker] = {bid}
+            elif bid not in given:
+                given.add(bid)
 
     def _strip(self, ex: Any) -> None:
         _lighten(ex, self._bodies)
 
     def settle(self, batch: list) -> list[tuple[int, Any]]:
-        """The events of one packet position (``(event, row key)`` pairs), in order, with
+        """The events of one packet position (``(event, row key, merge key)``), in order, with
         the global state applied, as ``(row key, item)`` for the RowOrder. Rows rendered
         by the workers (str, or a list of them for one event) are passed on; an int item
         stands for that many events the workers left out (see ``_released``)."""
@@ -763,7 +791,7 @@ class MergedDissector:
         i = 0
         n = len(batch)
         while i < n:
-            ev, key = batch[i]
+            ev, key, mkey = batch[i]
             i += 1
             t = type(ev)
             if t is str or t is list or t is int:  # rendered rows, the rows of one event, left out
@@ -778,10 +806,10 @@ class MergedDissector:
                         raise _Fallback(f"known broker {ev[1]}")
                 else:  # "grp": an exchange (and its error rows) labelled with topic-id lookups
                     _tag, count, lookups, client, broker, args, tcp_stream = ev
-                    group = [g for g, _k in batch[i:i + count]]
+                    group = [g for g, _k, _m in batch[i:i + count]]
                     i += count
                     ex = group[0]
-                    self._learn(ex)
+                    self._learn(ex, batch[i - count][2])
                     names = self.shared.topic_names
                     if all(names.get(tid) == answer for tid, answer in lookups):
                         self._number(ex)
@@ -796,7 +824,7 @@ class MergedDissector:
                     out.extend((g.order or key, g) for g in group)
                 continue
             if t is Exchange:
-                self._learn(ev)
+                self._learn(ev, mkey)
                 self._number(ev)
             out.append((key, ev))
         return out
@@ -865,7 +893,7 @@ def _receive(pump: _Pump, worker: int, merged: MergedDissector, progress: list) 
         elif kind == "fallback":
             raise _Fallback(msg[1])
         elif kind == "done":
-            merged.final(worker, msg[1], msg[2])
+            merged.final(worker, msg[1], msg[2], msg[4])
             if worker == 0:
                 progress[1] = msg[3]
             return
@@ -876,7 +904,7 @@ def _receive(pump: _Pump, worker: int, merged: MergedDissector, progress: list) 
 def dissect_files_parallel(paths, config: DissectConfig | None = None, run: FileRun | None = None,
                            progress: ProgressFn | None = None, *, jobs: int = 2,
                            bodies: bool | str = True, mode: str = "balance",
-                           render: Any = None) -> Iterator[Event | str]:
+                           render: Any = None, fold: Any = None) -> Iterator[Event | str]:
     """``run.files.dissect_files`` over ``jobs`` worker processes: the same events in
     the same order. ``bodies=False``: exchanges come without request/response messages
     (for consumers that only read the columns; Metadata-like ones keep theirs);
@@ -891,7 +919,17 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
     relabelled with global topic names, renders that looked up a topic id) are never
     rendered, and with one process (or after a fallback) nothing is: the consumer must
     take both. The ``index`` of exchanges yielded beside rendered rows is not one
-    process's (rendered and dropped exchanges are not counted)."""
+    process's (rendered and dropped exchanges are not counted).
+
+    ``fold``, a partial result each worker keeps (``analyze.summary.SummaryFold``):
+    ``prepare(event, topic_names, row_key)`` -> a plan, or None when the event must go to the
+    main process (its part of the result depends on its place in capture order, or on
+    other workers' connections); ``commit(plan)`` takes it in; ``partial()`` is what
+    the worker sends at the end. Events the workers took are not yielded; at the end
+    ``run.dissector.partials`` holds each worker's ``partial()`` with the broker id one
+    process would have given the last exchange to each broker it took
+    (``MergedDissector._broker_id_at``). If the run has to go on in one process, a
+    ``RESTART`` is yielded first: forget what was yielded, every event follows."""
     run = run if run is not None else FileRun()
     paths = [os.fspath(p) for p in paths]
     if jobs <= 1:
@@ -908,14 +946,24 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
     pumps: list[_Pump] = []
     released = [0]  # events of one process handed on (rendered lists and left-out ones count as theirs)
     try:
+        inputs = []
         for i in range(jobs):
+            r_in, w_in = ctx.Pipe(duplex=False)
             r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker, args=(paths, config, jobs, i, w, bodies, mode, render), daemon=True,
+            p = ctx.Process(target=_worker, args=(r_in, w, config, jobs, i, bodies, render, fold), daemon=True,
                             name=f"kwinspect-job-{i}")
             p.start()
+            r_in.close()
             w.close()
             procs.append(p)
             pipes.append(r)
+            inputs.append(w_in)
+        reader = ctx.Process(target=read_and_split, args=(paths, config, jobs, mode, inputs, MAX_OPEN_CONNECTIONS),
+                             daemon=True, name="kwinspect-job-reader")
+        reader.start()
+        procs.append(reader)
+        for w_in in inputs:
+            w_in.close()
         prog: list = [0, []]
         pumps.extend(_Pump(r, PUMP_BYTES) for r in pipes)
         streams = [_receive(pump, i, merged, prog) for i, pump in enumerate(pumps)]
@@ -938,16 +986,20 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
                     done_bytes = prog[0]
                     progress(done_bytes, run.total_bytes)
             if ev is not None:
-                batch.append((ev, row_key))
+                batch.append((ev, row_key, key))
             elif watermark is None or row_key < watermark:  # a worker's mark: row_key is its watermark
                 watermark = row_key
         for k, item in merged.settle(batch):
             rows.push(k, item)
         yield from _released(rows.pop_all(), released)
         merged.settle_connections()
+        merged.settle_partials()
         run.issues.extend(prog[1])
     except _Fallback:
         _stop(procs)
+        if fold is not None:
+            yield RESTART  # the workers' partial results are lost: every event follows
+            released[0] = 0
         for n, ev in enumerate(dissect_files(paths, config, run=run, progress=progress)):
             if n >= released[0]:
                 yield ev

@@ -45,10 +45,11 @@ from kwinspect.model import (
     stream_name,
 )
 from kwinspect.protocol import decode_request, decode_response
-from kwinspect.protocol.apis import api_name
+from kwinspect.protocol.apis import API_NAMES, api_name
 from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
 from kwinspect.protocol.schema.api_keys import ApiKey
+from kwinspect.stream import labels
 from kwinspect.stream.labels import (
     iter_record_sets,
     message_topics,
@@ -277,11 +278,16 @@ class Conversation:
         self.last_correlation_id = cid
         body = msg.body
         self._api_versions_seen.add((api_key, msg.api_version))
-        if self.advertised is not None:
-            self._check_advertised(msg, ts_last, pkts[1])
+        # once per request: the usual answers (an advertised version, an api without secrets)
+        # without a call; the calls decide the rest
+        advertised = self.advertised
+        if advertised is not None and api_key != API_VERSIONS:
+            rng = advertised.get(api_key)
+            if rng is None or not rng[0] <= msg.api_version <= rng[1]:
+                self._check_advertised(msg, ts_last, pkts[1])
         if api_key == SASL_HANDSHAKE and body:
             self.sasl_mechanism = body.get("mechanism")
-        if self.redact:
+        if self.redact and api_key in SECRET_APIS:
             redact_message(api_key, True, msg.header, body, self.sasl_mechanism)
         if api_key == API_VERSIONS and body and body.get("client_software_name"):
             self.client_software = (body["client_software_name"], body.get("client_software_version", ""))
@@ -346,13 +352,17 @@ class Conversation:
                               message=f"response to correlation id {cid} arrived before the one to {other_cid}",
                               frame=other.pkt_last, response_frame=pkts[1], order=pkts[0])
             self._emit_unanswered(other)
-        req = self._request_of(pending)
+        req = pending.message if pending.frame is None else self._request_of(pending)
+        if pending.counted:  # what _request_of does first, inlined for the usual request
+            self.shared.pending_bytes -= pending.counted
+            pending.counted = 0
         resp = decode_response(frame, req.api_key, req.api_version)
         self._after_response(req, resp)
         n = len(self._events)
         self.emit(req, resp, pending.ts_first, pending.ts_last, ts_first, ts_last, STATUS_PAIRED,
                    packets=(pending.pkt_first, pending.pkt_last, pkts[0], pkts[1]))
-        self._frame_backed(pending, n)
+        if pending.frame is not None:
+            self._frame_backed(pending, n)
 
     def _request_of(self, pending: _Pending) -> Message:
         """The request of a pending entry leaving the in-flight set, decoded again (and
@@ -406,7 +416,7 @@ class Conversation:
             }
         elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
             self._sasl_raw = True
-        if self.redact:
+        if self.redact and req.api_key in SECRET_APIS:  # redact_message's own first test
             redact_message(req.api_key, False, resp.header, body, self.sasl_mechanism)
 
     def _on_sasl_response(self, frame: bytes, ts_first: float, ts_last: float, pkts: tuple[int, int]) -> None:
@@ -500,17 +510,24 @@ class Conversation:
         # nothing built for error rows when there are none (the common case).
         ref = req or resp
         api_key = ref.api_key if ref else None
-        name = api_label or (api_name(api_key) if api_key is not None else None)
-        cid = req.correlation_id if req else (resp.correlation_id if resp else None)
+        name = api_label or (API_NAMES.get(api_key) if api_key is not None else None)
+        cid = ref.header.get("correlation_id") if ref else None  # Message.correlation_id, inlined
         body = resp.body if resp else None
         shared = self.shared
         names = shared.topic_names
+        # the record sets whose issues become rows: (request's, response's); None: Python finds them
+        req_sets = resp_sets = None
         if api_key is not None:
-            # a cleanly decoded Produce/Fetch body takes the walk guided by the schema
-            errors = response_errors(api_key, body, not resp.issues, names) if body else []
-            topics = message_topics(api_key, req.body, True, not req.issues, names) if req else []
-            if not topics and body:
-                topics = topics_of(body, names)
+            compiled = labels.compiled_exchange  # C: every label of the pair in one call, or None
+            found = compiled(api_key, req.body if req else None, body, names or {}) if compiled else None
+            if found is not None:
+                errors, topics, req_sets, resp_sets = found
+            else:
+                # a cleanly decoded Produce/Fetch body takes the walk guided by the schema
+                errors = response_errors(api_key, body, not resp.issues, names) if body else []
+                topics = message_topics(api_key, req.body, True, not req.issues, names) if req else []
+                if not topics and body:
+                    topics = topics_of(body, names)
         else:
             errors = []
             topics = []
@@ -550,12 +567,17 @@ class Conversation:
                 message=e["message"] or (f"group {e['group']}" if e.get("group") else None),
                 ts=ts, stream=stream, frame=frame, response_frame=response_frame, tcp_stream=tcp_stream,
                 order=order))
-        for msg in (req, resp):
+        if req_sets is not None and not (req_sets or resp_sets or (req is not None and req.issues)
+                                         or (resp is not None and resp.issues)):
+            return  # the C found no troubled record set, and neither message has issues
+        for msg, sets in ((req, req_sets), (resp, resp_sets)):
             if msg is None:
                 continue
             # batch-level problems (CRC, cut batches); no decompression; only Produce and Fetch carry records
-            if (api_key == PRODUCE or api_key == FETCH) and msg.body:
-                for topic, partition, rs in iter_record_sets(api_key, msg.body, names):
+            if sets is None and (api_key == PRODUCE or api_key == FETCH) and msg.body:
+                sets = iter_record_sets(api_key, msg.body, names)
+            if sets:
+                for topic, partition, rs in sets:
                     if rs.issues:
                         for issue in rs.issues:
                             if issue.severity != "info":

@@ -4,6 +4,11 @@ where they sit, its record sets), read from its decoded bodies.
 Both walk the decoded bodies generically, so every api and version is covered
 without a table per api: error codes live in fields whose name ends in
 ``error_code``; topics in elements of arrays whose field name mentions topics.
+
+With the compiled core, ``response_errors``, ``message_topics``, ``topics_of`` and
+``iter_record_sets`` (and Conversation.emit, all at once) first ask the C twin of the generic walks (``_clabels.c``, through
+the facade at the end of this module); where it declines (None: a subclass, an odd
+key, deep nesting) the Python walks below run, and they stay the reference.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kwinspect.core import load
 from kwinspect.protocol.errors import error_name, is_retriable
 from kwinspect.protocol.records import RecordSet
 from kwinspect.protocol.schema.api_keys import ApiKey
@@ -32,6 +38,10 @@ def topics_of(body: dict | None, topic_names: dict[str, str] | None = None) -> l
     """Topic names a body mentions, in first-seen order (topic ids mapped when known)."""
     if not body:
         return []
+    if compiled_topics is not None:
+        found = compiled_topics(body, topic_names or {})
+        if found is not None:
+            return found
     seen: dict[str, None] = {}
     _walk_topics(body, False, topic_names or {}, seen)
     return list(seen)
@@ -193,6 +203,10 @@ def iter_record_sets(api_key: int | None, body: dict | None, topic_names: dict[s
     """(topic, partition, RecordSet) for every RECORDS field of a Produce request or Fetch response."""
     if not body or api_key not in (PRODUCE, FETCH):
         return iter(())
+    if compiled_record_sets is not None:
+        found = compiled_record_sets(api_key, body, topic_names or {})
+        if found is not None:
+            return iter(found)
     # A list, not a generator: called for every Produce/Fetch message, usually for one set.
     out = []
     if api_key == PRODUCE:
@@ -310,6 +324,10 @@ def response_errors(api_key: int | None, body: dict | None, clean: bool,
     if not body:
         return []
     names = topic_names or {}
+    if compiled_errors is not None:
+        found = compiled_errors(body, names)
+        if found is not None:
+            return found
     out: list[dict[str, Any]] = []
     guide = _guide(api_key) if clean and (api_key == PRODUCE or api_key == FETCH) and type(body) is dict else None
     if guide is None:
@@ -383,6 +401,10 @@ def message_topics(api_key: int | None, body: dict | None, request: bool, clean:
     (decoded without issues) and the api is Produce or Fetch (same guide as the errors)."""
     if not body:
         return []
+    if compiled_topics is not None:
+        found = compiled_topics(body, topic_names or {})
+        if found is not None:
+            return found
     guide = _guide(api_key, request) if clean and (api_key == PRODUCE or api_key == FETCH) and type(body) is dict else None
     if guide is None:
         return topics_of(body, topic_names)
@@ -415,3 +437,22 @@ def _guided_topics(node: dict, struct: _Struct, in_topic_array: bool, topic_name
                 _guided_topics(value, sub, False, topic_names, seen)
             else:
                 _walk_topics(value, False, topic_names, seen)
+
+
+# -- the compiled twin (stream/_clabels.c) ------------------------------------------------
+#
+# The facade: the C functions, or None without the extension (or with KWINSPECT_PURE=1;
+# tests set them to None for the Python core).  The C walks are the generic ones above
+# (which the guided ones equal); an error's dict is made by _error, here, from the same
+# path and context chains the Python walk builds.
+
+_c = load("kwinspect.stream._clabels")
+if _c is not None:
+    _c.configure(_error, RecordSet)
+compiled_errors = _c.errors if _c is not None else None
+compiled_topics = _c.topics if _c is not None else None
+compiled_record_sets = _c.record_sets if _c is not None else None
+# (api_key, request body, response body, names) -> (response_errors, the request's topics or
+# else the response's, the request's and the response's record sets with issues) | None:
+# what Conversation.emit asks, in one call
+compiled_exchange = _c.exchange if _c is not None else None

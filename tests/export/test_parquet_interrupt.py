@@ -6,6 +6,7 @@ different lengths ("Arrays were not all the same length" and a traceback at clos
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -83,3 +84,21 @@ def test_ctrl_c_gives_130_one_line_and_a_readable_prefix(big_capture, tmp_path, 
         assert err.strip().splitlines() == ["kwinspect: interrupted"], err
         got = pq.read_table(out).to_pylist()
         assert got == want[:len(got)]
+
+
+def test_an_interrupt_while_the_file_is_opened_leaves_a_readable_file(tmp_path, monkeypatch):
+    """pyarrow creates the file before its writer exists: a Ctrl-C in between (the test
+    above hit it now and then on a loaded machine) must still leave a Parquet file."""
+    import pyarrow.parquet.core as pq_core
+
+    real = pq_core._parquet.ParquetWriter
+
+    def ctrl_c_then_writer(*args, **kwargs):  # the file is open, the writer not yet made
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pq_core._parquet, "ParquetWriter", ctrl_c_then_writer)
+    out = tmp_path / "r.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        writers.ParquetWriter("records", str(out))
+    assert pq.read_table(out).num_rows == 0

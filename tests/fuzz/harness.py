@@ -17,7 +17,8 @@ raises ``FuzzFailure`` when an invariant breaks:
 - bounded memory is checked by the runner (tracemalloc peak on sampled inputs),
   bounded work by the runner's per-input alarm.
 
-Targets: decode, records, framing, tcp, pcap, dissect, and core: the compiled
+Targets: decode (the fast decoder against the reference, and the compiled labels of
+the body against the Python walks), records, framing, tcp, pcap, dissect, and core: the compiled
 core (readers, packet parser, Dissector) against the pure-Python one on the same
 mutated file, which must agree exactly (packets, counters, issues, segments, rows);
 with the compiled core not built, both sides are the Python one.
@@ -26,6 +27,7 @@ with the compiled core not built, both sides are the Python one.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import glob
 import gzip
@@ -39,10 +41,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from kwinspect.analyze.record_rows import records_from_exchange
 from kwinspect.capture.packets import PacketParser, TcpSegment
 from kwinspect.capture.readers import CaptureFormatError, open_capture
 from kwinspect.capture.tcp import StreamClosed, StreamData, StreamGap, StreamOpened, TcpReassembler
 from kwinspect.dissect import DissectConfig, Dissector
+from kwinspect.export import writers
 from kwinspect.model import Endpoint, ErrorRow, Exchange
 from kwinspect.protocol import decode_request, decode_response
 from kwinspect.protocol.checksums import crc32, crc32c
@@ -55,6 +59,7 @@ from kwinspect.protocol.decode import (
 from kwinspect.protocol.peek import peek_request_header
 from kwinspect.protocol.records import RecordSet, parse_record_set
 from kwinspect.protocol.schema.index import APIS
+from kwinspect.stream import labels
 from kwinspect.stream.framing import FrameSplitter, RequestValidator, ResponseValidator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -412,6 +417,27 @@ def check_decode(case: dict) -> None:
     if _canon_message(msg) != _canon_message(ref):
         raise FuzzFailure(f"decode_{case['kind']} differs from the reference decoder")
     _check_message(msg, f"decode_{case['kind']}")
+    _check_labels(msg, f"decode_{case['kind']}")
+
+
+def _check_labels(msg, what: str) -> None:
+    """The compiled labels (stream/_clabels.c) of the body give what the Python walks give."""
+    from helpers.cores import python_labels
+
+    body = msg.body
+    if not body or labels.compiled_errors is None:
+        return
+    names = {"AAAAAAAAAAAAAAAAAAAAAQ": "named"}
+    clean = not msg.issues
+    results = []
+    for core in ("compiled", "python"):
+        with python_labels() if core == "python" else contextlib.nullcontext():
+            results.append((labels.response_errors(msg.api_key, body, clean, names),
+                            labels.message_topics(msg.api_key, body, msg.is_request, clean, names),
+                            labels.topics_of(body, names),
+                            [(t, p, id(rs)) for t, p, rs in labels.iter_record_sets(msg.api_key, body, names)]))
+    if results[0] != results[1]:
+        raise FuzzFailure(f"{what}: the compiled labels differ from the Python walks")
 
 
 def _canon_message(msg) -> tuple:
@@ -664,15 +690,29 @@ def _core_run(data: bytes, config: DissectConfig) -> Any:
     rows = []
     for raw in packets:
         d.feed_packet(raw)
-        rows += [e.row() for e in d.drain()]
+        rows += _rendered(d.drain(), d)
     d.finish()
-    rows += [e.row() for e in d.drain()]
+    rows += _rendered(d.drain(), d)
     # the connections' books: what the per-segment path (kwinspect/_cdriver.c) counts
     books = [(info.stream, info.kind, info.bytes, info.gap_bytes, info.packets, info.accounting, info.closed,
               info.last_ts) for info in d.connections.values()]
     return ([tuple(p) for p in packets], repr(src.stats), [(i.kind, i.message, i.offset) for i in src.issues],
             [None if s is None else tuple(s) for s in segs], repr(parser.stats),
             [(i.kind, i.message) for i in parser.issues], rows, d.packet_counts(), d.byte_counts(), books)
+
+
+def _rendered(events, d: Dissector) -> list:
+    """Each event's row, with its jsonl line and its records' lines (the row renderers of
+    both cores are compared too)."""
+    out = []
+    for e in events:
+        table = "exchanges" if isinstance(e, Exchange) else "errors" if isinstance(e, ErrorRow) else None
+        line = writers.open_writer("jsonl", table, io.StringIO()).line(e) if table else None
+        records = [writers.open_writer("jsonl", "records", io.StringIO()).line(r)
+                   for r in records_from_exchange(e, values="auto", topic_names=d.shared.topic_names)
+                   ] if table == "exchanges" else []
+        out.append((e.row(), line, records))
+    return out
 
 
 def check_core(case: dict) -> None:

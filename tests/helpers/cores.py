@@ -4,7 +4,9 @@ The capture fast paths read their C functions from kwinspect.capture.fastpath wh
 reader is iterated or a PacketParser/Dissector is made, so setting them to None there
 gives the Python reference path (what KWINSPECT_PURE=1 gives a new process). The
 decoders read kwinspect.protocol.compiled when they make a decoder for an (api key,
-version, direction) and cache it, so the caches are emptied on the way in and out.
+version, direction) and cache it, so the caches are emptied on the way in and out. The
+labels (kwinspect.stream.labels) read their compiled walks at each call; a writer reads
+kwinspect.export.fastrender when it renders its first jsonl row.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ from collections.abc import Iterator
 
 from kwinspect import dissect
 from kwinspect.capture import fastpath
+from kwinspect.export import fastrender
 from kwinspect.protocol import compiled, decode
+from kwinspect.stream import labels
 
 _NAMES = ("scan_pcap", "scan_pcapng", "tcp_segment")
 _DECODE_NAMES = ("compile_program", "decode_request", "decode_response", "decode_struct")
+_LABEL_NAMES = ("compiled_errors", "compiled_topics", "compiled_record_sets", "compiled_exchange")
 
 
 def compiled_available() -> bool:
     return all(getattr(fastpath, n) is not None for n in _NAMES) and \
-        all(getattr(compiled, n) is not None for n in _DECODE_NAMES) and dissect.segment_fastpath is not None
+        all(getattr(compiled, n) is not None for n in _DECODE_NAMES) and \
+        all(getattr(labels, n) is not None for n in _LABEL_NAMES) and \
+        fastrender.JsonlRow is not None and \
+        dissect.segment_fastpath is not None
 
 
 def require_compiled() -> None:
@@ -48,12 +56,17 @@ def python_core() -> Iterator[None]:
     saved = {n: getattr(fastpath, n) for n in _NAMES}
     saved_driver = dissect.segment_fastpath
     saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
+    saved_labels = {n: getattr(labels, n) for n in _LABEL_NAMES}
+    saved_render = fastrender.JsonlRow
     try:
+        fastrender.JsonlRow = None  # read when a writer renders its first row
         for n in _NAMES:
             setattr(fastpath, n, None)
         dissect.segment_fastpath = None
         for n in _DECODE_NAMES:
             setattr(compiled, n, None)
+        for n in _LABEL_NAMES:
+            setattr(labels, n, None)
         decode.clear_caches()
         yield
     finally:
@@ -62,4 +75,20 @@ def python_core() -> Iterator[None]:
         dissect.segment_fastpath = saved_driver
         for n, v in saved_decode.items():
             setattr(compiled, n, v)
+        for n, v in saved_labels.items():
+            setattr(labels, n, v)
+        fastrender.JsonlRow = saved_render
         decode.clear_caches()
+
+
+@contextlib.contextmanager
+def python_labels() -> Iterator[None]:
+    """Only the labels' Python walks inside the block (cheap: no decoder cache to empty)."""
+    saved = {n: getattr(labels, n) for n in _LABEL_NAMES}
+    try:
+        for n in _LABEL_NAMES:
+            setattr(labels, n, None)
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(labels, n, v)

@@ -60,6 +60,7 @@ def test_every_produce_and_fetch_response_of_the_shipped_captures(pcap, monkeypa
 
     message_topics = conversation.message_topics
     monkeypatch.setattr(conversation, "response_errors", checked)
+    monkeypatch.setattr(findings, "compiled_exchange", None)  # emit asks the walks one by one
     monkeypatch.setattr(conversation, "message_topics", checked_topics)
     for _ev in dissect_files([pcap], DissectConfig(kafka_ports=_ports(pcap))):
         pass
