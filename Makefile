@@ -16,7 +16,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # setup.py and the C sources: a changed extension is compiled again by the next install
-C_SOURCES := setup.py $(wildcard kwinspect/*/_c*.c)
+C_SOURCES := setup.py $(wildcard kwinspect/_c*.c kwinspect/*/_c*.c)
 
 $(DEMO_STAMP): pyproject.toml $(C_SOURCES) | $(PY)
 	$(PY) -m pip install -q -e .
@@ -105,4 +105,4 @@ fuzz-asan: $(STAMP)
 	echo "fuzz-asan: no AddressSanitizer report"; exit $$status
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache kwinspect/*/_c*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache kwinspect/_c*.so kwinspect/*/_c*.so

@@ -19,6 +19,7 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.export._crender", ["kwinspect/export/_crender.c"],
               extra_compile_args=["-O2", "-std=c99"]),
+    Extension("kwinspect._cdriver", ["kwinspect/_cdriver.c"], extra_compile_args=["-O2", "-std=c99"]),
 ]
 
 

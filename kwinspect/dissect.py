@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
 from typing import Any
 
+from kwinspect import core
 from kwinspect.capture import fastpath
 from kwinspect.capture.keylog import KeyLog
 from kwinspect.capture.packets import IP4_HEADER, TCP_HEADER, PacketParser, TcpSegment
@@ -59,6 +60,12 @@ from kwinspect.stream.framing import (
 )
 
 _new = tuple.__new__  # a TcpSegment without the namedtuple's Python-level __new__
+_cdriver = core.load("kwinspect._cdriver")
+# The compiled per-segment path (``_cdriver.c`` beside this module), or None: one in-order
+# segment of a decided Kafka connection through feed_segment, TcpReassembler.feed,
+# _on_data and FrameSplitter.feed, on the same objects' fields; it declines (None,
+# nothing changed) whatever is not that ordinary case, and the Python path takes it.
+segment_fastpath = _cdriver.segment if _cdriver is not None else None
 DEFAULT_KAFKA_PORTS = frozenset({9092})
 # Segments held, all connections together, by connections not yet known to carry Kafka
 # (each holds up to stream.detect.DETECT_BUFFER bytes while it waits for an answer).
@@ -189,6 +196,14 @@ class Dissector:
         self.tcp = TcpReassembler(idle_timeout=self.config.idle_timeout)
         if self.direct_data:
             self.tcp.data_sink = self._on_data
+        # the compiled per-segment path, for the methods it is the twin of (a subclass that
+        # changes one of them, or watches every TCP event, keeps the Python path)
+        self._c_driver = self._c_driver_state = None
+        cls = type(self)
+        if (segment_fastpath is not None and self._c_segment is not None and self.direct_data
+                and cls.feed_segment is Dissector.feed_segment and cls._on_data is Dissector._on_data):
+            self._c_driver = segment_fastpath
+            self._c_driver_state = (self, self.tcp, deque, Frame, FrameSplitter)
         self.conversation_class = conversation_class
         self.on_frame = on_frame
         self.on_close = on_close
@@ -250,7 +265,11 @@ class Dissector:
             if seg is not None:
                 pstats.packets += 1
                 pstats.tcp += 1
-                self.feed_segment(seg, 1)
+                # (the compiled driver's call is a method of its own: more locals here put
+                # CPython 3.11's frame-stack chunk boundary where an out-of-memory fails
+                # the call without a MemoryError, tests/fuzz_regressions/test_element_floods.py)
+                if self._c_driver is None or not self._feed_segment_compiled(seg):
+                    self.feed_segment(seg, 1)
                 return
         ts, linktype, data, _wire, index = raw
         if linktype == 1 and data[12:14] == b"\x08\x00" and len(data) >= 54:
@@ -274,6 +293,18 @@ class Dissector:
             # a reassembled IP datagram stands for all of its fragment packets
             n = pstats.tcp - tcp_before
             self.feed_segment(seg, n if n > 1 else 1)
+
+    def _feed_segment_compiled(self, seg: TcpSegment) -> bool:
+        """feed_segment's ordinary case in C (_cdriver.c): False when it declined (nothing
+        changed; feed_segment takes the segment)."""
+        done = self._c_driver(self._c_driver_state, seg, 1)
+        if done is None:
+            return False
+        if done is not True:  # the connection's splitter has frames ready
+            self._frames_to_conversation(done, seg.src)
+        if seg.ts >= self.next_idle_check:
+            self.flush_idle(seg.ts)
+        return True
 
     def add_tls_secrets(self, secrets_type: int, data: bytes) -> None:
         """Key material found in the capture (a pcapng Decryption Secrets Block; readers call
@@ -307,6 +338,11 @@ class Dissector:
     def feed_segment(self, seg: TcpSegment, _packets: int = 0) -> None:
         """Feed one TCP segment (``_packets``: how many captured packets it stands for;
         0 = fed directly, not through feed_packet, counted as one)."""
+        # The compiled driver (_cdriver.c, called by feed_packet) is the twin of this method
+        # and of _on_data for in-order segments of decided Kafka connections, on these same
+        # fields: stats (tcp_packets, kafka_bytes, packets), _last_ts, _hot_pair/_hot_info,
+        # _conn_by_tuple, _hot_cid/_hot_conn, _conns, _dirty; a connection state's info,
+        # decided, tls, splitters; a ConnectionInfo's kind, broker, bytes, last_ts, packets.
         self.stats.tcp_packets += 1
         ts = seg.ts
         self._last_ts = ts

@@ -361,3 +361,192 @@ def test_every_tcp_flags_byte_and_ip_header_length():
     with python_core():
         python = _parse_all(packets[:3] + variants)
     assert compiled == python
+
+
+# -- the per-segment driver (kwinspect/_cdriver.c) ---------------------------------------------
+# The compiled driver takes in-order segments of decided Kafka connections and declines the
+# rest, which the Python path takes: a mangled conversation mixes the two on every
+# connection, so these compare the two cores where the state passes from one to the other.
+
+
+def _state(d: Dissector) -> list:
+    """Everything the per-segment path writes, for every open connection: the reassembler's
+    halves and books, the splitter's position, held parts and books, the connection's counts."""
+    out = [d.stats.tcp_packets, d.stats.kafka_bytes, d.stats.non_kafka_bytes, d.last_ts,
+           repr(d.tcp.stats), repr(d.tcp.totals())]
+    for conn, _ in d.tcp._conns.items():
+        for h in (conn.h0, conn.h1):
+            out.append((str(conn.cid), h.started, h.nxt, h.max_end, h.peer_ack, h.fin_at, h.hole_since,
+                        h.recent_bytes, list(h.recent or ()), list(h.ooo_s), repr(h.st), conn.last_ts))
+    for cid, cs in d._conns.items():
+        info = cs.info
+        out.append((str(cid), info.kind, dict(info.bytes), info.packets, info.last_ts, cs.decided,
+                    cs in d._dirty))
+        for src, sp in cs.splitters.items():
+            out.append((str(src), sp.accounting(), sp.accounting_error(), sp._state, sp._base, sp._pos,
+                        bytes(sp._buf), sp._need_off, sp._parts_len, list(sp._parts), list(sp._part_chunks),
+                        list(sp._chunks), sp._last_frame, sp.frames, sp.peak_buffered, list(sp.ready)))
+    return out
+
+
+def _drive(packets, config: DissectConfig | None = None, every_packet: bool = False):
+    """Rows, books and (every_packet) the state after each packet of one Dissector run."""
+    d = Dissector(config or DissectConfig(kafka_ports=frozenset({9092})))
+    rows, states = [], []
+    for raw in packets:
+        d.feed_packet(raw)
+        rows += [e.row() for e in d.drain()]
+        if every_packet:
+            states.append(_state(d))
+    d.finish()
+    rows += [e.row() for e in d.drain()]
+    books = [(info.stream, info.kind, info.client, info.broker, info.bytes, info.gap_bytes, info.packets,
+              info.accounting, info.closed, info.closed_by, info.first_ts, info.last_ts, info.tcp_stream)
+             for info in d.connections.values()]
+    for info in d.connections.values():  # the splitters' identity, both cores
+        for acc in info.accounting.values():
+            assert acc["frame_bytes"] + acc["skipped_bytes"] + acc["tail_bytes"] + acc["buffered_bytes"] \
+                == acc["fed_bytes"], acc
+    b = d.byte_counts()  # the reassembler's identity
+    assert b["payload"] == b["delivered"] + b["duplicate"] + b["late"] + b["dropped"] + b["buffered"], b
+    return rows, d.packet_counts(), b, books, d.packet_accounting_error(), states
+
+
+def _kafka_messages(n: int, pad: int, rng: random.Random, crafted: float) -> list[tuple[str, bytes]]:
+    """Produce-shaped requests and their responses; `crafted`: the share whose size prefix lies
+    (negative, past the frame size limit, short or long by a few bytes)."""
+    out = []
+    for cid, (who, msg) in enumerate(_messages(n, pad)):
+        if rng.random() < crafted:
+            size = rng.choice((-1, -(1 << 31), 0x7FFFFFFF, 200 * 1024 * 1024, len(msg) - 4 + rng.choice((-3, -1, 1, 9))))
+            msg = size.to_bytes(4, "big", signed=True) + msg[4:]
+        if rng.random() < 0.3 and out:  # two frames in one send: several per segment
+            out[-1] = (out[-1][0], out[-1][1] + msg) if out[-1][0] == who else out[-1]
+        out.append((who, msg))
+        _ = cid
+    return out
+
+
+def _adversarial(seed: int, n: int, pad: int, mss: int, drop: float, duplicate: float, reorder: float,
+                 truncate: float, resegment: float, conflict: float, crafted: float, rsts: int,
+                 handshake: bool, isn: int, conns: int) -> list:
+    """RawPackets of `conns` interleaved Kafka connections, mangled like real captures go wrong,
+    with forged RSTs and flipped flags."""
+    from kwinspect.capture.packets import ACK, RST, TcpSegment
+
+    rng = random.Random(seed)
+    streams = []
+    for k in range(conns):
+        c = Endpoint(f"10.0.{k}.1", 40000 + k)
+        segs = conversation(c, S4, _kafka_messages(n, pad, rng, crafted), mss=mss, isn_client=isn + k * 7919,
+                            handshake=handshake, close=rng.choice(("fin", "rst", None)), ts0=1_700_000_000.0 + k / 7)
+        segs = mangle(segs, drop=drop, duplicate=duplicate, reorder=reorder, truncate=truncate,
+                      resegment=resegment, conflict=conflict, seed=seed + k)
+        for _ in range(rsts):  # forged RSTs: in window, out of window, acking nothing sent
+            if segs:
+                s = rng.choice(segs)
+                seq = (s.seq + rng.choice((0, 1, -1, 1 << 20, rng.randrange(1 << 32)))) & 0xFFFFFFFF
+                segs.insert(rng.randrange(len(segs) + 1), s._replace(flags=RST | (ACK if rng.random() < 0.5 else 0),
+                                                                     seq=seq, payload=b""))
+        for _ in range(rng.randrange(3)):  # a flipped flag bit somewhere
+            if segs:
+                i = rng.randrange(len(segs))
+                segs[i] = segs[i]._replace(flags=segs[i].flags ^ (1 << rng.randrange(6)))
+        streams.append(segs)
+    merged: list[TcpSegment] = []
+    while any(streams):  # interleaved in a random order, each connection's own order kept
+        merged.append(rng.choice([s for s in streams if s]).pop(0))
+    buf = io.BytesIO()
+    write_pcap(buf, merged)
+    return _packets_of(buf.getvalue())
+
+
+adversarial_tcp = st.builds(
+    _adversarial, seed=st.integers(0, 2**31), n=st.integers(1, 12), pad=st.sampled_from([0, 30, 700, 3000, 20000]),
+    mss=st.sampled_from([7, 100, 536, 1460, 9000]), drop=st.sampled_from([0.0, 0.0, 0.05, 0.2]),
+    duplicate=st.sampled_from([0.0, 0.1, 0.3]), reorder=st.sampled_from([0.0, 0.1, 0.4]),
+    truncate=st.sampled_from([0.0, 0.0, 0.1]), resegment=st.sampled_from([0.0, 0.1, 0.3]),
+    conflict=st.sampled_from([0.0, 0.1]), crafted=st.sampled_from([0.0, 0.0, 0.2]), rsts=st.integers(0, 2),
+    handshake=st.booleans(), isn=st.sampled_from([1000, 0xFFFFFF00, 0xFFFFFFFF - 5000]), conns=st.integers(1, 3))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(packets=adversarial_tcp, small_frames=st.booleans())
+def test_driver_is_identical_on_adversarial_tcp(packets, small_frames):
+    """Reordered, lost, duplicated, overlapping and conflicting segments, snaplen cuts, forged
+    RSTs, flipped flags and lying size prefixes: the same rows, packet and byte books,
+    connection books, and the same state after every packet."""
+    config = DissectConfig(kafka_ports=frozenset({9092}), max_frame_size=4096 if small_frames else 100 << 20)
+    compiled = _drive(packets, config, every_packet=True)
+    with python_core():
+        python = _drive(packets, config, every_packet=True)
+    assert compiled == python
+
+
+@pytest.mark.parametrize("capture", captures(), ids=lambda p: p.name)
+def test_driver_state_is_identical_on_every_capture(capture):
+    packets = _packets_of(capture.read_bytes())
+    compiled = _drive(packets, every_packet=len(packets) < 5000)
+    with python_core():
+        python = _drive(packets, every_packet=len(packets) < 5000)
+    assert compiled == python
+
+
+def test_the_compiled_driver_takes_ordinary_segments(monkeypatch):
+    """Not a vacuous equality: with the compiled core, the in-order segments of a clean
+    conversation (whole frames, and frames larger than a segment) mostly never reach the
+    Python reassembler or splitter; the handshake, detection and close do."""
+    from kwinspect import dissect
+    from kwinspect.capture.tcp import TcpReassembler
+    from kwinspect.stream.framing import FrameSplitter
+
+    packets = _packets_of(_capture_file("pcap", "ethernet", False, 40, 3000, 1460, 0.0, 0.0, 1, "<", False, 262144))
+    calls = {"tcp": 0, "splitter": 0, "driver": 0, "taken": 0}
+    real = dissect.segment_fastpath
+
+    def counting(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    def driver(state, seg, packets):
+        calls["driver"] += 1
+        done = real(state, seg, packets)
+        calls["taken"] += done is not None
+        return done
+
+    monkeypatch.setattr(dissect, "segment_fastpath", driver)
+    monkeypatch.setattr(TcpReassembler, "feed", counting("tcp", TcpReassembler.feed))
+    monkeypatch.setattr(FrameSplitter, "feed", counting("splitter", FrameSplitter.feed))
+    rows = _drive(packets)[0]
+    assert len([r for r in rows if r.get("api_key") == 18]) == 40, rows[:3]  # every exchange decoded
+    assert calls["driver"] == len(packets) - 1  # (the first packet brings new endpoints: the parser's Python)
+    # 40 requests of 3 segments, 40 one-segment responses, 80 ACKs: the segment starting
+    # each request (its frame not complete) and the one completing it, the handshake, the
+    # first request (detection) and the close take the Python path, all of it
+    assert calls["taken"] >= len(packets) - 90, calls
+    assert calls["tcp"] == len(packets) - calls["taken"], calls
+    assert calls["splitter"] <= 82, calls
+
+
+def test_the_compiled_driver_refuses_bad_arguments():
+    from kwinspect import dissect
+
+    d = Dissector()
+    seg = (1.0, S4, C4, 0, 0, 0x10, b"", 1, 0)
+    with pytest.raises(TypeError):
+        dissect.segment_fastpath(None, seg, 1)
+    with pytest.raises(ValueError):
+        dissect.segment_fastpath((d,), seg, 1)
+    with pytest.raises(ValueError):
+        dissect.segment_fastpath(d._c_driver_state, seg, 0)
+    with pytest.raises(TypeError):
+        dissect.segment_fastpath((d, d.tcp, dict, dict, dict), seg, 1)
+    # a segment of no connection, odd field types: declined, nothing changed
+    before = _state(d)
+    assert dissect.segment_fastpath(d._c_driver_state, seg, 1) is None
+    assert dissect.segment_fastpath(d._c_driver_state, (1, S4, C4, 0, 0, 0x10, b"", 1, 0), 1) is None
+    assert dissect.segment_fastpath(d._c_driver_state, (1.0, S4, C4, 0, 0, 0x10, bytearray(), 1, 0), 1) is None
+    assert dissect.segment_fastpath(d._c_driver_state, (1.0, S4, C4, 1 << 40, 0, 0x10, b"", 1, 0), 1) is None
+    assert _state(d) == before

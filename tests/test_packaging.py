@@ -54,7 +54,7 @@ def test_the_wheel_has_every_module_of_the_product(wheel):
 
 def test_the_wheel_carries_the_compiled_core_and_not_its_c_source(wheel):
     names = _names(wheel)
-    for module in ("capture/_cpackets", "protocol/_cdecode", "stream/_clabels"):
+    for module in ("capture/_cpackets", "protocol/_cdecode", "stream/_clabels", "_cdriver"):
         assert [n for n in names if re.fullmatch(rf"kwinspect/{module}\.cpython-.*\.so", n)], (module, names)
     assert not [n for n in names if n.endswith(".c")]
 

@@ -414,6 +414,13 @@ class TcpReassembler:
     # ------------------------------------------------------------------ public
     def feed(self, seg: TcpSegment) -> list[StreamEvent]:
         """Process one segment; returns the events it caused (often one StreamData, or none)."""
+        # The compiled driver (kwinspect/_cdriver.c) is the twin of the in-order branch
+        # below, on these same fields: stats.segments, _hot_a/_hot_b/_hot_ab/_hot_ba,
+        # _dirs, _last_conn, _conns, max_window, overlap_check_bytes, _buffered_total,
+        # max_total_buffered, data_sink; a connection's last_ts and cid; a half's started,
+        # nxt, max_end, ooo_s, recent, recent_bytes, fin_at, hole_since, peer_ack and st.
+        # A change to them changes the C too (tests/test_core.py compares both cores'
+        # state after every packet).
         out: list[StreamEvent] = []
         self.stats.segments += 1
         src = seg.src

@@ -406,6 +406,12 @@ class FrameSplitter:
     def feed(self, data: bytes | bytearray | memoryview, ts: float, pkt: int = 0) -> None:
         """Append in-order bytes of the direction; ``ts`` is their capture time, ``pkt``
         the number of the packet that brought them (the frames' ``pkt_first``/``pkt_last``)."""
+        # The compiled driver (kwinspect/_cdriver.c) is the twin of the fast path below and
+        # of the "still inside a frame" branch, on these same fields: _finished, _buf,
+        # _state, _base, _pos, max_frame_size, ready, frames, frame_bytes, fed_bytes,
+        # _last_frame, _chunks, _parts, _parts_len, _part_chunks, _need_off, peak_buffered.
+        # A change to them changes the C too (tests/test_core.py compares both cores'
+        # state after every packet).
         if self._finished or not data:
             return
         n = len(data)

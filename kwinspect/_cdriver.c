@@ -1,0 +1,944 @@
+/* kwinspect._cdriver: the compiled per-segment path of the driver (dissect.py).
+ *
+ *   segment(state, seg, packets) -> None | True | connection state
+ *
+ * The C twin of what one in-order TCP segment of an established Kafka connection costs in
+ * Python: Dissector.feed_segment -> TcpReassembler.feed (its inlined in-order branch) ->
+ * Dissector._on_data -> FrameSplitter.feed (its fast path, or the branch that sets aside
+ * a chunk inside a frame of known size).  The Python objects keep all the state; this
+ * function reads the fields those methods read, decides, and writes the fields they
+ * write, with the same values.  `state` is (dissector, reassembler, deque, Frame,
+ * FrameSplitter), made once by the Dissector.
+ *
+ * Two phases.  The first reads every field the segment will touch and checks that it is
+ * the ordinary case: no SYN/FIN/RST, a known connection whose direction has started, the
+ * next expected byte, nothing buffered out of order on either side, no FIN or ack-gap
+ * timer pending, a decided plaintext Kafka connection, and a splitter either in sync with
+ * nothing held and the payload made of whole frames, or inside a frame whose size it
+ * knows and which this payload does not complete.  Anything else returns None before
+ * anything changed, and the Python code takes the segment exactly as it always did: it
+ * alone handles gaps, retransmissions, out-of-order data, closes, detection, TLS, resync,
+ * and it alone makes issues.  The second phase writes; it fails only when memory does.
+ *
+ * Returns None (declined: nothing changed), True (done, no frame ready), or the
+ * connection's state object when its splitter has events ready: the caller hands them to
+ * the conversation (Dissector._frames_to_conversation) and checks the idle timer, as the
+ * Python path does at that point.
+ *
+ * Hostile input: the payload's size prefixes are read only inside the payload, in 64-bit
+ * arithmetic, against the splitter's max_frame_size; frames are slices of the payload
+ * (nothing allocated from a length field); every integer read from the objects is taken
+ * as a 64-bit value and any overflow declines.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <structmember.h>
+
+#define FIN 0x01
+#define SYN 0x02
+#define RST 0x04
+#define ACK 0x10
+
+static PyObject *S_stats, *S_tcp_packets, *S_last_ts_d, *S_packets, *S_kafka_bytes, *S_hot_pair,
+    *S_hot_info, *S_conn_by_tuple, *S_hot_cid, *S_hot_conn, *S_conns, *S_dirty, *S_segments,
+    *S_hot_a, *S_hot_b, *S_hot_ab, *S_hot_ba, *S_dirs, *S_last_conn, *S_data_sink, *S_max_window,
+    *S_overlap_check_bytes, *S_buffered_total, *S_max_total_buffered, *S_last_ts, *S_cid, *S_st,
+    *S_started, *S_nxt, *S_ooo_s, *S_max_end, *S_recent, *S_recent_bytes, *S_fin_at, *S_hole_since,
+    *S_peer_ack, *S_payload_bytes, *S_delivered, *S_end, *S_info, *S_decided, *S_tls, *S_splitters,
+    *S_broker, *S_bytes, *S_kind, *S_to_broker, *S_to_client, *S_finished, *S_buf, *S_state,
+    *S_base, *S_max_frame_size, *S_ready, *S_frames, *S_last_frame, *S_frame_bytes, *S_fed_bytes,
+    *S_chunks, *S_parts, *S_parts_len, *S_need_off, *S_part_chunks, *S_pos, *S_peak_buffered,
+    *S_append, *S_popleft, *S_clear, *S_move_to_end;
+
+/* Attribute access.  The objects on this path are instances of classes with __slots__ (the
+ * reassembler's halves and connections, DirectionStats, the driver's connection state), whose
+ * fields are member descriptors at fixed offsets, or of plain classes whose fields live in the
+ * instance dict.  Each call site keeps the type it saw last and how that type stores the field:
+ * an object slot (its offset), the instance dict (no data descriptor of that name on the
+ * class, and the generic getattr/setattr), or anything else (PyObject_GetAttr/SetAttr every
+ * time).  That spares the type and descriptor lookups per access with the same semantics: a
+ * slot is a data descriptor, found before any instance dict; without a data descriptor, the
+ * generic lookup reads the instance dict first (a class attribute such as a dataclass default
+ * only counts when the dict has no such key) and the generic setattr writes the dict.  A value
+ * not found that way (an unset slot, a key not in the dict) takes PyObject_GetAttr, which
+ * finds the class attribute or raises the AttributeError. */
+#define VIA_GETATTR 0
+#define VIA_DICT (-1)
+typedef struct {
+    PyTypeObject *type; /* strong reference: the way is only valid for this type */
+    Py_ssize_t way;     /* > 0: the slot's offset; VIA_DICT; VIA_GETATTR */
+} Slot;
+
+static void slot_resolve(PyTypeObject *type, PyObject *name, Slot *c)
+{
+    PyObject *descr = _PyType_Lookup(type, name); /* borrowed */
+    Py_ssize_t way = VIA_GETATTR;
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0)
+            way = m->offset;
+    } else if ((descr == NULL || Py_TYPE(descr)->tp_descr_set == NULL) /* not a data descriptor */
+               && type->tp_getattro == PyObject_GenericGetAttr
+               && type->tp_setattro == PyObject_GenericSetAttr
+               && (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT))) {
+        way = VIA_DICT;
+    }
+    Py_INCREF(type);
+    Py_XSETREF(c->type, type);
+    c->way = way;
+}
+
+/* a new reference to obj.name, or NULL with an exception */
+static inline PyObject *fast_get(PyObject *obj, PyObject *name, Slot *c)
+{
+    if (c->type != Py_TYPE(obj))
+        slot_resolve(Py_TYPE(obj), name, c);
+    if (c->way > 0) {
+        PyObject *v = *(PyObject **)((char *)obj + c->way);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    } else if (c->way == VIA_DICT) {
+        PyObject **dictptr = _PyObject_GetDictPtr(obj); /* (makes the dict of a managed one) */
+        if (dictptr != NULL && *dictptr != NULL) {
+            PyObject *v = PyDict_GetItemWithError(*dictptr, name);
+            if (v != NULL) {
+                Py_INCREF(v);
+                return v;
+            }
+            if (PyErr_Occurred())
+                return NULL;
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+static inline int fast_set(PyObject *obj, PyObject *name, PyObject *v, Slot *c)
+{
+    if (c->type != Py_TYPE(obj))
+        slot_resolve(Py_TYPE(obj), name, c);
+    if (c->way > 0) {
+        PyObject **field = (PyObject **)((char *)obj + c->way);
+        PyObject *old = *field;
+        Py_INCREF(v);
+        *field = v;
+        Py_XDECREF(old);
+        return 0;
+    } else if (c->way == VIA_DICT) {
+        PyObject **dictptr = _PyObject_GetDictPtr(obj);
+        if (dictptr != NULL && *dictptr != NULL)
+            return PyDict_SetItem(*dictptr, name, v);
+    }
+    return PyObject_SetAttr(obj, name, v);
+}
+
+#define GET(obj, name) __extension__({ static Slot c_; fast_get((obj), (name), &c_); })
+#define SET(obj, name, v) __extension__({ static Slot c_; fast_set((obj), (name), (v), &c_); })
+
+/* A 64-bit value of an int attribute: 0, or 1 when it is not an int / does not fit
+ * (decline), or -1 on an error (exception set). */
+static int get_ll_c(PyObject *obj, PyObject *name, Slot *c, long long *out)
+{
+    PyObject *v = fast_get(obj, name, c);
+    if (v == NULL)
+        return -1;
+    if (!PyLong_Check(v)) {
+        Py_DECREF(v);
+        return 1;
+    }
+    int overflow = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+    Py_DECREF(v);
+    if (overflow)
+        return 1;
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
+static int set_ll_c(PyObject *obj, PyObject *name, Slot *c, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int r = fast_set(obj, name, v, c);
+    Py_DECREF(v);
+    return r;
+}
+
+/* the attribute is None: 1, not None: 0, error: -1 */
+static int is_none_c(PyObject *obj, PyObject *name, Slot *c)
+{
+    PyObject *v = fast_get(obj, name, c);
+    if (v == NULL)
+        return -1;
+    int r = v == Py_None;
+    Py_DECREF(v);
+    return r;
+}
+
+/* the attribute's truth value (1/0), -1 on error */
+static int truth_c(PyObject *obj, PyObject *name, Slot *c)
+{
+    PyObject *v = fast_get(obj, name, c);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+#define get_ll(obj, name, out) __extension__({ static Slot c_; get_ll_c((obj), (name), &c_, (out)); })
+#define set_ll(obj, name, value) __extension__({ static Slot c_; set_ll_c((obj), (name), &c_, (value)); })
+#define is_none(obj, name) __extension__({ static Slot c_; is_none_c((obj), (name), &c_); })
+#define truth(obj, name) __extension__({ static Slot c_; truth_c((obj), (name), &c_); })
+
+static inline int add_ok(long long a, long long b, long long *out) { return !__builtin_add_overflow(a, b, out); }
+
+/* the signed distance from `nxt` to a 32-bit sequence number (tcp.py's unwrap) */
+static inline long long seq_delta(long long seq32, long long nxt)
+{
+    long long d = (long long)(((uint64_t)seq32 - (uint64_t)nxt) & 0xFFFFFFFFu);
+    if (d >= (1LL << 31))
+        d -= (1LL << 32);
+    return d;
+}
+
+#define DECLINE do { result = Py_None; goto done; } while (0)
+#define FAIL do { result = NULL; goto done; } while (0)
+/* run a check returning 0 (go on), 1 (decline) or -1 (error) */
+#define CHECK(expr) do { int r_ = (expr); if (r_ < 0) FAIL; if (r_ > 0) DECLINE; } while (0)
+
+static PyObject *segment(PyObject *self, PyObject *args)
+{
+    PyObject *state, *seg;
+    long long packets;
+    if (!PyArg_ParseTuple(args, "O!O!L", &PyTuple_Type, &state, &PyTuple_Type, &seg, &packets))
+        return NULL;
+    if (PyTuple_GET_SIZE(state) != 5 || PyTuple_GET_SIZE(seg) < 9 || packets < 1) {
+        PyErr_SetString(PyExc_ValueError, "segment(state, seg, packets): bad arguments");
+        return NULL;
+    }
+    PyObject *d = PyTuple_GET_ITEM(state, 0), *tcp = PyTuple_GET_ITEM(state, 1);
+    PyObject *deque_type = PyTuple_GET_ITEM(state, 2);
+    PyTypeObject *frame_type = (PyTypeObject *)PyTuple_GET_ITEM(state, 3);
+    PyTypeObject *splitter_type = (PyTypeObject *)PyTuple_GET_ITEM(state, 4);
+    if (!PyType_Check(deque_type) || !PyType_Check(frame_type) || !PyType_Check(splitter_type)
+        || !PyType_IsSubtype(frame_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "segment: state must hold the deque, Frame and FrameSplitter types");
+        return NULL;
+    }
+    PyObject *ts = PyTuple_GET_ITEM(seg, 0), *src = PyTuple_GET_ITEM(seg, 1), *dst = PyTuple_GET_ITEM(seg, 2);
+    PyObject *seq_o = PyTuple_GET_ITEM(seg, 3), *ack_o = PyTuple_GET_ITEM(seg, 4);
+    PyObject *flags_o = PyTuple_GET_ITEM(seg, 5), *payload = PyTuple_GET_ITEM(seg, 6);
+    PyObject *missing_o = PyTuple_GET_ITEM(seg, 8);
+    if (!PyFloat_CheckExact(ts) || !PyBytes_CheckExact(payload) || !PyLong_CheckExact(flags_o)
+        || !PyLong_CheckExact(seq_o) || !PyLong_CheckExact(ack_o) || !PyLong_CheckExact(missing_o))
+        Py_RETURN_NONE;
+    long flags = PyLong_AsLong(flags_o), missing = PyLong_AsLong(missing_o);
+    long long seq = PyLong_AsLongLong(seq_o), ack = PyLong_AsLongLong(ack_o);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (flags & (SYN | FIN | RST) || missing != 0 || seq < 0 || seq > 0xFFFFFFFFLL || ack < 0 || ack > 0xFFFFFFFFLL)
+        Py_RETURN_NONE;
+    const Py_ssize_t n = PyBytes_GET_SIZE(payload);
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(payload);
+
+    PyObject *result = Py_None;
+    /* everything read in the first phase (owned references, released at `done`) */
+    PyObject *tstats = NULL, *entry = NULL, *hot_b = NULL, *conn = NULL, *h = NULL, *p = NULL, *st = NULL,
+             *last_conn = NULL, *recent = NULL, *cid = NULL, *dstats = NULL, *hot_pair = NULL, *info = NULL,
+             *ooo = NULL, *conn_last_ts = NULL, *hot_ba = NULL;
+    PyObject *dconn = NULL, *cinfo = NULL, *dirty = NULL, *sp = NULL, *broker = NULL, *bytes_d = NULL,
+             *pkt = NULL, *sp_state = NULL, *buf = NULL, *ready = NULL, *chunks = NULL, *parts = NULL,
+             *part_chunks = NULL, *last = NULL, *kind = NULL, *key = NULL, *hot_cid = NULL;
+    int entry_hot = 0, info_hot = 0, conn_hot = 0;
+
+    /* ---- phase 1: TcpReassembler.feed's reads ---------------------------------------- */
+    tstats = GET(tcp, S_stats);
+    if (tstats == NULL)
+        FAIL;
+    PyObject *hot_a = GET(tcp, S_hot_a);
+    if (hot_a == NULL)
+        FAIL;
+    Py_DECREF(hot_a); /* only its identity is compared; tcp holds it */
+    hot_b = GET(tcp, S_hot_b);
+    if (hot_b == NULL)
+        FAIL;
+    if (src == hot_a && dst == hot_b) {
+        entry = GET(tcp, S_hot_ab);
+        entry_hot = 1;
+    } else if (src == hot_b && dst == hot_a) {
+        entry = GET(tcp, S_hot_ba);
+        entry_hot = 1;
+    } else {
+        PyObject *dirs = GET(tcp, S_dirs);
+        if (dirs == NULL)
+            FAIL;
+        PyObject *k = PyTuple_Pack(2, src, dst);
+        if (k == NULL) {
+            Py_DECREF(dirs);
+            FAIL;
+        }
+        entry = PyDict_Check(dirs) ? PyDict_GetItemWithError(dirs, k) : NULL;
+        Py_XINCREF(entry);
+        Py_DECREF(k);
+        Py_DECREF(dirs);
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                FAIL;
+            DECLINE; /* a new connection, or one already closed: Python's */
+        }
+    }
+    if (entry == NULL)
+        FAIL;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3)
+        DECLINE;
+    conn = PyTuple_GET_ITEM(entry, 0);
+    h = PyTuple_GET_ITEM(entry, 1);
+    p = PyTuple_GET_ITEM(entry, 2);
+    Py_INCREF(conn);
+    Py_INCREF(h);
+    Py_INCREF(p);
+    int t;
+    CHECK((t = truth(h, S_started)) < 0 ? -1 : !t); /* the capture began after the SYN: Python's */
+    if ((t = is_none(h, S_fin_at)) < 0)
+        FAIL;
+    if (!t)
+        DECLINE;
+    if ((t = is_none(h, S_hole_since)) < 0)
+        FAIL;
+    if (!t)
+        DECLINE;
+    if ((t = is_none(p, S_hole_since)) < 0)
+        FAIL;
+    if (!t)
+        DECLINE;
+    long long max_window, buffered_total, max_total;
+    CHECK(get_ll(tcp, S_max_window, &max_window));
+    CHECK(get_ll(tcp, S_buffered_total, &buffered_total));
+    CHECK(get_ll(tcp, S_max_total_buffered, &max_total));
+    if (buffered_total > max_total)
+        DECLINE;
+    st = GET(h, S_st);
+    if (st == NULL)
+        FAIL;
+    long long tsegs, hsegs, nxt, payload_bytes = 0, max_end = 0, delivered = 0, end = 0, recent_bytes = 0,
+              keep = 0;
+    CHECK(get_ll(tstats, S_segments, &tsegs));
+    CHECK(get_ll(st, S_segments, &hsegs));
+    CHECK(get_ll(h, S_nxt, &nxt));
+    if (n) {
+        if (seq_delta(seq, nxt) != 0 || n > max_window)
+            DECLINE; /* not the next byte: Python places it */
+        ooo = GET(h, S_ooo_s);
+        if (ooo == NULL)
+            FAIL;
+        if ((t = PyObject_IsTrue(ooo)) < 0)
+            FAIL;
+        if (t)
+            DECLINE;
+        if ((t = is_none(tcp, S_data_sink)) < 0)
+            FAIL;
+        if (t)
+            DECLINE; /* no sink: events per segment (Python's) */
+        CHECK(get_ll(st, S_payload_bytes, &payload_bytes));
+        CHECK(get_ll(st, S_delivered, &delivered));
+        CHECK(get_ll(st, S_end, &end));
+        CHECK(get_ll(h, S_max_end, &max_end));
+        CHECK(get_ll(h, S_recent_bytes, &recent_bytes));
+        CHECK(get_ll(tcp, S_overlap_check_bytes, &keep));
+        recent = GET(h, S_recent);
+        if (recent == NULL)
+            FAIL;
+        if (recent != Py_None && (PyObject *)Py_TYPE(recent) != deque_type)
+            DECLINE;
+        if (nxt > LLONG_MAX - n || payload_bytes > LLONG_MAX - n || delivered > LLONG_MAX - n
+            || recent_bytes > LLONG_MAX - n)
+            DECLINE;
+    }
+    /* the ACK: a new peer_ack is taken here only when nothing of the peer waits on it */
+    int take_ack = 0;
+    long long peer_ack_new = 0;
+    if (flags & ACK) {
+        if ((t = truth(p, S_started)) < 0)
+            FAIL;
+        if (t) {
+            PyObject *pooo = GET(p, S_ooo_s);
+            if (pooo == NULL)
+                FAIL;
+            t = PyObject_IsTrue(pooo);
+            Py_DECREF(pooo);
+            if (t < 0)
+                FAIL;
+            if (t)
+                DECLINE; /* the ACK may declare a hole in the peer's data */
+            if ((t = is_none(p, S_fin_at)) < 0)
+                FAIL;
+            if (!t)
+                DECLINE;
+            long long pnxt;
+            CHECK(get_ll(p, S_nxt, &pnxt));
+            if (pnxt > LLONG_MAX - (1LL << 32) || pnxt < LLONG_MIN + (1LL << 32))
+                DECLINE;
+            long long a = pnxt + seq_delta(ack, pnxt);
+            PyObject *pa = GET(p, S_peer_ack);
+            if (pa == NULL)
+                FAIL;
+            int newer = 1;
+            if (pa != Py_None) {
+                if (!PyLong_Check(pa)) {
+                    Py_DECREF(pa);
+                    DECLINE;
+                }
+                int overflow = 0;
+                long long old = PyLong_AsLongLongAndOverflow(pa, &overflow);
+                Py_DECREF(pa);
+                if (overflow)
+                    DECLINE;
+                if (old == -1 && PyErr_Occurred())
+                    FAIL;
+                newer = a > old;
+            } else {
+                Py_DECREF(pa);
+            }
+            if (newer && a - pnxt <= max_window) {
+                take_ack = 1;
+                peer_ack_new = a;
+            }
+        }
+    }
+    conn_last_ts = GET(conn, S_last_ts);
+    if (conn_last_ts == NULL)
+        FAIL;
+    last_conn = GET(tcp, S_last_conn);
+    if (last_conn == NULL)
+        FAIL;
+    cid = GET(conn, S_cid);
+    if (cid == NULL)
+        FAIL;
+
+    /* ---- phase 1: Dissector.feed_segment's reads --------------------------------------- */
+    dstats = GET(d, S_stats);
+    if (dstats == NULL)
+        FAIL;
+    long long tcp_packets, info_packets;
+    CHECK(get_ll(dstats, S_tcp_packets, &tcp_packets));
+    hot_pair = GET(d, S_hot_pair);
+    if (hot_pair == NULL)
+        FAIL;
+    if (PyTuple_CheckExact(hot_pair) && PyTuple_GET_SIZE(hot_pair) == 2 && PyTuple_GET_ITEM(hot_pair, 0) == src
+        && PyTuple_GET_ITEM(hot_pair, 1) == dst) {
+        info = GET(d, S_hot_info);
+        if (info == NULL)
+            FAIL;
+        info_hot = 1;
+    } else {
+        int le = PyObject_RichCompareBool(src, dst, Py_LE);
+        if (le < 0)
+            FAIL;
+        PyObject *byt = GET(d, S_conn_by_tuple);
+        if (byt == NULL)
+            FAIL;
+        PyObject *k = le ? PyTuple_Pack(2, src, dst) : PyTuple_Pack(2, dst, src);
+        if (k == NULL) {
+            Py_DECREF(byt);
+            FAIL;
+        }
+        info = PyDict_Check(byt) ? PyDict_GetItemWithError(byt, k) : NULL;
+        Py_XINCREF(info);
+        Py_DECREF(k);
+        Py_DECREF(byt);
+        if (info == NULL) {
+            if (PyErr_Occurred())
+                FAIL;
+            DECLINE; /* a segment of no connection: counted by Python */
+        }
+    }
+    if (info == Py_None)
+        DECLINE;
+    CHECK(get_ll(info, S_packets, &info_packets));
+    if (info_packets > LLONG_MAX - packets || tcp_packets == LLONG_MAX)
+        DECLINE;
+
+    /* ---- phase 1: Dissector._on_data's and FrameSplitter.feed's reads ---------------- */
+    long long kafka_bytes = 0, counted = 0, sp_frames = 0, frame_bytes = 0, fed_bytes = 0, base = 0,
+              parts_len = 0, need_off = 0, pos = 0, peak = 0, maxs = 0;
+    Py_ssize_t nframes = 0, buflen = 0;
+    int whole = 0; /* 1: the payload is whole frames (fast path); 0: the part of a frame */
+    if (n) {
+        hot_cid = GET(d, S_hot_cid);
+        if (hot_cid == NULL)
+            FAIL;
+        if (hot_cid == cid) {
+            dconn = GET(d, S_hot_conn);
+            if (dconn == NULL)
+                FAIL;
+            conn_hot = 1;
+        } else {
+            PyObject *conns = GET(d, S_conns);
+            if (conns == NULL)
+                FAIL;
+            dconn = PyDict_Check(conns) ? PyDict_GetItemWithError(conns, cid) : NULL;
+            Py_XINCREF(dconn);
+            Py_DECREF(conns);
+            if (dconn == NULL) {
+                if (PyErr_Occurred())
+                    FAIL;
+                DECLINE;
+            }
+        }
+        if (dconn == Py_None)
+            DECLINE;
+        dirty = GET(d, S_dirty);
+        if (dirty == NULL)
+            FAIL;
+        if (!PySet_CheckExact(dirty))
+            DECLINE;
+        cinfo = GET(dconn, S_info);
+        if (cinfo == NULL)
+            FAIL;
+        kind = GET(cinfo, S_kind);
+        if (kind == NULL)
+            FAIL;
+        if (!PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "tls") == 0
+            || PyUnicode_CompareWithASCIIString(kind, "not_kafka") == 0)
+            DECLINE;
+        if ((t = is_none(dconn, S_tls)) < 0)
+            FAIL;
+        if (!t)
+            DECLINE; /* decrypting: Python's */
+        if ((t = truth(dconn, S_decided)) < 0)
+            FAIL;
+        if (!t)
+            DECLINE; /* detection: Python's */
+        broker = GET(cinfo, S_broker);
+        if (broker == NULL)
+            FAIL;
+        if (broker != Py_None) {
+            int to_broker = dst == broker ? 1 : PyObject_RichCompareBool(dst, broker, Py_EQ);
+            if (to_broker < 0)
+                FAIL;
+            key = to_broker ? S_to_broker : S_to_client;
+            bytes_d = GET(cinfo, S_bytes);
+            if (bytes_d == NULL)
+                FAIL;
+            if (!PyDict_CheckExact(bytes_d))
+                DECLINE;
+            PyObject *v = PyDict_GetItemWithError(bytes_d, key);
+            if (v == NULL) {
+                if (PyErr_Occurred())
+                    FAIL;
+                DECLINE;
+            }
+            if (!PyLong_CheckExact(v))
+                DECLINE;
+            int overflow = 0;
+            counted = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow || counted > LLONG_MAX - n)
+                DECLINE;
+        }
+        CHECK(get_ll(dstats, S_kafka_bytes, &kafka_bytes));
+        if (kafka_bytes > LLONG_MAX - n)
+            DECLINE;
+        pkt = GET(dstats, S_packets);
+        if (pkt == NULL)
+            FAIL;
+        PyObject *splitters = GET(dconn, S_splitters);
+        if (splitters == NULL)
+            FAIL;
+        sp = PyDict_CheckExact(splitters) ? PyDict_GetItemWithError(splitters, src) : NULL;
+        Py_XINCREF(sp);
+        Py_DECREF(splitters);
+        if (sp == NULL) {
+            if (PyErr_Occurred())
+                FAIL;
+            DECLINE;
+        }
+        if ((PyObject *)Py_TYPE(sp) != (PyObject *)splitter_type)
+            DECLINE; /* a subclass may feed otherwise */
+        if ((t = truth(sp, S_finished)) < 0)
+            FAIL;
+        if (t)
+            DECLINE;
+        buf = GET(sp, S_buf);
+        if (buf == NULL)
+            FAIL;
+        if (!PyByteArray_CheckExact(buf))
+            DECLINE;
+        buflen = PyByteArray_GET_SIZE(buf);
+        sp_state = GET(sp, S_state);
+        if (sp_state == NULL)
+            FAIL;
+        int in_sync = PyUnicode_Check(sp_state) && PyUnicode_CompareWithASCIIString(sp_state, "sync") == 0;
+        ready = GET(sp, S_ready);
+        if (ready == NULL)
+            FAIL;
+        chunks = GET(sp, S_chunks);
+        if (chunks == NULL)
+            FAIL;
+        if ((PyObject *)Py_TYPE(ready) != deque_type || (PyObject *)Py_TYPE(chunks) != deque_type)
+            DECLINE;
+        CHECK(get_ll(sp, S_base, &base));
+        CHECK(get_ll(sp, S_fed_bytes, &fed_bytes));
+        if (fed_bytes > LLONG_MAX - n || base > LLONG_MAX - n)
+            DECLINE;
+        if (buflen == 0 && in_sync) {
+            /* FrameSplitter.feed's fast path: whole frames sliced out of the payload */
+            CHECK(get_ll(sp, S_max_frame_size, &maxs));
+            CHECK(get_ll(sp, S_frames, &sp_frames));
+            CHECK(get_ll(sp, S_frame_bytes, &frame_bytes));
+            if (frame_bytes > LLONG_MAX - n || sp_frames > LLONG_MAX - n)
+                DECLINE;
+            Py_ssize_t q = 0;
+            while (n - q >= 4) {
+                int32_t size = (int32_t)(((uint32_t)data[q] << 24) | ((uint32_t)data[q + 1] << 16)
+                                         | ((uint32_t)data[q + 2] << 8) | data[q + 3]);
+                if (size < 0 || (long long)size > maxs)
+                    break;
+                long long fe = (long long)q + 4 + size;
+                if (fe > n)
+                    break;
+                q = (Py_ssize_t)fe;
+                nframes++;
+            }
+            if (q != n)
+                DECLINE; /* part of a frame or a bad size follows: the general path's */
+            whole = 1;
+        } else {
+            /* inside a frame of known size that this payload does not complete */
+            CHECK(get_ll(sp, S_parts_len, &parts_len));
+            CHECK(get_ll(sp, S_need_off, &need_off));
+            CHECK(get_ll(sp, S_pos, &pos));
+            CHECK(get_ll(sp, S_peak_buffered, &peak));
+            if (base > LLONG_MAX - buflen - parts_len - n)
+                DECLINE;
+            if (!(base + buflen + parts_len + n < need_off))
+                DECLINE;
+            parts = GET(sp, S_parts);
+            if (parts == NULL)
+                FAIL;
+            part_chunks = GET(sp, S_part_chunks);
+            if (part_chunks == NULL)
+                FAIL;
+            if (!PyList_CheckExact(parts) || !PyList_CheckExact(part_chunks))
+                DECLINE;
+        }
+    }
+
+    /* ---- phase 2: write ---------------------------------------------------------------- */
+    result = NULL;
+    if (set_ll(dstats, S_tcp_packets, tcp_packets + 1) < 0 || SET(d, S_last_ts_d, ts) < 0)
+        goto done;
+    if (set_ll(tstats, S_segments, tsegs + 1) < 0)
+        goto done;
+    if (!entry_hot) {
+        hot_ba = PyTuple_Pack(3, conn, p, h);
+        if (hot_ba == NULL || SET(tcp, S_hot_a, src) < 0 || SET(tcp, S_hot_b, dst) < 0
+            || SET(tcp, S_hot_ab, entry) < 0 || SET(tcp, S_hot_ba, hot_ba) < 0)
+            goto done;
+    }
+    t = PyObject_RichCompareBool(ts, conn_last_ts, Py_GT);
+    if (t < 0 || (t && SET(conn, S_last_ts, ts) < 0))
+        goto done;
+    if (conn != last_conn) {
+        PyObject *lru = GET(tcp, S_conns);
+        if (lru == NULL)
+            goto done;
+        PyObject *r = PyObject_CallMethodOneArg(lru, S_move_to_end, conn);
+        Py_DECREF(lru);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+        if (SET(tcp, S_last_conn, conn) < 0)
+            goto done;
+    }
+    if (set_ll(st, S_segments, hsegs + 1) < 0)
+        goto done;
+    if (n) {
+        long long e = nxt + n;
+        if (set_ll(st, S_payload_bytes, payload_bytes + n) < 0)
+            goto done;
+        if (e > max_end && set_ll(h, S_max_end, e) < 0)
+            goto done;
+        /* the data sink: Dissector._on_data */
+        if (!conn_hot && (SET(d, S_hot_cid, cid) < 0 || SET(d, S_hot_conn, dconn) < 0))
+            goto done;
+        if (PySet_Add(dirty, dconn) < 0 || SET(cinfo, S_last_ts, ts) < 0)
+            goto done;
+        if (key != NULL) {
+            PyObject *v = PyLong_FromLongLong(counted + n);
+            if (v == NULL)
+                goto done;
+            int r = PyDict_SetItem(bytes_d, key, v);
+            Py_DECREF(v);
+            if (r < 0)
+                goto done;
+        }
+        if (set_ll(dstats, S_kafka_bytes, kafka_bytes + n) < 0)
+            goto done;
+        /* FrameSplitter.feed */
+        if (whole) {
+            Py_ssize_t q = 0;
+            for (Py_ssize_t i = 0; i < nframes; i++) {
+                uint32_t size = ((uint32_t)data[q] << 24) | ((uint32_t)data[q + 1] << 16)
+                                | ((uint32_t)data[q + 2] << 8) | data[q + 3];
+                Py_XDECREF(last);
+                last = PyBytes_FromStringAndSize((const char *)data + q + 4, (Py_ssize_t)size);
+                if (last == NULL)
+                    goto done;
+                PyObject *fr = frame_type->tp_alloc(frame_type, 6);
+                if (fr == NULL)
+                    goto done;
+                PyObject *off = PyLong_FromLongLong(base + q);
+                if (off == NULL) {
+                    Py_DECREF(fr);
+                    goto done;
+                }
+                Py_INCREF(last);
+                PyTuple_SET_ITEM(fr, 0, last);
+                PyTuple_SET_ITEM(fr, 1, off);
+                Py_INCREF(ts);
+                PyTuple_SET_ITEM(fr, 2, ts);
+                Py_INCREF(ts);
+                PyTuple_SET_ITEM(fr, 3, ts);
+                Py_INCREF(pkt);
+                PyTuple_SET_ITEM(fr, 4, pkt);
+                Py_INCREF(pkt);
+                PyTuple_SET_ITEM(fr, 5, pkt);
+                PyObject *r = PyObject_CallMethodOneArg(ready, S_append, fr);
+                Py_DECREF(fr);
+                if (r == NULL)
+                    goto done;
+                Py_DECREF(r);
+                q += 4 + (Py_ssize_t)size;
+            }
+            if (set_ll(sp, S_frames, sp_frames + nframes) < 0 || SET(sp, S_last_frame, last) < 0
+                || set_ll(sp, S_frame_bytes, frame_bytes + n) < 0 || set_ll(sp, S_fed_bytes, fed_bytes + n) < 0
+                || set_ll(sp, S_base, base + n) < 0)
+                goto done;
+            PyObject *r = PyObject_CallMethodNoArgs(chunks, S_clear);
+            if (r == NULL)
+                goto done;
+            Py_DECREF(r);
+            PyObject *chunk = Py_BuildValue("(LOO)", base, ts, pkt);
+            if (chunk == NULL)
+                goto done;
+            r = PyObject_CallMethodOneArg(chunks, S_append, chunk);
+            Py_DECREF(chunk);
+            if (r == NULL)
+                goto done;
+            Py_DECREF(r);
+        } else {
+            long long end_off = base + buflen + parts_len + n;
+            PyObject *chunk = Py_BuildValue("(LOO)", end_off - n, ts, pkt);
+            if (chunk == NULL)
+                goto done;
+            int r = PyList_Append(part_chunks, chunk);
+            Py_DECREF(chunk);
+            if (r < 0 || PyList_Append(parts, payload) < 0)
+                goto done;
+            if (set_ll(sp, S_parts_len, parts_len + n) < 0 || set_ll(sp, S_fed_bytes, fed_bytes + n) < 0)
+                goto done;
+            long long held = buflen - pos + parts_len + n;
+            if (held > peak && set_ll(sp, S_peak_buffered, held) < 0)
+                goto done;
+        }
+        /* back in TcpReassembler.feed: the delivered tail kept for overlap checks */
+        if (recent == Py_None) {
+            Py_DECREF(recent);
+            recent = PyObject_CallNoArgs(deque_type);
+            if (recent == NULL || SET(h, S_recent, recent) < 0)
+                goto done;
+        }
+        PyObject *item = Py_BuildValue("(LO)", nxt, payload);
+        if (item == NULL)
+            goto done;
+        PyObject *r = PyObject_CallMethodOneArg(recent, S_append, item);
+        Py_DECREF(item);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+        long long kept = recent_bytes + n;
+        for (;;) {
+            Py_ssize_t len = PyObject_Length(recent);
+            if (len < 0)
+                goto done;
+            if (len <= 1)
+                break;
+            PyObject *first = PySequence_GetItem(recent, 0);
+            if (first == NULL)
+                goto done;
+            Py_ssize_t flen = PyTuple_Check(first) && PyTuple_GET_SIZE(first) == 2
+                                  ? PyObject_Length(PyTuple_GET_ITEM(first, 1)) : -1;
+            Py_DECREF(first);
+            if (flen < 0) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "segment: a recent entry is not (seq, bytes)");
+                goto done;
+            }
+            if (!(kept - flen >= keep))
+                break;
+            r = PyObject_CallMethodNoArgs(recent, S_popleft);
+            if (r == NULL)
+                goto done;
+            Py_DECREF(r);
+            kept -= flen;
+        }
+        if (set_ll(h, S_recent_bytes, kept) < 0 || set_ll(h, S_nxt, e) < 0
+            || set_ll(st, S_delivered, delivered + n) < 0)
+            goto done;
+        if (e > end && set_ll(st, S_end, e) < 0)
+            goto done;
+    }
+    if (take_ack && set_ll(p, S_peer_ack, peer_ack_new) < 0)
+        goto done;
+    /* back in Dissector.feed_segment */
+    if (!info_hot) {
+        PyObject *pair = PyTuple_Pack(2, src, dst);
+        if (pair == NULL)
+            goto done;
+        int r = SET(d, S_hot_pair, pair);
+        Py_DECREF(pair);
+        if (r < 0 || SET(d, S_hot_info, info) < 0)
+            goto done;
+    }
+    if (set_ll(info, S_packets, info_packets + packets) < 0)
+        goto done;
+    result = Py_True;
+    if (ready != NULL) {
+        Py_ssize_t nready = PyObject_Length(ready);
+        if (nready < 0) {
+            result = NULL;
+            goto done;
+        }
+        if (nready)
+            result = dconn;
+    }
+
+done:
+    Py_XINCREF(result);
+    Py_XDECREF(tstats);
+    Py_XDECREF(entry);
+    Py_XDECREF(hot_b);
+    Py_XDECREF(conn);
+    Py_XDECREF(h);
+    Py_XDECREF(p);
+    Py_XDECREF(st);
+    Py_XDECREF(last_conn);
+    Py_XDECREF(recent);
+    Py_XDECREF(cid);
+    Py_XDECREF(dstats);
+    Py_XDECREF(hot_pair);
+    Py_XDECREF(info);
+    Py_XDECREF(ooo);
+    Py_XDECREF(conn_last_ts);
+    Py_XDECREF(hot_ba);
+    Py_XDECREF(dconn);
+    Py_XDECREF(cinfo);
+    Py_XDECREF(dirty);
+    Py_XDECREF(sp);
+    Py_XDECREF(broker);
+    Py_XDECREF(bytes_d);
+    Py_XDECREF(pkt);
+    Py_XDECREF(sp_state);
+    Py_XDECREF(buf);
+    Py_XDECREF(ready);
+    Py_XDECREF(chunks);
+    Py_XDECREF(parts);
+    Py_XDECREF(part_chunks);
+    Py_XDECREF(last);
+    Py_XDECREF(kind);
+    Py_XDECREF(hot_cid);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"segment", segment, METH_VARARGS,
+     "segment(state, seg, packets) -> None | True | connection state: one in-order TCP segment of an\n"
+     "established Kafka connection, through reassembly and framing (None: declined, nothing changed)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cdriver", "The compiled per-segment driver.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__cdriver(void)
+{
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(S_stats, "stats");
+    INTERN(S_tcp_packets, "tcp_packets");
+    INTERN(S_last_ts_d, "_last_ts");
+    INTERN(S_packets, "packets");
+    INTERN(S_kafka_bytes, "kafka_bytes");
+    INTERN(S_hot_pair, "_hot_pair");
+    INTERN(S_hot_info, "_hot_info");
+    INTERN(S_conn_by_tuple, "_conn_by_tuple");
+    INTERN(S_hot_cid, "_hot_cid");
+    INTERN(S_hot_conn, "_hot_conn");
+    INTERN(S_conns, "_conns");
+    INTERN(S_dirty, "_dirty");
+    INTERN(S_segments, "segments");
+    INTERN(S_hot_a, "_hot_a");
+    INTERN(S_hot_b, "_hot_b");
+    INTERN(S_hot_ab, "_hot_ab");
+    INTERN(S_hot_ba, "_hot_ba");
+    INTERN(S_dirs, "_dirs");
+    INTERN(S_last_conn, "_last_conn");
+    INTERN(S_data_sink, "data_sink");
+    INTERN(S_max_window, "max_window");
+    INTERN(S_overlap_check_bytes, "overlap_check_bytes");
+    INTERN(S_buffered_total, "_buffered_total");
+    INTERN(S_max_total_buffered, "max_total_buffered");
+    INTERN(S_last_ts, "last_ts");
+    INTERN(S_cid, "cid");
+    INTERN(S_st, "st");
+    INTERN(S_started, "started");
+    INTERN(S_nxt, "nxt");
+    INTERN(S_ooo_s, "ooo_s");
+    INTERN(S_max_end, "max_end");
+    INTERN(S_recent, "recent");
+    INTERN(S_recent_bytes, "recent_bytes");
+    INTERN(S_fin_at, "fin_at");
+    INTERN(S_hole_since, "hole_since");
+    INTERN(S_peer_ack, "peer_ack");
+    INTERN(S_payload_bytes, "payload_bytes");
+    INTERN(S_delivered, "delivered");
+    INTERN(S_end, "end");
+    INTERN(S_info, "info");
+    INTERN(S_decided, "decided");
+    INTERN(S_tls, "tls");
+    INTERN(S_splitters, "splitters");
+    INTERN(S_broker, "broker");
+    INTERN(S_bytes, "bytes");
+    INTERN(S_kind, "kind");
+    INTERN(S_to_broker, "to_broker");
+    INTERN(S_to_client, "to_client");
+    INTERN(S_finished, "_finished");
+    INTERN(S_buf, "_buf");
+    INTERN(S_state, "_state");
+    INTERN(S_base, "_base");
+    INTERN(S_max_frame_size, "max_frame_size");
+    INTERN(S_ready, "ready");
+    INTERN(S_frames, "frames");
+    INTERN(S_last_frame, "_last_frame");
+    INTERN(S_frame_bytes, "frame_bytes");
+    INTERN(S_fed_bytes, "fed_bytes");
+    INTERN(S_chunks, "_chunks");
+    INTERN(S_parts, "_parts");
+    INTERN(S_parts_len, "_parts_len");
+    INTERN(S_need_off, "_need_off");
+    INTERN(S_part_chunks, "_part_chunks");
+    INTERN(S_pos, "_pos");
+    INTERN(S_peak_buffered, "peak_buffered");
+    INTERN(S_append, "append");
+    INTERN(S_popleft, "popleft");
+    INTERN(S_clear, "clear");
+    INTERN(S_move_to_end, "move_to_end");
+#undef INTERN
+    return PyModule_Create(&module);
+}
