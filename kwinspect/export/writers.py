@@ -733,12 +733,13 @@ def _sanitize_strings(v: Any) -> Any:
 
 @contextlib.contextmanager
 def _ctrl_c_deferred() -> Iterator[list]:
-    """Holds back Ctrl-C (SIGINT with Python's default handler, in the main thread) for
-    the block; the list it yields is non-empty when one came. pyarrow creates the file
-    before its writer exists: a Ctrl-C in between left a file with no footer (unreadable)
-    and no writer to close it, where docs/cli.md promises a readable one."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    """Holds back Ctrl-C (SIGINT handled by Python code, in the main thread) for the
+    block; the list it yields is non-empty when one came, and the caller delivers it
+    again (``signal.raise_signal``) to the handler now back in place. pyarrow creates
+    the file before its writer exists: a Ctrl-C in between left a file with no footer
+    (unreadable) and no writer to close it, where docs/cli.md promises a readable one."""
+    old = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(old):
         yield []
         return
     came: list = []
@@ -746,7 +747,7 @@ def _ctrl_c_deferred() -> Iterator[list]:
     try:
         yield came
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, old)
 
 
 class ParquetWriter(RowWriter):
