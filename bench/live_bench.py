@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python bench/live_bench.py --rates 5,10,20,40 --seconds 15
     sudo .venv/bin/python bench/live_bench.py --rss --rates 10 --seconds 180
+    sudo .venv/bin/python bench/live_bench.py --pin --rates 4,6 --seconds 30   # live on one core
 
 The load: real Kafka conversations taken from the project's captures (the
 client->broker and broker->client byte streams of every Kafka connection that
@@ -169,12 +170,17 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def run_one(profile: str, rate: float, seconds: float, rss: bool, table: str) -> dict:
+def _on_cpu(cpu: int | None):
+    """preexec_fn pinning a child to one CPU (None: leave it to the scheduler)."""
+    return None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
+
+
+def run_one(profile: str, rate: float, seconds: float, rss: bool, table: str, pin: bool = False) -> dict:
     port = _free_port()
     err = tempfile.NamedTemporaryFile("w+", suffix=".stderr", delete=False)
     live = subprocess.Popen([PY, "-m", "kwinspect.cli", "live", "-i", "lo", "--bpf", f"tcp port {port}",
                              "--kafka-ports", str(port), "-t", table, "-F", "jsonl", "-o", os.devnull,
-                             ], stderr=err, cwd=ROOT)
+                             ], stderr=err, cwd=ROOT, preexec_fn=_on_cpu(1 if pin else None))
     while "listening on" not in open(err.name).read():
         if live.poll() is not None:
             raise SystemExit(open(err.name).read())
@@ -192,7 +198,7 @@ def run_one(profile: str, rate: float, seconds: float, rss: bool, table: str) ->
     st = threading.Thread(target=sample, daemon=True)
     st.start()
     gen = subprocess.run([PY, __file__, "--generate", str(port), profile, str(rate), str(seconds)],
-                         capture_output=True, text=True, cwd=ROOT)
+                         capture_output=True, text=True, cwd=ROOT, preexec_fn=_on_cpu(0 if pin else None))
     time.sleep(0.5)  # the last packets reach the socket
     live.send_signal(signal.SIGINT)  # stopped like a user stops it, once the load is over
     live.wait()
@@ -255,6 +261,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--table", default="exchanges", choices=("exchanges", "records", "errors", "none"))
     ap.add_argument("--rss", action="store_true", help="sample the live process's RSS every 5 s")
+    ap.add_argument("--pin", action="store_true",
+                    help="the live process alone on CPU 1, the generator on CPU 0 (live on one core)")
     ap.add_argument("--capture-only", action="store_true",
                     help="measure the capture layer alone (no decoding), in this process")
     args = ap.parse_args()
@@ -262,7 +270,7 @@ def main() -> None:
         if args.capture_only:
             print(json.dumps(capture_only(args.profile, rate, args.seconds)), flush=True)
             continue
-        print(json.dumps(run_one(args.profile, rate, args.seconds, args.rss, args.table)), flush=True)
+        print(json.dumps(run_one(args.profile, rate, args.seconds, args.rss, args.table, args.pin)), flush=True)
 
 
 if __name__ == "__main__":
