@@ -389,14 +389,22 @@ def _state(d: Dissector) -> list:
     return out
 
 
+# states kept per run at most: a snapshot copies every buffer, so one after each of 100k
+# packets (7-byte segments of 20 KB frames) held gigabytes and took minutes
+MAX_STATES = 500
+MAX_PACKETS = 5000  # per generated capture (_adversarial)
+
+
 def _drive(packets, config: DissectConfig | None = None, every_packet: bool = False):
-    """Rows, books and (every_packet) the state after each packet of one Dissector run."""
+    """Rows, books and (every_packet) the state after each packet of one Dissector run (after
+    every k-th packet when there are more than MAX_STATES, the last packet always)."""
     d = Dissector(config or DissectConfig(kafka_ports=frozenset({9092})))
     rows, states = [], []
-    for raw in packets:
+    stride = max(1, -(-len(packets) // MAX_STATES))
+    for i, raw in enumerate(packets, 1):
         d.feed_packet(raw)
         rows += [e.row() for e in d.drain()]
-        if every_packet:
+        if every_packet and (i % stride == 0 or i == len(packets)):
             states.append(_state(d))
     d.finish()
     rows += [e.row() for e in d.drain()]
@@ -454,7 +462,10 @@ def _adversarial(seed: int, n: int, pad: int, mss: int, drop: float, duplicate: 
                 segs[i] = segs[i]._replace(flags=segs[i].flags ^ (1 << rng.randrange(6)))
         streams.append(segs)
     merged: list[TcpSegment] = []
-    while any(streams):  # interleaved in a random order, each connection's own order kept
+    # interleaved in a random order, each connection's own order kept; a capture may end
+    # anywhere, and past MAX_PACKETS (7-byte segments of 20 KB frames make 200k) an
+    # example costs minutes without reaching anything new
+    while any(streams) and len(merged) < MAX_PACKETS:
         merged.append(rng.choice([s for s in streams if s]).pop(0))
     buf = io.BytesIO()
     write_pcap(buf, merged)
