@@ -62,6 +62,15 @@ static int buf_grow(Buf *b, Py_ssize_t more) {
     return 0;
 }
 
+/* room for `count` items of `each` bytes plus `extra`, the product checked for overflow */
+static int reserve(Buf *b, Py_ssize_t count, Py_ssize_t each, Py_ssize_t extra) {
+    if (count > (PY_SSIZE_T_MAX - extra - b->len) / each) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return buf_grow(b, count * each + extra);
+}
+
 static int put(Buf *b, const char *s, Py_ssize_t n) {
     if (buf_grow(b, n) < 0)
         return -1;
@@ -74,27 +83,33 @@ static int put(Buf *b, const char *s, Py_ssize_t n) {
 
 static const char HEX[] = "0123456789abcdef";
 
-/* bytes that need an escape in a JSON string: controls, '"' and '\\' */
-static unsigned char NEEDS_ESCAPE[256];
+/* the bytes a byte adds when escaped in a JSON string: 0 for most, 1 for '"', '\\' and
+ * the controls with a name (\b \f \n \r \t), 5 for the other controls (\u00xx) */
+static unsigned char ESCAPE_EXTRA[256];
 
 static void init_escape_table(void) {
-    for (int i = 0; i < 256; i++)
-        NEEDS_ESCAPE[i] = (unsigned char)(i < 0x20 || i == '"' || i == '\\');
+    for (int i = 0; i < 256; i++) {
+        if (i == '"' || i == '\\' || i == '\b' || i == '\f' || i == '\n' || i == '\r' || i == '\t')
+            ESCAPE_EXTRA[i] = 1;
+        else
+            ESCAPE_EXTRA[i] = i < 0x20 ? 5 : 0;
+    }
 }
 
 /* s[0:n] (UTF-8) as a JSON string, quotes included */
 static int put_escaped(Buf *b, const unsigned char *s, Py_ssize_t n) {
-    /* worst case: every byte becomes \u00xx */
-    if (n > (PY_SSIZE_T_MAX - 2) / 6 || buf_grow(b, 6 * n + 2) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
+    /* the exact size first: reserving the worst case (6 bytes a byte) for a long value
+     * would grow the row buffer, which is kept between rows, far past the row */
+    Py_ssize_t extra = 2;
+    for (Py_ssize_t i = 0; i < n; i++)
+        extra += ESCAPE_EXTRA[s[i]];
+    if (reserve(b, n, 1, extra) < 0)
         return -1;
-    }
     char *o = b->data + b->len;
     *o++ = '"';
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char c = s[i];
-        if (!NEEDS_ESCAPE[c]) {
+        if (!ESCAPE_EXTRA[c]) {
             *o++ = (char)c;
             continue;
         }
@@ -181,11 +196,8 @@ static int put_scalar(Buf *b, PyObject *v) {
     if (PyBytes_CheckExact(v)) {
         Py_ssize_t n = PyBytes_GET_SIZE(v);
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(v);
-        if (n > (PY_SSIZE_T_MAX - 2) / 2 || buf_grow(b, 2 * n + 2) < 0) {
-            if (!PyErr_Occurred())
-                PyErr_NoMemory();
+        if (reserve(b, n, 2, 2) < 0)
             return -1;
-        }
         char *o = b->data + b->len;
         *o++ = '"';
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -241,13 +253,16 @@ static int put_timestamp(Buf *b, PyObject *v) {
 }
 
 /* writers._j_header: {"key": .., "value": .., "value_encoding": ..} */
+static PyObject *HEADER_KEYS[3]; /* "key", "value", "value_encoding", interned at import */
+
 static int put_header(Buf *b, PyObject *h) {
-    static const char *names[3] = {"key", "value", "value_encoding"};
     static const char *lead[3] = {"{\"key\": ", ", \"value\": ", ", \"value_encoding\": "};
     for (int i = 0; i < 3; i++) {
         if (put(b, lead[i], (Py_ssize_t)strlen(lead[i])) < 0)
             return -1;
-        PyObject *v = PyDict_GetItemString(h, names[i]); /* borrowed; NULL: absent */
+        PyObject *v = PyDict_GetItemWithError(h, HEADER_KEYS[i]); /* borrowed; NULL: absent */
+        if (!v && PyErr_Occurred())
+            return -1;
         int rc = put_scalar(b, v ? v : Py_None);
         if (rc <= 0)
             return rc;
@@ -279,6 +294,9 @@ static int put_list(Buf *b, PyObject *v) {
     }
     return PUT_LIT(b, "]") < 0 ? -1 : 1;
 }
+
+/* the row buffer a renderer keeps between rows, at most (a bigger one is freed after its row) */
+#define KEEP_BYTES (1 << 20)
 
 typedef struct {
     PyObject_HEAD
@@ -384,13 +402,20 @@ static PyObject *JsonlRow_call(JsonlRow *self, PyObject *args, PyObject *kwds) {
     }
     if (put(b, (const char *)PyUnicode_DATA(self->suffix), PyUnicode_GET_LENGTH(self->suffix)) < 0)
         return NULL;
+    PyObject *line;
     if (b->ascii) {
-        PyObject *line = PyUnicode_New(b->len, 127);
+        line = PyUnicode_New(b->len, 127);
         if (line)
             memcpy(PyUnicode_DATA(line), b->data, (size_t)b->len);
-        return line;
+    } else {
+        line = PyUnicode_DecodeUTF8(b->data, b->len, "strict");
     }
-    return PyUnicode_DecodeUTF8(b->data, b->len, "strict");
+    if (b->cap > KEEP_BYTES) { /* one huge row: its buffer is not kept for the next ones */
+        PyMem_Free(b->data);
+        b->data = NULL;
+        b->len = b->cap = 0;
+    }
+    return line;
 python:
     return PyObject_CallOneArg(self->fallback, vals);
 }
@@ -416,6 +441,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__crender(void) {
     init_escape_table();
+    static const char *header_keys[3] = {"key", "value", "value_encoding"};
+    for (int i = 0; i < 3; i++)
+        if (!HEADER_KEYS[i] && !(HEADER_KEYS[i] = PyUnicode_InternFromString(header_keys[i])))
+            return NULL;
     if (PyType_Ready(&JsonlRowType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -122,3 +122,15 @@ def test_bad_construction_is_refused():
     row = fastrender.JsonlRow(b"\x00", ("{\"a\": ",), "}", lambda v: "python")
     assert row((1,)) == '{"a": 1}'
     assert row((1, 2)) == "python" and row([1]) == '{"a": 1}' and row("x") == "python"
+
+
+def test_a_huge_value_then_small_rows():
+    """A row past the buffer the renderer keeps between rows (1 MiB), with every kind of
+    escape and non-ASCII text in it, then ordinary rows: each equal to the general path."""
+    columns = RECORD_COLUMNS
+    render = c_renderer(columns, _no_fallback)
+    plain = dict.fromkeys(columns)
+    plain.update(topic="t", partition=0, offset=1, timestamp=1.5, key="k")
+    huge = dict(plain, value=('ab"\\\n\x01é日\U0001f600' * 150_000), key="\x1f" * 300_000)
+    for row in (plain, huge, plain, dict(plain, value="v" * 2_000_000), plain):
+        assert render(tuple(row[c] for c in columns)) == general_line("records", row, columns)
