@@ -172,6 +172,22 @@ class LatencyStats:
             self._api_idx.append(idx)
         return True
 
+    def add_keyed(self, ex: Exchange, key: str) -> bool:
+        """:meth:`add` for an accumulator grouped ``by="api"`` whose caller already has the
+        exchange's group key (``api_label(ex)``): the summary's per-exchange path."""
+        lat = ex.latency_ms
+        if self.by != "api" or self.keep_series or ex.long_poll:
+            return self.add(ex)
+        if ex.status != STATUS_PAIRED or lat is None or not math.isfinite(lat):
+            self.skipped += 1
+            return False
+        vals = self._groups.get(key)
+        if vals is None:
+            vals = self._groups[key] = array("d")
+        vals.append(lat)
+        self._all.append(lat)
+        return True
+
     def add_all(self, exchanges: Iterable[Exchange]) -> LatencyStats:
         for ex in exchanges:
             self.add(ex)

@@ -44,6 +44,10 @@ API_VERSIONS = int(ApiKey.API_VERSIONS)
 DESCRIBE_CLUSTER = int(ApiKey.DESCRIBE_CLUSTER)
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
+_finite = math.isfinite
+# exchange groups SummaryBuilder keeps (see add_exchange): memory stays bounded on captures
+# of 100k connections; past it the groups start again (slower, same counts)
+MAX_EXCHANGE_GROUPS = 10_000
 # exchanges whose bodies the summary reads beyond counts (client software, advertised
 # brokers) or that teach the broker ids: never folded into a --jobs worker's partial summary
 BODY_APIS = frozenset({API_VERSIONS, METADATA, DESCRIBE_CLUSTER, int(ApiKey.FIND_COORDINATOR)})
@@ -262,6 +266,9 @@ class SummaryBuilder:
         self._anomalies: dict[str, dict[str, Any]] = {}
         self._topics: dict[str, _TopicAcc] = defaultdict(_TopicAcc)
         self._records = 0
+        # exchange groups (see add_exchange): key -> [repeats not yet counted, what they count]
+        self._groups: dict[tuple, list] = {}
+        self._repeats = 0
 
     # -- feeding ----------------------------------------------------------
     def add(self, item: Exchange | ErrorRow | RecordRow) -> None:
@@ -278,7 +285,12 @@ class SummaryBuilder:
         """What ``kwinspect summary`` adds per event: the event, and for Produce requests
         and Fetch responses the records and bytes of their record sets, counted from the
         batch headers (``topic_names``: topic id -> name, for bodies naming topics by id)."""
-        self.add(item)
+        if type(item) is Exchange:  # nearly every event: no dispatch, no volumes call for most
+            self.add_exchange(item)
+            if item.api_key != PRODUCE and item.api_key != FETCH:
+                return
+        else:
+            self.add(item)
         for volume in record_set_volumes(item, topic_names):
             self.add_topic_volume(*volume)
 
@@ -296,16 +308,58 @@ class SummaryBuilder:
             self._last = ts
 
     def add_exchange(self, ex: Exchange) -> None:
+        # Once per exchange, and most exchanges repeat one seen before in everything the
+        # counters below look at (status, connection, client, api, version, error or not,
+        # topics): such a repeat only bumps its group's count, which _settle() adds to the
+        # counters before anything reads them. The first of each group takes the whole path,
+        # so every counter's keys keep the order of their first occurrence. Timestamps,
+        # latency, broker id (last one wins) and bodies are per exchange.
+        ts = ex.request_ts
+        if ts is not None and _finite(ts):  # _seen, inlined
+            if self._first is None or ts < self._first:
+                self._first = ts
+            if self._last is None or ts > self._last:
+                self._last = ts
+        ts = ex.response_last_ts
+        if ts is None:
+            ts = ex.response_ts
+        if ts is not None and _finite(ts):
+            if self._first is None or ts < self._first:
+                self._first = ts
+            if self._last is None or ts > self._last:
+                self._last = ts
+        api_key = ex.api_key
+        api = ex.api_name or (f"api_key {api_key}" if api_key is not None else "(unknown)")  # api_label
+        topics = ex.topics
+        status = ex.status
+        errors = ex.error_codes
+        key = (status, ex.stream, ex.broker, ex.client_id, ex.client, api, ex.api_version,
+               bool(errors and any(errors)), tuple(topics) if topics else ())
+        group = self._groups.get(key)
+        if group is not None:
+            group[0] += 1
+            self._repeats += 1
+        else:
+            if len(self._groups) >= MAX_EXCHANGE_GROUPS:  # a cache: the first of a group counts itself
+                self._settle()
+                self._groups.clear()
+            self._groups[key] = [0, self._count_exchange(ex, api)]
+        if ex.broker_id is not None:
+            self._broker_ids[ex.broker or "(unknown)"] = ex.broker_id
+        self._latency.add_keyed(ex, api)
+        if api_key == API_VERSIONS or api_key == METADATA or api_key == DESCRIBE_CLUSTER:
+            self._learn_from_bodies(ex)
+
+    def _count_exchange(self, ex: Exchange, api: str) -> tuple:
+        """Count the first exchange of a group; returns what _settle needs to count its repeats."""
         self._exchanges += 1
         status = ex.status
         self._statuses[status] += 1
-        self._seen(ex.request_ts)
-        self._seen(ex.response_last_ts if ex.response_last_ts is not None else ex.response_ts)
         stream = ex.stream
         broker = ex.broker or "(unknown)"
         client_id = ex.client_id
         # The sets below only grow: an exchange on a (stream, broker, client) already
-        # seen adds nothing to them (most exchanges), so skip them and _host's parsing.
+        # seen adds nothing to them, so skip them and _host's parsing.
         conn = (stream, broker, client_id, ex.client)
         ckey = self._conn_keys.get(conn)
         if ckey is None:
@@ -316,28 +370,49 @@ class SummaryBuilder:
             self._client_conns[ckey].add(stream)
             self._stream_clients[stream].add(ckey)
         self._broker_reqs[broker] += 1
-        if ex.broker_id is not None:
-            self._broker_ids[broker] = ex.broker_id
         self._client_reqs[ckey] += 1
-        api = api_label(ex)
         self._api_counts[api] += 1
         if ex.api_version is not None:
             self._api_versions[api].add(ex.api_version)
         # errors: Kafka error codes only; a request never answered is counted apart
-        if any(ex.error_codes):
+        erred = bool(ex.error_codes and any(ex.error_codes))
+        if erred:
             self._api_errors[api] += 1
-        if status == STATUS_RESPONSE_MISSING:
+        unanswered = status == STATUS_RESPONSE_MISSING
+        if unanswered:
             self._api_unanswered[api] += 1
-        self._latency.add(ex)
         topics = ex.topics
+        distinct = ()
         if topics:
             accs = self._topics
-            for t in (topics if len(topics) == 1 else dict.fromkeys(topics)):
-                if t is not None:
-                    accs[t].requests += 1
-        api_key = ex.api_key
-        if api_key == API_VERSIONS or api_key == METADATA or api_key == DESCRIBE_CLUSTER:
-            self._learn_from_bodies(ex)
+            distinct = tuple(t for t in dict.fromkeys(topics) if t is not None)
+            for t in distinct:
+                accs[t].requests += 1
+        return (status, broker, ckey, api, erred, unanswered, distinct)
+
+    def _settle(self) -> None:
+        """Add the repeats add_exchange only counted per group to the counters."""
+        if not self._repeats:
+            return
+        accs = self._topics
+        for group in self._groups.values():
+            n = group[0]
+            if not n:
+                continue
+            group[0] = 0
+            status, broker, ckey, api, erred, unanswered, distinct = group[1]
+            self._exchanges += n
+            self._statuses[status] += n
+            self._broker_reqs[broker] += n
+            self._client_reqs[ckey] += n
+            self._api_counts[api] += n
+            if erred:
+                self._api_errors[api] += n
+            if unanswered:
+                self._api_unanswered[api] += n
+            for t in distinct:
+                accs[t].requests += n
+        self._repeats = 0
 
     def _learn_from_bodies(self, ex: Exchange) -> None:
         req = ex.request
@@ -415,6 +490,7 @@ class SummaryBuilder:
         """This builder's counts, to merge into another with :meth:`merge_partial`. Only
         for a builder fed what :class:`SummaryFold` takes: its broker ids are left out
         (the merge is given them)."""
+        self._settle()
         return {
             "first": self._first, "last": self._last, "exchanges": self._exchanges,
             "statuses": dict(self._statuses), "streams": self._streams, "tls": self._tls,
@@ -435,6 +511,7 @@ class SummaryBuilder:
         its first occurrence was already added here in capture order (``SummaryFold``),
         so only counts, sets and latency values are added; ``broker_ids``: the id the last
         of its exchanges to each broker had (None: none, the id here stays)."""
+        self._settle()
         self._seen(part["first"])
         self._seen(part["last"])
         self._exchanges += part["exchanges"]
@@ -487,6 +564,7 @@ class SummaryBuilder:
     def build(self, sources: Iterable[str] = (), interrupted: bool = False,
               packet_counts: dict[str, int] | None = None,
               byte_counts: dict[str, int] | None = None) -> Summary:
+        self._settle()
         id_by_addr = {addr: node for node, addr in self._advertised.items()}
         brokers = []
         for addr, conns in self._broker_conns.items():

@@ -127,6 +127,44 @@ def test_counts_by_hand():
     assert [t["topic"] for t in s.topics] == ["orders", "audit"]
 
 
+@pytest.mark.parametrize("groups", [None, 1, 2])
+def test_repeated_exchanges_count_like_the_first(monkeypatch, groups):
+    """Most exchanges repeat one seen before (same status, connection, client, api,
+    version, error or not, topics): they are counted per group and added before the
+    summary is read. Counted by hand; also with the group cache forced to restart at
+    every new group (1, 2)."""
+    if groups is not None:
+        monkeypatch.setattr("kwinspect.analyze.summary.MAX_EXCHANGE_GROUPS", groups)
+    java, rdk = "10.0.0.1:40001", "10.0.0.2:50001"
+    items = []
+    for n in range(3):
+        items.append(ex(n, 0, "Produce", 9, client=java, client_id="p", topics=["orders"],
+                        latency=1.0 + n, broker_id=1))
+        items.append(ex(10 + n, 1, "Fetch", 12, client=rdk, broker="10.0.1.2:9092", client_id="c",
+                        topics=["orders", "audit", "orders"], codes=[0, 6] if n else [0]))
+    items.append(ex(20, 0, "Produce", 9, client=java, client_id="p", topics=["orders"],
+                    latency=9.0, broker_id=2))  # a repeat: the last broker id wins
+    items.append(ex(21, 1, "Fetch", 12, client=rdk, broker="10.0.1.2:9092", client_id="c",
+                    topics=["audit"], latency=None, status="response_missing"))
+    items.append(ex(22, 1, "Fetch", 12, client=rdk, broker="10.0.1.2:9092", client_id="c",
+                    topics=["audit"], latency=None, status="response_missing"))
+    s = summarize(items, sources=["x.pcap"])
+    assert s.exchanges == 9
+    assert s.statuses == {"paired": 7, "response_missing": 2}
+    assert [(a["api"], a["count"], a["errors"], a["unanswered"], a["latency_count"]) for a in s.apis] == [
+        ("Fetch", 5, 2, 2, 3), ("Produce", 4, 0, 0, 4)]
+    assert {b["address"]: (b["id"], b["requests"]) for b in s.brokers} == {
+        "10.0.1.1:9092": (2, 4), "10.0.1.2:9092": (None, 5)}
+    assert {(c["client_id"], c["requests"]) for c in s.clients} == {("p", 4), ("c", 5)}
+    assert [(t["topic"], t["requests"]) for t in s.topics] == [("orders", 7), ("audit", 5)]
+    # read twice (a partial summary, then the result): the repeats are added once
+    b = SummaryBuilder()
+    for item in items:
+        b.add(item)
+    b.partial()
+    assert b.build(sources=["x.pcap"]).exchanges == 9
+
+
 def test_as_dict_is_json():
     d = summarize(capture()).as_dict()
     text = json.dumps(d)
