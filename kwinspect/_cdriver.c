@@ -4,8 +4,9 @@
  *
  * The C twin of what one in-order TCP segment of an established Kafka connection costs in
  * Python: Dissector.feed_segment -> TcpReassembler.feed (its inlined in-order branch) ->
- * Dissector._on_data -> FrameSplitter.feed (its fast path, or the branch that sets aside
- * a chunk inside a frame of known size).  The Python objects keep all the state; this
+ * Dissector._on_data -> FrameSplitter.feed (its fast path, the start of a frame the
+ * payload does not complete, the branch that sets aside a chunk inside a frame of known
+ * size, and _complete, which ends such a frame).  The Python objects keep all the state; this
  * function reads the fields those methods read, decides, and writes the fields they
  * write, with the same values.  `state` is (dissector, reassembler, deque, Frame,
  * FrameSplitter), made once by the Dissector.
@@ -13,9 +14,10 @@
  * Two phases.  The first reads every field the segment will touch and checks that it is
  * the ordinary case: no SYN/FIN/RST, a known connection whose direction has started, the
  * next expected byte, nothing buffered out of order on either side, no FIN or ack-gap
- * timer pending, a decided plaintext Kafka connection, and a splitter either in sync with
- * nothing held and the payload made of whole frames, or inside a frame whose size it
- * knows and which this payload does not complete.  Anything else returns None before
+ * timer pending, a decided plaintext Kafka connection, and a splitter in sync that either
+ * holds nothing (the payload: whole frames, then perhaps the start of one), or holds a
+ * frame's start and pieces set aside (the payload extends or ends that frame; the rest
+ * as if fed on its own).  Anything else returns None before
  * anything changed, and the Python code takes the segment exactly as it always did: it
  * alone handles gaps, retransmissions, out-of-order data, closes, detection, TLS, resync,
  * and it alone makes issues.  The second phase writes; it fails only when memory does.
@@ -204,6 +206,207 @@ static inline long long seq_delta(long long seq32, long long nxt)
     if (d >= (1LL << 31))
         d -= (1LL << 32);
     return d;
+}
+
+/* What FrameSplitter.feed does with a payload the driver takes */
+enum { WHOLE = 1, /* whole frames only (its fast path) */
+       START,     /* whole frames, then the start of a frame the payload does not complete */
+       COMPLETE,  /* the end of the held frame (_complete), then as WHOLE/START */
+       INSIDE };  /* part of a frame of known size that the payload does not complete */
+
+/* Whole frames of data[from:n] (their end in *q, their number in *nframes) and what the
+ * rest is: *tail_need the index just past the frame the rest starts (its size prefix is
+ * whole and in range), or -1 (fewer than 4 bytes left, or none).  1 (decline) when the
+ * rest starts with a size out of range: _sync's _bad_size decides that. */
+static int scan_frames(const unsigned char *data, Py_ssize_t from, Py_ssize_t n, long long maxs,
+                       Py_ssize_t *q, Py_ssize_t *nframes, long long *tail_need)
+{
+    Py_ssize_t at = from, count = 0;
+    *tail_need = -1;
+    while (n - at >= 4) {
+        int32_t size = (int32_t)(((uint32_t)data[at] << 24) | ((uint32_t)data[at + 1] << 16)
+                                 | ((uint32_t)data[at + 2] << 8) | data[at + 3]);
+        if (size < 0 || (long long)size > maxs)
+            return 1;
+        long long fe = (long long)at + 4 + size;
+        if (fe > n) {
+            *tail_need = fe;
+            break;
+        }
+        at = (Py_ssize_t)fe;
+        count++;
+    }
+    *q = at;
+    *nframes = count;
+    return 0;
+}
+
+/* deque.append(item), deque.clear() */
+static int call1(PyObject *obj, PyObject *name, PyObject *arg)
+{
+    PyObject *r = arg ? PyObject_CallMethodOneArg(obj, name, arg) : PyObject_CallMethodNoArgs(obj, name);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* ready.append(Frame(data, off, ts0, ts1, pkt0, pkt1)) */
+static int append_frame(PyObject *ready, PyTypeObject *frame_type, PyObject *data, long long off, PyObject *ts0,
+                        PyObject *ts1, PyObject *pkt0, PyObject *pkt1)
+{
+    PyObject *fr = frame_type->tp_alloc(frame_type, 6);
+    if (fr == NULL)
+        return -1;
+    PyObject *o = PyLong_FromLongLong(off);
+    if (o == NULL) {
+        Py_DECREF(fr);
+        return -1;
+    }
+    Py_INCREF(data);
+    PyTuple_SET_ITEM(fr, 0, data);
+    PyTuple_SET_ITEM(fr, 1, o);
+    Py_INCREF(ts0);
+    PyTuple_SET_ITEM(fr, 2, ts0);
+    Py_INCREF(ts1);
+    PyTuple_SET_ITEM(fr, 3, ts1);
+    Py_INCREF(pkt0);
+    PyTuple_SET_ITEM(fr, 4, pkt0);
+    Py_INCREF(pkt1);
+    PyTuple_SET_ITEM(fr, 5, pkt1);
+    int r = call1(ready, S_append, fr);
+    Py_DECREF(fr);
+    return r;
+}
+
+/* chunks.append((offset, ts, pkt)) */
+static int append_chunk(PyObject *chunks, long long offset, PyObject *ts, PyObject *pkt)
+{
+    PyObject *chunk = Py_BuildValue("(LOO)", offset, ts, pkt);
+    if (chunk == NULL)
+        return -1;
+    int r = call1(chunks, S_append, chunk);
+    Py_DECREF(chunk);
+    return r;
+}
+
+/* FrameSplitter.feed's writes for WHOLE, START and COMPLETE (planned in phase 1):
+ * _complete's join of the held frame, the fast path's frames sliced out of the payload,
+ * and the general path's buffering of a frame's start with _sync's _need_off. */
+static int splitter_feed(PyObject *sp, int whole, const unsigned char *data, Py_ssize_t n, PyObject *payload,
+                         PyObject *buf, Py_ssize_t buflen, long long pos, PyObject *parts, PyObject *part_chunks,
+                         long long parts_len, long long need_off, long long k, Py_ssize_t q1, Py_ssize_t nframes,
+                         long long tail_need, long long base, long long fed, long long fbytes, long long nf,
+                         long long peak, PyObject *ts, PyObject *pkt, PyObject *ready, PyObject *chunks,
+                         PyTypeObject *frame_type)
+{
+    PyObject *last = NULL;
+    Py_ssize_t from = 0;   /* where the fast path starts in the payload */
+    long long fbase = base; /* the splitter's _base then */
+    int rc = -1;
+    if (whole == COMPLETE) {
+        Py_ssize_t head = buflen - (Py_ssize_t)pos - 4;
+        last = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(head + parts_len + k));
+        if (last == NULL)
+            goto out;
+        char *w = PyBytes_AS_STRING(last);
+        memcpy(w, PyByteArray_AS_STRING(buf) + pos + 4, (size_t)head);
+        w += head;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
+            PyObject *part = PyList_GET_ITEM(parts, i);
+            memcpy(w, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
+            w += PyBytes_GET_SIZE(part);
+        }
+        memcpy(w, data, (size_t)k);
+        long long off = base + pos;
+        /* _chunk_at(off): the chunk that holds the frame's first byte */
+        for (;;) {
+            Py_ssize_t len = PyObject_Length(chunks);
+            if (len < 0)
+                goto out;
+            if (len <= 1)
+                break;
+            PyObject *second = PySequence_GetItem(chunks, 1);
+            if (second == NULL)
+                goto out;
+            long long start = PyTuple_Check(second) && PyTuple_GET_SIZE(second) == 3
+                                  ? PyLong_AsLongLong(PyTuple_GET_ITEM(second, 0)) : -1;
+            Py_DECREF(second);
+            if (start == -1 && PyErr_Occurred())
+                goto out;
+            if (start > off)
+                break;
+            if (call1(chunks, S_popleft, NULL) < 0)
+                goto out;
+        }
+        PyObject *first = PySequence_GetItem(chunks, 0);
+        if (first == NULL)
+            goto out;
+        if (!PyTuple_Check(first) || PyTuple_GET_SIZE(first) != 3) {
+            Py_DECREF(first);
+            PyErr_SetString(PyExc_TypeError, "segment: a chunk is not (offset, ts, packet)");
+            goto out;
+        }
+        int r = append_frame(ready, frame_type, last, off, PyTuple_GET_ITEM(first, 1), ts,
+                             PyTuple_GET_ITEM(first, 2), pkt);
+        Py_DECREF(first);
+        if (r < 0)
+            goto out;
+        nf += 1;
+        fbytes += need_off - off;
+        fed += k;
+        if (PyList_SetSlice(parts, 0, PyList_GET_SIZE(parts), NULL) < 0
+            || PyList_SetSlice(part_chunks, 0, PyList_GET_SIZE(part_chunks), NULL) < 0
+            || set_ll(sp, S_parts_len, 0) < 0 || set_ll(sp, S_need_off, 0) < 0
+            || PyByteArray_Resize(buf, 0) < 0 || set_ll(sp, S_pos, 0) < 0
+            || call1(chunks, S_clear, NULL) < 0 || append_chunk(chunks, need_off, ts, pkt) < 0)
+            goto out;
+        fbase = need_off;
+        from = (Py_ssize_t)k;
+    }
+    if (q1 > from) {
+        /* the fast path: whole frames, all with this payload's ts and packet */
+        Py_ssize_t at = from;
+        for (Py_ssize_t i = 0; i < nframes; i++) {
+            uint32_t size = ((uint32_t)data[at] << 24) | ((uint32_t)data[at + 1] << 16)
+                            | ((uint32_t)data[at + 2] << 8) | data[at + 3];
+            Py_XDECREF(last);
+            last = PyBytes_FromStringAndSize((const char *)data + at + 4, (Py_ssize_t)size);
+            if (last == NULL)
+                goto out;
+            if (append_frame(ready, frame_type, last, fbase + (at - from), ts, ts, pkt, pkt) < 0)
+                goto out;
+            at += 4 + (Py_ssize_t)size;
+        }
+        nf += nframes;
+        fbytes += q1 - from;
+        fed += q1 - from;
+        if (call1(chunks, S_clear, NULL) < 0 || append_chunk(chunks, fbase, ts, pkt) < 0)
+            goto out;
+        fbase += q1 - from;
+    }
+    if (last != NULL && SET(sp, S_last_frame, last) < 0)
+        goto out;
+    if (q1 < n) {
+        /* START: the general path buffers the rest, and _sync learns its frame's size */
+        Py_ssize_t t = n - q1;
+        if (append_chunk(chunks, fbase, ts, pkt) < 0 || PyByteArray_Resize(buf, t) < 0)
+            goto out;
+        memcpy(PyByteArray_AS_STRING(buf), data + q1, (size_t)t);
+        fed += t;
+        if (tail_need >= 0 && set_ll(sp, S_need_off, fbase + (tail_need - q1)) < 0)
+            goto out;
+        if (t > peak && set_ll(sp, S_peak_buffered, t) < 0)
+            goto out;
+    }
+    if (set_ll(sp, S_frames, nf) < 0 || set_ll(sp, S_frame_bytes, fbytes) < 0 || set_ll(sp, S_fed_bytes, fed) < 0
+        || set_ll(sp, S_base, fbase) < 0)
+        goto out;
+    rc = 0;
+out:
+    Py_XDECREF(last);
+    (void)payload;
+    return rc;
 }
 
 #define DECLINE do { result = Py_None; goto done; } while (0)
@@ -468,8 +671,9 @@ static PyObject *segment(PyObject *self, PyObject *args)
     /* ---- phase 1: Dissector._on_data's and FrameSplitter.feed's reads ---------------- */
     long long kafka_bytes = 0, counted = 0, sp_frames = 0, frame_bytes = 0, fed_bytes = 0, base = 0,
               parts_len = 0, need_off = 0, pos = 0, peak = 0, maxs = 0;
-    Py_ssize_t nframes = 0, buflen = 0;
-    int whole = 0; /* 1: the payload is whole frames (fast path); 0: the part of a frame */
+    Py_ssize_t nframes = 0, buflen = 0, q1 = 0;
+    long long k = 0, tail_need = -1;
+    int whole = 0; /* what FrameSplitter.feed does with the payload: WHOLE, START, COMPLETE, INSIDE */
     if (n) {
         hot_cid = GET(d, S_hot_cid);
         if (hot_cid == NULL)
@@ -587,37 +791,24 @@ static PyObject *segment(PyObject *self, PyObject *args)
         CHECK(get_ll(sp, S_fed_bytes, &fed_bytes));
         if (fed_bytes > LLONG_MAX - n || base > LLONG_MAX - n)
             DECLINE;
+        CHECK(get_ll(sp, S_max_frame_size, &maxs));
+        CHECK(get_ll(sp, S_frames, &sp_frames));
+        CHECK(get_ll(sp, S_frame_bytes, &frame_bytes));
+        if (frame_bytes > LLONG_MAX - n || sp_frames > LLONG_MAX - n)
+            DECLINE;
         if (buflen == 0 && in_sync) {
-            /* FrameSplitter.feed's fast path: whole frames sliced out of the payload */
-            CHECK(get_ll(sp, S_max_frame_size, &maxs));
-            CHECK(get_ll(sp, S_frames, &sp_frames));
-            CHECK(get_ll(sp, S_frame_bytes, &frame_bytes));
-            if (frame_bytes > LLONG_MAX - n || sp_frames > LLONG_MAX - n)
-                DECLINE;
-            Py_ssize_t q = 0;
-            while (n - q >= 4) {
-                int32_t size = (int32_t)(((uint32_t)data[q] << 24) | ((uint32_t)data[q + 1] << 16)
-                                         | ((uint32_t)data[q + 2] << 8) | data[q + 3]);
-                if (size < 0 || (long long)size > maxs)
-                    break;
-                long long fe = (long long)q + 4 + size;
-                if (fe > n)
-                    break;
-                q = (Py_ssize_t)fe;
-                nframes++;
-            }
-            if (q != n)
-                DECLINE; /* part of a frame or a bad size follows: the general path's */
-            whole = 1;
-        } else {
-            /* inside a frame of known size that this payload does not complete */
+            /* FrameSplitter.feed's fast path: whole frames sliced out of the payload; then
+             * (START) the start of a frame it does not complete, which the general path
+             * buffers */
+            CHECK(scan_frames(data, 0, n, maxs, &q1, &nframes, &tail_need));
+            whole = q1 == n ? WHOLE : START;
+        }
+        if (whole != WHOLE) {
             CHECK(get_ll(sp, S_parts_len, &parts_len));
             CHECK(get_ll(sp, S_need_off, &need_off));
             CHECK(get_ll(sp, S_pos, &pos));
             CHECK(get_ll(sp, S_peak_buffered, &peak));
-            if (base > LLONG_MAX - buflen - parts_len - n)
-                DECLINE;
-            if (!(base + buflen + parts_len + n < need_off))
+            if (parts_len < 0 || pos < 0 || pos > buflen || base > LLONG_MAX - buflen - parts_len - n)
                 DECLINE;
             parts = GET(sp, S_parts);
             if (parts == NULL)
@@ -627,6 +818,46 @@ static PyObject *segment(PyObject *self, PyObject *args)
                 FAIL;
             if (!PyList_CheckExact(parts) || !PyList_CheckExact(part_chunks))
                 DECLINE;
+        }
+        long long end_off = base + buflen + parts_len + n;
+        if (whole == START) {
+            /* the general path after the fast path: nothing held (pos 0, no parts) and no
+             * frame size known that the payload falls short of */
+            if (pos != 0 || parts_len != 0 || PyList_GET_SIZE(parts) != 0 || end_off < need_off)
+                DECLINE;
+        } else if (whole == WHOLE) {
+            /* nothing more to read */
+        } else if (in_sync && buflen - pos >= 4 && PyList_GET_SIZE(parts) > 0 && !(end_off < need_off)) {
+            /* FrameSplitter._complete: the payload ends the frame the buffer starts, whose
+             * pieces were set aside; then the rest as if fed on its own (fast path, START) */
+            const unsigned char *b = (const unsigned char *)PyByteArray_AS_STRING(buf) + pos;
+            int32_t size = (int32_t)(((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3]);
+            if (size < 0 || base + pos + 4 + size != need_off)
+                DECLINE; /* a _need_off a gap left: _flatten's */
+            long long held_parts = 0;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts); i++) {
+                PyObject *part = PyList_GET_ITEM(parts, i);
+                if (!PyBytes_CheckExact(part))
+                    DECLINE;
+                held_parts += PyBytes_GET_SIZE(part);
+            }
+            if (held_parts != parts_len)
+                DECLINE;
+            k = need_off - (end_off - n);
+            if (k <= 0 || k > n)
+                DECLINE;
+            Py_ssize_t nchunks = PyObject_Length(chunks);
+            if (nchunks < 0)
+                FAIL;
+            if (nchunks < 1)
+                DECLINE; /* _chunk_at's _NO_CHUNK: Python's */
+            CHECK(scan_frames(data, (Py_ssize_t)k, n, maxs, &q1, &nframes, &tail_need));
+            whole = COMPLETE;
+        } else if (end_off < need_off) {
+            /* inside a frame of known size that this payload does not complete */
+            whole = INSIDE;
+        } else {
+            DECLINE;
         }
     }
 
@@ -682,58 +913,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
         if (set_ll(dstats, S_kafka_bytes, kafka_bytes + n) < 0)
             goto done;
         /* FrameSplitter.feed */
-        if (whole) {
-            Py_ssize_t q = 0;
-            for (Py_ssize_t i = 0; i < nframes; i++) {
-                uint32_t size = ((uint32_t)data[q] << 24) | ((uint32_t)data[q + 1] << 16)
-                                | ((uint32_t)data[q + 2] << 8) | data[q + 3];
-                Py_XDECREF(last);
-                last = PyBytes_FromStringAndSize((const char *)data + q + 4, (Py_ssize_t)size);
-                if (last == NULL)
-                    goto done;
-                PyObject *fr = frame_type->tp_alloc(frame_type, 6);
-                if (fr == NULL)
-                    goto done;
-                PyObject *off = PyLong_FromLongLong(base + q);
-                if (off == NULL) {
-                    Py_DECREF(fr);
-                    goto done;
-                }
-                Py_INCREF(last);
-                PyTuple_SET_ITEM(fr, 0, last);
-                PyTuple_SET_ITEM(fr, 1, off);
-                Py_INCREF(ts);
-                PyTuple_SET_ITEM(fr, 2, ts);
-                Py_INCREF(ts);
-                PyTuple_SET_ITEM(fr, 3, ts);
-                Py_INCREF(pkt);
-                PyTuple_SET_ITEM(fr, 4, pkt);
-                Py_INCREF(pkt);
-                PyTuple_SET_ITEM(fr, 5, pkt);
-                PyObject *r = PyObject_CallMethodOneArg(ready, S_append, fr);
-                Py_DECREF(fr);
-                if (r == NULL)
-                    goto done;
-                Py_DECREF(r);
-                q += 4 + (Py_ssize_t)size;
-            }
-            if (set_ll(sp, S_frames, sp_frames + nframes) < 0 || SET(sp, S_last_frame, last) < 0
-                || set_ll(sp, S_frame_bytes, frame_bytes + n) < 0 || set_ll(sp, S_fed_bytes, fed_bytes + n) < 0
-                || set_ll(sp, S_base, base + n) < 0)
-                goto done;
-            PyObject *r = PyObject_CallMethodNoArgs(chunks, S_clear);
-            if (r == NULL)
-                goto done;
-            Py_DECREF(r);
-            PyObject *chunk = Py_BuildValue("(LOO)", base, ts, pkt);
-            if (chunk == NULL)
-                goto done;
-            r = PyObject_CallMethodOneArg(chunks, S_append, chunk);
-            Py_DECREF(chunk);
-            if (r == NULL)
-                goto done;
-            Py_DECREF(r);
-        } else {
+        if (whole == INSIDE) {
             long long end_off = base + buflen + parts_len + n;
             PyObject *chunk = Py_BuildValue("(LOO)", end_off - n, ts, pkt);
             if (chunk == NULL)
@@ -747,6 +927,10 @@ static PyObject *segment(PyObject *self, PyObject *args)
             long long held = buflen - pos + parts_len + n;
             if (held > peak && set_ll(sp, S_peak_buffered, held) < 0)
                 goto done;
+        } else if (splitter_feed(sp, whole, data, n, payload, buf, buflen, pos, parts, part_chunks, parts_len,
+                                 need_off, k, q1, nframes, tail_need, base, fed_bytes, frame_bytes, sp_frames,
+                                 peak, ts, pkt, ready, chunks, frame_type) < 0) {
+            goto done;
         }
         /* back in TcpReassembler.feed: the delivered tail kept for overlap checks */
         if (recent == Py_None) {
