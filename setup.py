@@ -20,6 +20,8 @@ EXTENSIONS = [
     Extension("kwinspect.export._crender", ["kwinspect/export/_crender.c"],
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect._cdriver", ["kwinspect/_cdriver.c"], extra_compile_args=["-O2", "-std=c99"]),
+    Extension("kwinspect.analyze._crows", ["kwinspect/analyze/_crows.c"],
+              extra_compile_args=["-O2", "-std=c99"]),
 ]
 
 

@@ -54,7 +54,9 @@ def test_the_wheel_has_every_module_of_the_product(wheel):
 
 def test_the_wheel_carries_the_compiled_core_and_not_its_c_source(wheel):
     names = _names(wheel)
-    for module in ("capture/_cpackets", "protocol/_cdecode", "stream/_clabels", "_cdriver"):
+    from kwinspect.core import EXTENSIONS
+
+    for module in (name.removeprefix("kwinspect.").replace(".", "/") for name in EXTENSIONS):
         assert [n for n in names if re.fullmatch(rf"kwinspect/{module}\.cpython-.*\.so", n)], (module, names)
     assert not [n for n in names if n.endswith(".c")]
 

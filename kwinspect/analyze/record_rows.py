@@ -48,8 +48,14 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kwinspect.core import load
 from kwinspect.model import Issue, RecordRow
-from kwinspect.protocol.records import RecordSet, parse_record_set, render_bytes
+from kwinspect.protocol.records import (
+    TIMESTAMP_LOG_APPEND,
+    RecordSet,
+    parse_record_set,
+    render_bytes,
+)
 from kwinspect.protocol.schema.api_keys import ApiKey
 
 __all__ = [
@@ -141,11 +147,16 @@ def _produce_rows(request_body, response_body, correlation_id, stream, values, t
             cursor = 0
             for batch in rs.batches:
                 if batch.magic == 2:
-                    for rec, row in _batch_rows(PRODUCE, topic, partition, batch, correlation_id,
-                                                stream, values, internal, xref):
-                        if base is not None:
-                            row.offset = base + cursor + rec.offset_delta
-                        yield row
+                    fast = _compiled_rows(PRODUCE, topic, partition, batch, correlation_id, stream, values,
+                                          xref, None if base is None else base + cursor, None)
+                    if fast is not None:
+                        yield from fast
+                    else:
+                        for rec, row in _batch_rows(PRODUCE, topic, partition, batch, correlation_id,
+                                                    stream, values, internal, xref):
+                            if base is not None:
+                                row.offset = base + cursor + rec.offset_delta
+                            yield row
                     cursor += max(0, (batch.last_offset_delta or 0) + 1)
                 else:
                     for _rec, row in _batch_rows(PRODUCE, topic, partition, batch, correlation_id,
@@ -236,6 +247,11 @@ def iter_records_from_fetch(
             if start is None:
                 start = fetch_offsets.get((_topic_id(topic_resp), partition))
             for batch in rs.batches:
+                fast = _compiled_rows(FETCH, topic, partition, batch, correlation_id, stream, values, xref,
+                                      batch.base_offset, start) if batch.magic == 2 else None
+                if fast is not None:
+                    yield from fast
+                    continue
                 for rec, row in _batch_rows(FETCH, topic, partition, batch, correlation_id,
                                             stream, values, internal, xref):
                     if start is not None and rec.offset is not None and rec.offset < start:
@@ -300,6 +316,50 @@ def records_from_exchange(
 
 
 # --------------------------------------------------------------------------- rows
+
+
+# The compiled twin of _batch_rows for the usual v2 batch (analyze/_crows.c), or None
+_crows = load("kwinspect.analyze._crows")
+_ROW_SLOTS = tuple(f.name for f in dataclasses.fields(RecordRow))
+# where the C puts each record's own values (model.RecordRow's field order)
+_C_SLOTS = {"offset": 3, "timestamp": 4, "key": 6, "key_encoding": 7, "value": 8, "value_encoding": 9,
+            "headers": 10, "sequence": 16}
+if _crows is not None and any(_ROW_SLOTS[i] != name for name, i in _C_SLOTS.items()):
+    _crows = None  # RecordRow was reordered: the Python path until the C is told
+
+
+def _compiled_rows(direction, topic, partition, batch, correlation_id, stream, values, xref, first,
+                   skip_below) -> list[RecordRow] | None:
+    """The rows of a v2 batch made in C, each row's offset ``first`` + its offset delta (None
+    when ``first`` is), leaving out those below ``skip_below``; None when the C does not
+    take the batch (control batches, internal topics, a mode other than ``auto``, anything
+    the decoder would report: then _batch_rows decodes it)."""
+    if (_crows is None or values != "auto" or batch.is_control or topic in INTERNAL_TOPICS
+            or (first is not None and type(first) is not int)):
+        return None
+    area = batch.records_area()
+    if area is None:
+        return None
+    data, pos, end = area
+    pid, epoch = batch.producer_id, batch.producer_epoch
+    if pid is None or pid < 0:
+        pid = epoch = None
+    elif epoch is not None and epoch < 0:
+        epoch = None
+    frame, response_frame, tcp_stream = xref
+    fixed = {
+        "direction": direction, "topic": topic, "partition": partition, "timestamp_type": batch.timestamp_type,
+        "compression": batch.compression, "magic": batch.magic, "crc_ok": batch.crc_ok, "producer_id": pid,
+        "producer_epoch": epoch, "is_transactional": batch.is_transactional, "is_control": False,
+        "control_type": None, "correlation_id": correlation_id, "stream": stream, "frame": frame,
+        "response_frame": response_frame, "tcp_stream": tcp_stream,
+    }
+    template = tuple(fixed.get(name) for name in _ROW_SLOTS)
+    base_seq = batch.base_sequence
+    return _crows.v2_rows(
+        data, pos, end, batch.record_count or 0, batch.limits.max_records_per_batch, RecordRow, _ROW_SLOTS,
+        template, (batch.timestamp_type == TIMESTAMP_LOG_APPEND, batch.max_timestamp, batch.base_timestamp),
+        base_seq if base_seq is not None and base_seq >= 0 else None, (first, skip_below))
 
 
 def _batch_rows(direction, topic, partition, batch, correlation_id, stream, values,

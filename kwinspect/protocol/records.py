@@ -347,6 +347,19 @@ class RecordBatch:
             return None
         return out
 
+    def records_area(self) -> tuple[bytes, int, int] | None:
+        """(data, start, end): where the records of a v2 batch are, decompressed when the
+        batch is; None when decompressing fails (iter_records reports why). For decoders
+        that read the records themselves (analyze/_crows.c)."""
+        if self.magic != 2:
+            return None
+        if self.codec == 0:
+            return self.buffer, self.body_start, self.end
+        out, problem = decompress(self.codec, self.buffer[self.body_start:self.end], self.limits)
+        if problem is not None or type(out) is not bytes:
+            return None
+        return out, 0, len(out)
+
     def _v2_records(self) -> Iterator[Record]:
         # The hot loop of `kwinspect records`: one-byte varints (the usual case
         # for lengths under 64 and small deltas) are decoded inline, longer ones

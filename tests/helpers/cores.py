@@ -6,7 +6,8 @@ gives the Python reference path (what KWINSPECT_PURE=1 gives a new process). The
 decoders read kwinspect.protocol.compiled when they make a decoder for an (api key,
 version, direction) and cache it, so the caches are emptied on the way in and out. The
 labels (kwinspect.stream.labels) read their compiled walks at each call; a writer reads
-kwinspect.export.fastrender when it renders its first jsonl row.
+kwinspect.export.fastrender when it renders its first jsonl row; the records table
+reads kwinspect.analyze.record_rows._crows for every record batch.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sysconfig
 from collections.abc import Iterator
 
 from kwinspect import dissect
+from kwinspect.analyze import record_rows
 from kwinspect.capture import fastpath
 from kwinspect.export import fastrender
 from kwinspect.protocol import compiled, decode
@@ -32,7 +34,8 @@ def compiled_available() -> bool:
         all(getattr(compiled, n) is not None for n in _DECODE_NAMES) and \
         all(getattr(labels, n) is not None for n in _LABEL_NAMES) and \
         fastrender.JsonlRow is not None and \
-        dissect.segment_fastpath is not None
+        dissect.segment_fastpath is not None and \
+        record_rows._crows is not None
 
 
 def require_compiled() -> None:
@@ -58,8 +61,10 @@ def python_core() -> Iterator[None]:
     saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
     saved_labels = {n: getattr(labels, n) for n in _LABEL_NAMES}
     saved_render = fastrender.JsonlRow
+    saved_rows = record_rows._crows
     try:
         fastrender.JsonlRow = None  # read when a writer renders its first row
+        record_rows._crows = None  # read for every record batch
         for n in _NAMES:
             setattr(fastpath, n, None)
         dissect.segment_fastpath = None
@@ -78,6 +83,7 @@ def python_core() -> Iterator[None]:
         for n, v in saved_labels.items():
             setattr(labels, n, v)
         fastrender.JsonlRow = saved_render
+        record_rows._crows = saved_rows
         decode.clear_caches()
 
 
