@@ -26,6 +26,10 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
+
+#define MAX_BOUND 64 /* columns line_of reads from a row's slots */
+#define PyTupleCheckExact_or_list(v) (PyTuple_CheckExact(v) || PyList_CheckExact(v))
 
 /* column kinds: must match _crender_kinds in export/writers.py */
 enum { K_SCALAR = 0, K_TIMESTAMP = 1, K_LIST = 2 };
@@ -306,6 +310,8 @@ typedef struct {
     PyObject *suffix;   /* str (ASCII): '}' or '}\n' */
     PyObject *fallback; /* the generated Python function, for rows this one hands on */
     Buf buf;
+    PyTypeObject *bound; /* line_of's row type (bind), or NULL */
+    Py_ssize_t *offsets; /* the member offset of each column in it */
 } JsonlRow;
 
 static void JsonlRow_dealloc(JsonlRow *self) {
@@ -314,6 +320,8 @@ static void JsonlRow_dealloc(JsonlRow *self) {
     Py_XDECREF(self->prefixes);
     Py_XDECREF(self->suffix);
     Py_XDECREF(self->fallback);
+    Py_XDECREF((PyObject *)self->bound);
+    PyMem_Free(self->offsets);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -362,26 +370,9 @@ done:
     return ok ? 0 : -1;
 }
 
-static PyObject *JsonlRow_call(JsonlRow *self, PyObject *args, PyObject *kwds) {
-    PyObject *vals;
-    if (kwds && PyDict_GET_SIZE(kwds)) {
-        PyErr_SetString(PyExc_TypeError, "JsonlRow takes one positional argument");
-        return NULL;
-    }
-    if (!PyArg_UnpackTuple(args, "JsonlRow", 1, 1, &vals))
-        return NULL;
-    if (!self->kinds) {
-        PyErr_SetString(PyExc_ValueError, "JsonlRow was not initialised");
-        return NULL;
-    }
-    PyObject **items;
-    Py_ssize_t n;
-    if (!PyTuple_CheckExact(vals) && !PyList_CheckExact(vals))
-        goto python;
-    items = PySequence_Fast_ITEMS(vals);
-    n = PySequence_Fast_GET_SIZE(vals);
-    if (n != self->ncols)
-        goto python;
+/* The line of items[0:n] (the values in column order); NULL with an exception, or
+ * Py_None (a borrowed marker, not a line) when a value is one the C does not render. */
+static PyObject *render_items(JsonlRow *self, PyObject **items, Py_ssize_t n) {
     Buf *b = &self->buf;
     b->len = 0;
     b->ascii = 1;
@@ -398,7 +389,7 @@ static PyObject *JsonlRow_call(JsonlRow *self, PyObject *args, PyObject *kwds) {
         if (rc < 0)
             return NULL;
         if (rc == 0)
-            goto python;
+            return Py_None;
     }
     if (put(b, (const char *)PyUnicode_DATA(self->suffix), PyUnicode_GET_LENGTH(self->suffix)) < 0)
         return NULL;
@@ -416,9 +407,97 @@ static PyObject *JsonlRow_call(JsonlRow *self, PyObject *args, PyObject *kwds) {
         b->len = b->cap = 0;
     }
     return line;
-python:
+}
+
+static PyObject *JsonlRow_call(JsonlRow *self, PyObject *args, PyObject *kwds) {
+    PyObject *vals;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "JsonlRow takes one positional argument");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "JsonlRow", 1, 1, &vals))
+        return NULL;
+    if (!self->kinds) {
+        PyErr_SetString(PyExc_ValueError, "JsonlRow was not initialised");
+        return NULL;
+    }
+    if ((PyTupleCheckExact_or_list(vals)) && PySequence_Fast_GET_SIZE(vals) == self->ncols) {
+        PyObject *line = render_items(self, PySequence_Fast_ITEMS(vals), self->ncols);
+        if (line != Py_None)
+            return line;
+    }
     return PyObject_CallOneArg(self->fallback, vals);
 }
+
+/* bind(row_type, names): line_of renders row_type's instances straight from their slots
+ * (names: the column of each kind, in order; every one a slot of row_type) */
+static PyObject *JsonlRow_bind(JsonlRow *self, PyObject *args) {
+    PyTypeObject *type;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &type, &PyTuple_Type, &names))
+        return NULL;
+    if (!self->kinds || PyTuple_GET_SIZE(names) != self->ncols) {
+        PyErr_SetString(PyExc_ValueError, "JsonlRow.bind: one name per column of an initialised renderer");
+        return NULL;
+    }
+    Py_ssize_t *offsets = PyMem_Malloc(self->ncols ? (size_t)self->ncols * sizeof(Py_ssize_t) : 1);
+    if (!offsets)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < self->ncols; i++) {
+        PyObject *descr = _PyType_Lookup(type, PyTuple_GET_ITEM(names, i));
+        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type
+            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyMem_Free(offsets);
+            PyErr_Format(PyExc_TypeError, "JsonlRow.bind: %R is not a slot of %s", PyTuple_GET_ITEM(names, i),
+                         type->tp_name);
+            return NULL;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    PyMem_Free(self->offsets);
+    self->offsets = offsets;
+    Py_INCREF(type);
+    Py_XSETREF(self->bound, type);
+    Py_RETURN_NONE;
+}
+
+/* line_of(row): the line of a row of the bound type, read from its slots; None for any
+ * other object or a slot not set (the caller's general path then renders or raises) */
+static PyObject *JsonlRow_line_of(JsonlRow *self, PyObject *row) {
+    if (self->bound == NULL || Py_TYPE(row) != self->bound)
+        Py_RETURN_NONE;
+    PyObject *items[MAX_BOUND];
+    Py_ssize_t n = self->ncols;
+    if (n > MAX_BOUND)
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        items[i] = *(PyObject **)((char *)row + self->offsets[i]);
+        if (items[i] == NULL)
+            Py_RETURN_NONE;
+    }
+    PyObject *line = render_items(self, items, n);
+    if (line != Py_None)
+        return line;
+    /* a value the C does not render: the generated function, with the values in a tuple */
+    PyObject *vals = PyTuple_New(n);
+    if (!vals)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(items[i]);
+        PyTuple_SET_ITEM(vals, i, items[i]);
+    }
+    line = PyObject_CallOneArg(self->fallback, vals);
+    Py_DECREF(vals);
+    return line;
+}
+
+static PyMethodDef JsonlRow_methods[] = {
+    {"bind", (PyCFunction)JsonlRow_bind, METH_VARARGS,
+     "bind(row_type, names): line_of renders row_type's instances from these slots"},
+    {"line_of", (PyCFunction)JsonlRow_line_of, METH_O,
+     "line_of(row) -> the line of a row of the bound type, or None for anything else"},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyTypeObject JsonlRowType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -431,6 +510,7 @@ static PyTypeObject JsonlRowType = {
     .tp_init = (initproc)JsonlRow_init,
     .tp_dealloc = (destructor)JsonlRow_dealloc,
     .tp_call = (ternaryfunc)JsonlRow_call,
+    .tp_methods = JsonlRow_methods,
 };
 
 static struct PyModuleDef module = {

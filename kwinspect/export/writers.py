@@ -433,6 +433,22 @@ class _FastRows:
     def _csv(self):
         return _compile_fast(self.columns, "csv") if self.columns else None
 
+    @functools.cached_property
+    def line_of(self) -> Callable[[Any], str | None] | None:
+        """The compiled renderer's line_of (a model row read from its slots, newline included;
+        None for another object), when the C renderer runs and a model type of these
+        columns has them all as slots: no tuple of values per row."""
+        render = self.jsonl_nl
+        if fastrender.JsonlRow is None or type(render) is not fastrender.JsonlRow:
+            return None
+        for row_type in sorted(self.direct, key=lambda t: t.__name__):
+            try:
+                render.bind(row_type, self.columns)
+            except TypeError:
+                continue
+            return render.line_of
+        return None
+
     def values(self, item: Any) -> Any:
         """The row's values in column order, or None when only the general path can tell."""
         if self.getter is None:
@@ -584,8 +600,18 @@ class JsonlWriter(RowWriter):
     def line(self, item: Any) -> str:
         """The row's line, with its newline (what write() writes)."""
         fast = self._fast
-        vals = fast.values(item)
         line = None
+        line_of = fast.line_of
+        if line_of is not None:
+            try:
+                line = line_of(item)
+            except _Slow:
+                line = None
+            if line is not None:
+                if not line.isascii() and _SURROGATE.search(line):
+                    line = _SURROGATE.sub(lambda m: "\\" + _surrogate_text(m), line)
+                return line
+        vals = fast.values(item)
         if vals is not None:
             try:
                 line = fast.jsonl_nl(vals)

@@ -33,6 +33,7 @@ def general_line(table: str, row: dict, columns) -> str:
     buf = io.StringIO()
     w = writers.JsonlWriter(table, buf, columns=columns)
     w._fast.values = lambda item: None  # noqa: SLF001 - the reference path, on purpose
+    w._fast.line_of = None  # noqa: SLF001 - nor the C renderer reading the row's slots
     w.write(row)
     return buf.getvalue()
 
@@ -134,3 +135,28 @@ def test_a_huge_value_then_small_rows():
     huge = dict(plain, value=('ab"\\\n\x01é日\U0001f600' * 150_000), key="\x1f" * 300_000)
     for row in (plain, huge, plain, dict(plain, value="v" * 2_000_000), plain):
         assert render(tuple(row[c] for c in columns)) == general_line("records", row, columns)
+
+
+def test_line_of_reads_a_model_row_from_its_slots():
+    """JsonlWriter renders a model row straight from its slots (no tuple of values): the
+    same line as the general path, the generated function's for a value the C leaves to
+    it, and None for anything but the bound type (the writer's other paths take it)."""
+    from kwinspect.model import Exchange
+
+    ex = Exchange("a->b", "a", "b", 3, "Metadata", 12, 7, "cl\u00e9nt \"x\"", 1_700_000_000.25, 1_700_000_000.5,
+                  250.0, 40, 90, "paired", [0, 3], ["NONE", "UNKNOWN_TOPIC_OR_PARTITION"], ["t\n1"], None)
+    w = writers.JsonlWriter("exchanges", io.StringIO())
+    line_of = w._fast.line_of  # noqa: SLF001
+    assert line_of is not None
+    assert line_of(ex) == general_line("exchanges", ex, None)
+    assert line_of(ex.row()) is None and line_of("x") is None
+
+    class Text(str):  # a subclass: the C hands the row to the generated function, which
+        pass           # leaves it to the general path (_Slow); the writer's line is that
+
+    ex.client_id = Text("sub")
+    with pytest.raises(writers._Slow):  # noqa: SLF001
+        line_of(ex)
+    assert w.line(ex) == general_line("exchanges", ex, None)
+    with pytest.raises(TypeError):
+        c_renderer(("stream", "nope"), _no_fallback).bind(Exchange, ("stream", "nope"))

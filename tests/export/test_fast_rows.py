@@ -39,6 +39,7 @@ def _write(fmt: str, table: str, rows, *, fast: bool, columns=None) -> str:
     w = writers.open_writer(fmt, table, buf, columns=columns)
     if not fast:
         w._fast.values = lambda item: None  # every row the general way
+        w._fast.line_of = None  # (and not read from its slots by the C renderer)
     for r in rows:
         w.write(r)
     w.close()
