@@ -618,8 +618,12 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
                            schemas if table == "records" else None)
     record_errors = table == "errors" and getattr(args, "records", False)
     early, late = _schema_passes(args, table, keep)
+    plain = table == "exchanges" and keep is None  # an exchange is its own row: rows_of's answer, inlined
     for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
         if type(ev) is str:
+            yield ev
+            continue
+        if plain and type(ev) is Exchange:
             yield ev
             continue
         if type(ev) is RecordProblems:  # a worker's count beside its rendered records
