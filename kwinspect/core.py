@@ -21,7 +21,7 @@ from types import ModuleType
 PURE_ENV = "KWINSPECT_PURE"
 # Every extension module setup.py builds (tests/test_core.py checks the two lists agree).
 EXTENSIONS = ("kwinspect.capture._cpackets", "kwinspect.protocol._cdecode", "kwinspect.stream._clabels",
-              "kwinspect.export._crender", "kwinspect._cdriver")
+              "kwinspect.stream._cconv", "kwinspect.export._crender", "kwinspect._cdriver")
 
 
 def pure_requested() -> bool:
