@@ -26,8 +26,9 @@
  * The second phase writes the fields those methods write, with the same values: the
  * counters, last_correlation_id, _api_versions_seen, the pending map and
  * SharedState.pending_bytes, the validator's last_correlation_id, exchange_counter, the
- * Exchange (built with every field emit gives it; broker_id from SharedState.broker_id_for
- * itself, latency from the same float expression and Python's own round()), and
+ * Exchange (built with every field emit gives it; broker_id from SharedState.broker_id_for's
+ * cache when valid, else from the method; latency from the same float expression and
+ * Python's own round()), and
  * frame_packets of the last frame taken.  It fails only when memory does.
  */
 #define PY_SSIZE_T_CLEAN
@@ -52,7 +53,8 @@ static PyObject *S_requests, *S_responses, *S_frame_packets, *S_sasl_raw, *S_sas
     *S_stream, *S_client_text, *S_broker_text, *S_tcp_stream, *S_broker, *S_pending_bytes,
     *S_topic_names, *S_exchange_counter, *S_broker_id_for, *S_api_key, *S_api_version, *S_header,
     *S_body, *S_issues, *S_size, *S_message, *S_frame, *S_counted, *S_correlation_id, *S_client_id,
-    *S_acks, *S_throttle_time_ms, *S_max_wait_ms, *S_compiled_exchange, *S_add;
+    *S_acks, *S_throttle_time_ms, *S_max_wait_ms, *S_compiled_exchange, *S_brokers, *S_brokers_seen,
+    *S_broker_ids;
 
 /* configure()'s objects */
 static PyTypeObject *g_conv_type, *g_shared_type, *g_pending_type, *g_exchange_type, *g_frame_type;
@@ -442,6 +444,42 @@ done:
 
 /* ---- responses ----------------------------------------------------------------------------- */
 
+/* shared.broker_id_for(endpoint): its cached answer read here when the cache is valid (brokers
+ * equal to the copy the answers were worked out from, the endpoint asked before), else the
+ * method itself (which works it out and fills the cache).  A new reference. */
+static PyObject *broker_id_for(PyObject *shared, PyObject *endpoint)
+{
+    PyObject *brokers = GET(shared, S_brokers), *seen = NULL, *ids = NULL, *out = NULL;
+    if (brokers == NULL)
+        return NULL;
+    if ((seen = GET(shared, S_brokers_seen)) == NULL)
+        goto done;
+    if (PyDict_CheckExact(brokers) && PyDict_CheckExact(seen)) {
+        int same = PyObject_RichCompareBool(brokers, seen, Py_EQ);
+        if (same < 0)
+            goto done;
+        if (same) {
+            if ((ids = GET(shared, S_broker_ids)) == NULL)
+                goto done;
+            if (PyDict_CheckExact(ids)) {
+                out = PyDict_GetItemWithError(ids, endpoint);
+                if (out != NULL) {
+                    Py_INCREF(out);
+                    goto done;
+                }
+                if (PyErr_Occurred())
+                    goto done;
+            }
+        }
+    }
+    out = PyObject_CallMethodOneArg(shared, S_broker_id_for, endpoint);
+done:
+    Py_DECREF(brokers);
+    Py_XDECREF(seen);
+    Py_XDECREF(ids);
+    return out;
+}
+
 static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyObject *ts_last, PyObject *pkt_first,
                          PyObject *pkt_last)
 {
@@ -663,7 +701,7 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
     }
     if ((index = PyLong_FromLongLong(n)) == NULL)
         goto done;
-    if ((broker_id = PyObject_CallMethodOneArg(shared, S_broker_id_for, broker)) == NULL)
+    if ((broker_id = broker_id_for(shared, broker)) == NULL)
         goto done;
     if ((errors_codes = PyList_New(0)) == NULL || (error_names = PyList_New(0)) == NULL)
         goto done;
@@ -926,7 +964,9 @@ PyMODINIT_FUNC PyInit__cconv(void)
     INTERN(S_throttle_time_ms, "throttle_time_ms");
     INTERN(S_max_wait_ms, "max_wait_ms");
     INTERN(S_compiled_exchange, "compiled_exchange");
-    INTERN(S_add, "add");
+    INTERN(S_brokers, "brokers");
+    INTERN(S_brokers_seen, "_brokers_seen");
+    INTERN(S_broker_ids, "_broker_ids");
 #undef INTERN
     if ((g_empty_dict = PyDict_New()) == NULL || (g_decoders = PyDict_New()) == NULL
         || (g_zero = PyLong_FromLong(0)) == NULL || (g_three = PyLong_FromLong(3)) == NULL)
