@@ -906,8 +906,10 @@ class Dissector:
         i, n = 0, len(events)
         while i < n:
             if walk is not None:
-                i = walk(conv, events, i, from_client, conn.req_validator)
-                if i >= n:
+                i = walk(conv, events, i, from_client, conn.req_validator, self._events)
+                if i > n:
+                    return  # all taken, and the conversation's rows moved (what pop_events does)
+                if i == n:
                     break
             ev = events[i]
             i += 1

@@ -1,6 +1,6 @@
 /* kwinspect.stream._cconv: the compiled common path of a Kafka conversation (conversation.py).
  *
- *   frames(conv, events, start, from_client, validator) -> int
+ *   frames(conv, events, start, from_client, validator[, sink]) -> int
  *
  * The C twin of what one ordinary frame costs in Python: Dissector._frames_to_conversation
  * -> Conversation.on_request (decode, the pending entry) or Conversation.on_response
@@ -8,7 +8,10 @@
  * splitter's events() handed out) from index `start` and takes each Frame it can; it stops
  * at the first event that is not a Frame or that is not the ordinary case, and returns its
  * index (len(events) when it took them all).  The caller hands that event to the Python
- * methods, which stay the reference, and calls again after it.
+ * methods, which stay the reference, and calls again after it.  With a `sink` list, when it
+ * took them all and the conversation's pending rows are only Exchanges (pop_events would
+ * hand them over as they are), it moves them to the end of `sink` itself and returns
+ * len(events) + 1: the caller's pop_events is done too.
  *
  * Each frame is taken in two phases, like the driver's segments.  The first reads and
  * decides, changing nothing: a request is the ordinary case when the connection is not
@@ -54,7 +57,7 @@ static PyObject *S_requests, *S_responses, *S_frame_packets, *S_sasl_raw, *S_sas
     *S_topic_names, *S_exchange_counter, *S_broker_id_for, *S_api_key, *S_api_version, *S_header,
     *S_body, *S_issues, *S_size, *S_message, *S_frame, *S_counted, *S_correlation_id, *S_client_id,
     *S_acks, *S_throttle_time_ms, *S_max_wait_ms, *S_compiled_exchange, *S_brokers, *S_brokers_seen,
-    *S_broker_ids;
+    *S_broker_ids, *S_closed;
 
 /* configure()'s objects */
 static PyTypeObject *g_conv_type, *g_shared_type, *g_pending_type, *g_exchange_type, *g_frame_type;
@@ -775,10 +778,47 @@ done:
 
 /* ---- the walk ------------------------------------------------------------------------------ */
 
+/* Conversation.pop_events when it has only to hand the events over (every one an Exchange, the
+ * conversation not just closed): they go to the end of `sink` and the conversation gets a new
+ * empty list, as pop_events does.  1: done, 0: not that case (nothing changed), -1: error. */
+static int move_events(PyObject *conv, PyObject *sink)
+{
+    PyObject *closed = GET(conv, S_closed), *events = NULL, *fresh = NULL;
+    int result = -1;
+    if (closed == NULL)
+        return -1;
+    if ((events = GET(conv, S_events)) == NULL)
+        goto done;
+    result = 0;
+    if (closed != Py_False || !PyList_CheckExact(events))
+        goto done;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(events); k++)
+        if (Py_TYPE(PyList_GET_ITEM(events, k)) != g_exchange_type)
+            goto done;
+    result = -1;
+    if (PyList_GET_SIZE(events) > 0) {
+        if ((fresh = PyList_New(0)) == NULL)
+            goto done;
+        if (PyList_SetSlice(sink, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, events) < 0 || SET(conv, S_events, fresh) < 0)
+            goto done;
+    }
+    result = 1;
+done:
+    Py_DECREF(closed);
+    Py_XDECREF(events);
+    Py_XDECREF(fresh);
+    return result;
+}
+
 static PyObject *frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "frames(conversation, events, start, from_client, validator)");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "frames(conversation, events, start, from_client, validator[, sink])");
+        return NULL;
+    }
+    PyObject *sink = nargs == 6 ? args[5] : Py_None;
+    if (sink != Py_None && !PyList_CheckExact(sink)) {
+        PyErr_SetString(PyExc_TypeError, "frames(): sink must be a list or None");
         return NULL;
     }
     if (!configured())
@@ -829,6 +869,13 @@ static PyObject *frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(pkts);
         if (r < 0)
             return NULL;
+    }
+    if (i == PyList_GET_SIZE(events) && sink != Py_None) {
+        int r = move_events(conv, sink);
+        if (r < 0)
+            return NULL;
+        if (r)
+            return PyLong_FromSsize_t(i + 1);
     }
     return PyLong_FromSsize_t(i);
 }
@@ -917,7 +964,8 @@ static PyMethodDef methods[] = {
      "exchange_decoder, labels module, fetch_carried_records, round, API_NAMES, SECRET_APIS,\n"
      "LONG_POLL_FRACTION, STATUS_PAIRED, PENDING_DECODED_BYTES)"},
     {"frames", (PyCFunction)(void (*)(void))frames, METH_FASTCALL,
-     "frames(conversation, events, start, from_client, validator) -> index of the first event not taken"},
+     "frames(conversation, events, start, from_client, validator[, sink]) -> index of the first event not\n"
+     "taken; len(events) + 1: all taken and the conversation's rows moved to sink (its pop_events)"},
     {"clear_decoders", clear_decoders, METH_NOARGS, "forget the cached decoders"},
     {NULL, NULL, 0, NULL},
 };
@@ -967,6 +1015,7 @@ PyMODINIT_FUNC PyInit__cconv(void)
     INTERN(S_brokers, "brokers");
     INTERN(S_brokers_seen, "_brokers_seen");
     INTERN(S_broker_ids, "_broker_ids");
+    INTERN(S_closed, "_closed");
 #undef INTERN
     if ((g_empty_dict = PyDict_New()) == NULL || (g_decoders = PyDict_New()) == NULL
         || (g_zero = PyLong_FromLong(0)) == NULL || (g_three = PyLong_FromLong(3)) == NULL)

@@ -619,9 +619,11 @@ def _issue_text(issues: list[Issue]) -> str:
 #
 # The facade: the C walk over a splitter's events, or None without the extension (or with
 # KWINSPECT_PURE=1; tests set it to None for the Python core).
-# compiled_frames(conversation, events, start, from_client, validator) takes the ordinary
-# frames from events[start] on (what on_request / on_response do for them, the driver's
-# validator line included) and returns the index of the first event it left to Python.
+# compiled_frames(conversation, events, start, from_client, validator, sink) takes the
+# ordinary frames from events[start] on (what on_request / on_response do for them, the
+# driver's validator line included) and returns the index of the first event it left to
+# Python; len(events) + 1 when it took them all and did pop_events' work too (the rows were
+# all Exchanges: moved to the end of the list `sink`).
 
 _c = load("kwinspect.stream._cconv")
 if _c is not None:
