@@ -321,7 +321,9 @@ static int take_request(PyObject *conv, PyObject *data, PyObject *ts_first, PyOb
         result = PyErr_Occurred() ? swallow() : DECLINE;
         goto done;
     }
+    Py_INCREF(decode); /* (the cache may change while it runs Python code) */
     msg = PyObject_CallOneArg(decode, data);
+    Py_DECREF(decode);
     if (msg == NULL) {
         result = swallow();
         goto done;
@@ -576,7 +578,9 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         goto done;
     }
     PyObject *args[3] = {data, q.api_key, q.api_version};
+    Py_INCREF(decode);
     resp = PyObject_Vectorcall(decode, args, 3, NULL);
+    Py_DECREF(decode);
     if (resp == NULL) {
         result = swallow();
         goto done;
@@ -816,11 +820,8 @@ static PyObject *frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "frames(conversation, events, start, from_client, validator[, sink])");
         return NULL;
     }
-    PyObject *sink = nargs == 6 ? args[5] : Py_None;
-    if (sink != Py_None && !PyList_CheckExact(sink)) {
-        PyErr_SetString(PyExc_TypeError, "frames(): sink must be a list or None");
-        return NULL;
-    }
+    /* (a sink that is not a list: the caller's pop_events does the work) */
+    PyObject *sink = nargs == 6 && PyList_CheckExact(args[5]) ? args[5] : NULL;
     if (!configured())
         return NULL;
     PyObject *conv = args[0], *events = args[1], *validator = args[4];
@@ -870,7 +871,7 @@ static PyObject *frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (r < 0)
             return NULL;
     }
-    if (i == PyList_GET_SIZE(events) && sink != Py_None) {
+    if (i == PyList_GET_SIZE(events) && sink != NULL) {
         int r = move_events(conv, sink);
         if (r < 0)
             return NULL;

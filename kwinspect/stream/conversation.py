@@ -236,6 +236,7 @@ class Conversation:
         return set(self._pending)
 
     def pop_events(self) -> list[Exchange | ErrorRow]:
+        # (stream/_cconv.c does this when every event is an Exchange and _closed is False)
         events, self._events = self._events, []
         counts = self._issue_counts
         kept: list[Exchange | ErrorRow] | None = None
@@ -264,6 +265,10 @@ class Conversation:
     # -- requests ----------------------------------------------------------------------
 
     def on_request(self, frame: bytes, ts_first: float, ts_last: float) -> None:
+        # stream/_cconv.c is the twin of this method's usual case, on these same fields:
+        # requests, _sasl_raw, last_correlation_id, _api_versions_seen, advertised, _pending
+        # (_Pending's fields), max_in_flight, shared.pending_bytes. A change to them changes
+        # the C too (tests/stream/test_conversation_compiled.py compares the state).
         self.requests += 1
         pkts = self.frame_packets
         if self._sasl_raw and not self._looks_like_request(frame):
@@ -330,6 +335,10 @@ class Conversation:
     # -- responses -----------------------------------------------------------------------
 
     def on_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
+        # stream/_cconv.c is the twin of this method's usual case and of emit's for it, on
+        # these same fields: responses, _sasl_raw, _sasl_pending, _pending, _events, stream,
+        # _client_text, _broker_text, tcp_stream, broker, shared (topic_names, pending_bytes,
+        # exchange_counter, brokers, _brokers_seen, _broker_ids), and Exchange's fields.
         self.responses += 1
         pkts = self.frame_packets
         if (self._sasl_raw or self._sasl_pending) and not self._pending_has(frame):

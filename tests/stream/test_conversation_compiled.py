@@ -464,3 +464,34 @@ def test_both_paths_are_identical_on_mixed_conversations(msgs, redact, max_in_fl
     config = DissectConfig(kafka_ports=frozenset({9092}), redact=redact, max_in_flight=max_in_flight)
     shared_pending = 0 if budget is None else conversation.PENDING_DECODED_BYTES - budget
     both(msgs, config=config, mss=mss, dt_=0.3 if slow else 0.001, shared_pending=shared_pending, mangled=mangled)
+
+
+def test_the_walk_refuses_bad_arguments_and_declines_odd_objects():
+    from types import SimpleNamespace
+
+    from kwinspect.stream.framing import Frame
+
+    walk = conversation.compiled_frames
+    conv = Conversation(CLIENT, BROKER)
+    frame = Frame(request_of("produce", 1), 0, 1.0, 1.0, 1, 1)
+    validator = SimpleNamespace(last_correlation_id=None)
+    with pytest.raises(TypeError):
+        walk(conv, [frame], 0, True)
+    with pytest.raises(TypeError):
+        walk(conv, (frame,), 0, True, validator)
+    with pytest.raises(TypeError):
+        walk(conv, [frame], "0", True, validator)
+
+    class Subclass(Conversation):
+        pass
+
+    odd = Subclass(CLIENT, BROKER)
+    assert walk(odd, [frame], 0, True, validator) == 0 and odd.requests == 0  # a subclass: Python's
+    tuple_frame = tuple(frame)
+    assert walk(conv, [tuple_frame], 0, True, validator) == 0  # not a Frame
+    assert walk(conv, [frame._replace(data=bytearray(frame.data))], 0, True, validator) == 0  # not bytes
+    assert walk(conv, [frame._replace(ts_last=1)], 0, False, validator) == 0  # a response to nothing
+    assert conv.requests == conv.responses == 0 and validator.last_correlation_id is None
+    # taken, with a sink that is not a list: the caller's pop_events does the rest
+    assert walk(conv, [frame], 0, True, validator, ()) == 1
+    assert conv.requests == 1 and validator.last_correlation_id == 1 and conv.frame_packets == (1, 1)
