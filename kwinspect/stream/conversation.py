@@ -636,8 +636,11 @@ def _issue_text(issues: list[Issue]) -> str:
 
 _c = load("kwinspect.stream._cconv")
 if _c is not None:
-    _c.configure(Conversation, SharedState, _Pending, Exchange, Frame, _Pending.__slots__,
-                 tuple(Exchange.__dataclass_fields__), compiled.exchange_decoder, labels, fetch_carried_records,
-                 round, API_NAMES, SECRET_APIS, float(LONG_POLL_FRACTION), STATUS_PAIRED,
-                 PENDING_DECODED_BYTES)
+    try:
+        _c.configure(Conversation, SharedState, _Pending, Exchange, Frame, _Pending.__slots__,
+                     tuple(Exchange.__dataclass_fields__), compiled.exchange_decoder, labels,
+                     fetch_carried_records, round, API_NAMES, SECRET_APIS, float(LONG_POLL_FRACTION),
+                     STATUS_PAIRED, PENDING_DECODED_BYTES)
+    except TypeError:  # Exchange or _Pending no longer what the C fills (their fields changed): Python
+        _c = None
 compiled_frames = _c.frames if _c is not None else None
