@@ -81,8 +81,10 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) bench/fuzz.py
 
-# The fuzz targets that reach the C extensions (pcap, dissect, core, decode), and the
-# compiled labels' tests (odd Python objects no decoded body holds), with them
+# The fuzz targets that reach the C extensions (pcap, dissect, core, decode: the dissector
+# targets reach the compiled conversation too), the compiled labels' tests (odd Python
+# objects no decoded body holds) and the compiled conversation's (mixed, mangled
+# conversations, every case it leaves to Python), with them
 # built under AddressSanitizer, preloaded (the interpreter itself is not instrumented;
 # PYTHONMALLOC=malloc puts every Python buffer under ASan's eye). A report does not stop
 # the run (-fsanitize-recover, halt_on_error=0): each goes to build/asan/report.*, and
@@ -98,7 +100,9 @@ fuzz-asan: $(STAMP)
 	  $(PY) bench/fuzz.py $(FUZZ_ASAN_ARGS) || status=$$?; \
 	PYTHONMALLOC=malloc LD_PRELOAD="$$($${CC:-gcc} -print-file-name=libasan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0:halt_on_error=0:log_path=build/asan/report \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/stream/test_labels_compiled.py tests/analyze/test_record_rows_compiled.py tests/export/test_crender.py || status=$$?; \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/stream/test_labels_compiled.py \
+	  tests/stream/test_conversation_compiled.py tests/analyze/test_record_rows_compiled.py \
+	  tests/export/test_crender.py || status=$$?; \
 	$(PY) setup.py -q build_ext --inplace --force; \
 	if ls build/asan/report.* >/dev/null 2>&1; then \
 	  cat build/asan/report.*; echo "fuzz-asan: AddressSanitizer reports above"; exit 1; fi; \

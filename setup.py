@@ -17,6 +17,8 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.stream._clabels", ["kwinspect/stream/_clabels.c"],
               extra_compile_args=["-O2", "-std=c99"]),
+    Extension("kwinspect.stream._cconv", ["kwinspect/stream/_cconv.c"],
+              extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.export._crender", ["kwinspect/export/_crender.c"],
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect._cdriver", ["kwinspect/_cdriver.c"], extra_compile_args=["-O2", "-std=c99"]),

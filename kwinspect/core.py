@@ -5,8 +5,8 @@ extension modules built by ``pip install`` / ``make demo`` where a compiler and 
 Python headers are found (setup.py; without them the install still succeeds and
 the Python path runs). Each accelerated module asks ``load()`` for its extension
 through its own facade (``capture/fastpath.py``, ``protocol/compiled.py``,
-``stream/labels.py``, ``export/fastrender.py``) and falls back to its Python
-code when it gets None. ``KWINSPECT_PURE=1`` forces the Python path everywhere
+``stream/labels.py``, ``stream/conversation.py``, ``export/fastrender.py``) and falls
+back to its Python code when it gets None. ``KWINSPECT_PURE=1`` forces the Python path everywhere
 (the equality tests run both paths this way, in one process, through the facades).
 
 Stdlib only: the bottom layer, importable from every other one.
@@ -21,7 +21,8 @@ from types import ModuleType
 PURE_ENV = "KWINSPECT_PURE"
 # Every extension module setup.py builds (tests/test_core.py checks the two lists agree).
 EXTENSIONS = ("kwinspect.capture._cpackets", "kwinspect.protocol._cdecode", "kwinspect.stream._clabels",
-              "kwinspect.export._crender", "kwinspect._cdriver", "kwinspect.analyze._crows")
+              "kwinspect.stream._cconv", "kwinspect.export._crender", "kwinspect._cdriver",
+              "kwinspect.analyze._crows")
 
 
 def pure_requested() -> bool:

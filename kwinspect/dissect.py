@@ -47,7 +47,7 @@ from kwinspect.model import (
     plural,
     stream_name,
 )
-from kwinspect.stream import detect, row_order
+from kwinspect.stream import conversation, detect, row_order
 from kwinspect.stream.conversation import Conversation, SharedState
 from kwinspect.stream.framing import (
     DEFAULT_MAX_FRAME_SIZE,
@@ -899,7 +899,20 @@ class Dissector:
         splitter = conn.splitters[src]
         from_client = src == info.client
         on_frame = self.on_frame
-        for ev in splitter.events():
+        # the ordinary frames in C (stream/_cconv.c); it stops at the first event it leaves
+        # to the Python below (frame hooks see every frame: then Python takes them all)
+        walk = conversation.compiled_frames if on_frame is None else None
+        events = splitter.events()
+        i, n = 0, len(events)
+        while i < n:
+            if walk is not None:
+                i = walk(conv, events, i, from_client, conn.req_validator, self._events)
+                if i > n:
+                    return  # all taken, and the conversation's rows moved (what pop_events does)
+                if i == n:
+                    break
+            ev = events[i]
+            i += 1
             if type(ev) is Frame:
                 data, _offset, ts_first, ts_last, pkt_first, pkt_last = ev
                 conv.frame_packets = (pkt_first, pkt_last)

@@ -32,12 +32,16 @@ from kwinspect.protocol.layout import (
     API_VERSIONS_KEY,
     MAX_ELEMENTS_PER_MESSAGE,
     STRUCTS,
+    body_schema,
     find_definition,
     in_range,
     min_size,
     records_parser,
+    request_header_version,
+    response_header_version,
 )
 from kwinspect.protocol.primitives import FIXED_SIZES
+from kwinspect.protocol.schema.index import APIS
 
 _c = load("kwinspect.protocol._cdecode")
 
@@ -125,6 +129,25 @@ def message_decoder(is_request: bool, api_key: int, api_version: int, header_ver
         # an UNSUPPORTED_VERSION ApiVersions response is left to the reference (see decode.py)
         int(not is_request and api_key == API_VERSIONS_KEY and api_version > 0), api_key, api_version, MAX_ELEMENTS_PER_MESSAGE))
     return partial(decode_request if is_request else decode_response, program)
+
+
+def exchange_decoder(is_request: bool, api_key: int, api_version: int) -> Any:
+    """The compiled decoder decode.py's decode_request / decode_response would use for this
+    direction, api key and version (made under the same conditions: a known key, a version
+    the tables have), or None where decode.py would use something else (no extension, a
+    version decoded as another, a table the interpreter cannot express). For the compiled
+    conversation (stream/_cconv.c), which caches it: what it returns is exactly what
+    decode.py returns for a frame it decodes (None: decode.py decides)."""
+    if compile_program is None or api_key not in APIS:
+        return None
+    definition, use_version = body_schema(api_key, api_version, is_request)
+    if definition is None or use_version != api_version:
+        return None
+    header_version = (request_header_version if is_request else response_header_version)(api_key, api_version)
+    try:
+        return message_decoder(is_request, api_key, api_version, header_version, definition)
+    except Exception:  # noqa: BLE001 - a table the interpreter cannot express (decode.py: the generated Python)
+        return None
 
 
 def struct_decoder(fields, version: int, flexible: bool) -> Any:

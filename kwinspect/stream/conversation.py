@@ -23,6 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from kwinspect.core import load
 from kwinspect.model import (
     DECODE_ERROR,
     DUPLICATE_CORRELATION_ID,
@@ -44,12 +45,13 @@ from kwinspect.model import (
     Message,
     stream_name,
 )
-from kwinspect.protocol import decode_request, decode_response
+from kwinspect.protocol import compiled, decode_request, decode_response
 from kwinspect.protocol.apis import API_NAMES, api_name
 from kwinspect.protocol.decode import decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
 from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.stream import labels
+from kwinspect.stream.framing import Frame
 from kwinspect.stream.labels import (
     iter_record_sets,
     message_topics,
@@ -234,6 +236,7 @@ class Conversation:
         return set(self._pending)
 
     def pop_events(self) -> list[Exchange | ErrorRow]:
+        # (stream/_cconv.c does this when every event is an Exchange and _closed is False)
         events, self._events = self._events, []
         counts = self._issue_counts
         kept: list[Exchange | ErrorRow] | None = None
@@ -262,6 +265,10 @@ class Conversation:
     # -- requests ----------------------------------------------------------------------
 
     def on_request(self, frame: bytes, ts_first: float, ts_last: float) -> None:
+        # stream/_cconv.c is the twin of this method's usual case, on these same fields:
+        # requests, _sasl_raw, last_correlation_id, _api_versions_seen, advertised, _pending
+        # (_Pending's fields), max_in_flight, shared.pending_bytes. A change to them changes
+        # the C too (tests/stream/test_conversation_compiled.py compares the state).
         self.requests += 1
         pkts = self.frame_packets
         if self._sasl_raw and not self._looks_like_request(frame):
@@ -328,6 +335,10 @@ class Conversation:
     # -- responses -----------------------------------------------------------------------
 
     def on_response(self, frame: bytes, ts_first: float, ts_last: float) -> None:
+        # stream/_cconv.c is the twin of this method's usual case and of emit's for it, on
+        # these same fields: responses, _sasl_raw, _sasl_pending, _pending, _events, stream,
+        # _client_text, _broker_text, tcp_stream, broker, shared (topic_names, pending_bytes,
+        # exchange_counter, brokers, _brokers_seen, _broker_ids), and Exchange's fields.
         self.responses += 1
         pkts = self.frame_packets
         if (self._sasl_raw or self._sasl_pending) and not self._pending_has(frame):
@@ -539,7 +550,7 @@ class Conversation:
         if api_key == FETCH and latency is not None and req is not None and body and req.body:
             wait = req.body.get("max_wait_ms")
             long_poll = (isinstance(wait, int) and wait > 0 and latency >= LONG_POLL_FRACTION * wait
-                         and not any(rs.size for _t, _p, rs in iter_record_sets(1, body, names)))
+                         and not fetch_carried_records(body, names))
         shared.exchange_counter += 1
         events = self._events
         stream = self.stream
@@ -604,5 +615,32 @@ class Conversation:
                                      tcp_stream=self.tcp_stream, order=order))
 
 
+def fetch_carried_records(body: dict, names: dict[str, str]) -> bool:
+    """A Fetch response body holds a record set with bytes in it (not a long poll)."""
+    return any(rs.size for _t, _p, rs in iter_record_sets(1, body, names))
+
+
 def _issue_text(issues: list[Issue]) -> str:
     return "; ".join(f"{i.kind}: {i.message}" for i in issues)
+
+
+# -- the compiled twin (stream/_cconv.c) --------------------------------------------------------
+#
+# The facade: the C walk over a splitter's events, or None without the extension (or with
+# KWINSPECT_PURE=1; tests set it to None for the Python core).
+# compiled_frames(conversation, events, start, from_client, validator, sink) takes the
+# ordinary frames from events[start] on (what on_request / on_response do for them, the
+# driver's validator line included) and returns the index of the first event it left to
+# Python; len(events) + 1 when it took them all and did pop_events' work too (the rows were
+# all Exchanges: moved to the end of the list `sink`).
+
+_c = load("kwinspect.stream._cconv")
+if _c is not None:
+    try:
+        _c.configure(Conversation, SharedState, _Pending, Exchange, Frame, _Pending.__slots__,
+                     tuple(Exchange.__dataclass_fields__), compiled.exchange_decoder, labels,
+                     fetch_carried_records, round, API_NAMES, SECRET_APIS, float(LONG_POLL_FRACTION),
+                     STATUS_PAIRED, PENDING_DECODED_BYTES)
+    except TypeError:  # Exchange or _Pending no longer what the C fills (their fields changed): Python
+        _c = None
+compiled_frames = _c.frames if _c is not None else None

@@ -5,7 +5,8 @@ reader is iterated or a PacketParser/Dissector is made, so setting them to None 
 gives the Python reference path (what KWINSPECT_PURE=1 gives a new process). The
 decoders read kwinspect.protocol.compiled when they make a decoder for an (api key,
 version, direction) and cache it, so the caches are emptied on the way in and out. The
-labels (kwinspect.stream.labels) read their compiled walks at each call; a writer reads
+labels (kwinspect.stream.labels) read their compiled walks at each call, the driver reads
+the compiled conversation (kwinspect.stream.conversation) per batch of frames; a writer reads
 kwinspect.export.fastrender when it renders its first jsonl row; the records table
 reads kwinspect.analyze.record_rows._crows for every record batch.
 """
@@ -22,7 +23,7 @@ from kwinspect.analyze import record_rows
 from kwinspect.capture import fastpath
 from kwinspect.export import fastrender
 from kwinspect.protocol import compiled, decode
-from kwinspect.stream import labels
+from kwinspect.stream import conversation, labels
 
 _NAMES = ("scan_pcap", "scan_pcapng", "tcp_segment")
 _DECODE_NAMES = ("compile_program", "decode_request", "decode_response", "decode_struct")
@@ -35,6 +36,7 @@ def compiled_available() -> bool:
         all(getattr(labels, n) is not None for n in _LABEL_NAMES) and \
         fastrender.JsonlRow is not None and \
         dissect.segment_fastpath is not None and \
+        conversation.compiled_frames is not None and \
         record_rows._crows is not None
 
 
@@ -58,6 +60,7 @@ def python_core() -> Iterator[None]:
     or iterated inside it)."""
     saved = {n: getattr(fastpath, n) for n in _NAMES}
     saved_driver = dissect.segment_fastpath
+    saved_conv = conversation.compiled_frames
     saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
     saved_labels = {n: getattr(labels, n) for n in _LABEL_NAMES}
     saved_render = fastrender.JsonlRow
@@ -68,6 +71,7 @@ def python_core() -> Iterator[None]:
         for n in _NAMES:
             setattr(fastpath, n, None)
         dissect.segment_fastpath = None
+        conversation.compiled_frames = None
         for n in _DECODE_NAMES:
             setattr(compiled, n, None)
         for n in _LABEL_NAMES:
@@ -78,6 +82,7 @@ def python_core() -> Iterator[None]:
         for n, v in saved.items():
             setattr(fastpath, n, v)
         dissect.segment_fastpath = saved_driver
+        conversation.compiled_frames = saved_conv
         for n, v in saved_decode.items():
             setattr(compiled, n, v)
         for n, v in saved_labels.items():
