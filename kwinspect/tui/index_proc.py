@@ -14,7 +14,6 @@ import pickle
 import struct
 import sys
 
-
 # allocations between two young-generation collections, as the CLI sets it (CPython: 700):
 # the dissector makes millions of short-lived acyclic dicts and lists that reference
 # counting frees, and the default thresholds rescanned them (and the connections held)
