@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import sys
 import time
 
@@ -38,6 +39,7 @@ async def run(path: str) -> None:
 
     print(f"RSS before the app: {rss_mb():.0f} MB")
     t0 = time.perf_counter()
+    c0 = time.process_time()
     app = KwinspectApp([path])
     async with app.run_test(size=(200, 50)) as pilot:
         main = app.screen
@@ -60,12 +62,18 @@ async def run(path: str) -> None:
                 print(f"  {n:,} rows after {time.perf_counter() - t0:.1f} s, RSS {rss_mb():.0f} MB")
             last = n
         t_index = time.perf_counter() - t0
+        app_cpu = time.process_time() - c0
         main.poll()
         await pilot.pause()
         n = len(app.store)
         spill = os.fstat(app.store.spill._r.fileno()).st_size if app.store.spill else 0
         print(f"indexed {n:,} exchanges, {app.store.error_count:,} errors in {t_index:.1f} s "
               f"({n / t_index:,.0f}/s); RSS {rss_mb():.0f} MB; frame spill {spill / 1e6:.0f} MB on disk")
+        # the indexing process has ended and been waited for: its CPU is the children's
+        child = resource.getrusage(resource.RUSAGE_CHILDREN)
+        print(f"CPU while indexing: indexing process {child.ru_utime + child.ru_stime:.1f} s "
+              f"(user {child.ru_utime:.1f}), app process {app_cpu:.1f} s; load average "
+              f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
         cols = sum(a.itemsize * len(a) for a in app.store.cols.values())
         print(f"store columns: {cols / 1e6:.0f} MB ({cols / max(n, 1):.0f} bytes/exchange)")
         for expr in FILTERS:

@@ -388,6 +388,9 @@ class TcpReassembler:
         self._conns: OrderedDict[_TcpConnection, None] = OrderedDict()
         self._closed: OrderedDict[tuple[model.Endpoint, model.Endpoint], tuple[_TcpConnection, float]] = (
             OrderedDict())
+        # the close time of _closed's first (oldest) entry, None when not known: most new
+        # connections find it still lingering without making an iterator over _closed
+        self._closed_front_ts: float | None = None
         self._buffered_total = 0
         # Halves holding out-of-order bytes / waiting out ack_gap_delay. Dicts, not sets:
         # iteration in insertion order, so the rows of a flush (and the direction the total
@@ -583,6 +586,7 @@ class TcpReassembler:
         for conn, ts in self._closed.values():
             self._report_after_close(conn, ts, out)
         self._closed.clear()
+        self._closed_front_ts = None
         more = self.stats.evicted - self.max_issues_per_direction
         if more > 0 and self._last_evicted is not None:
             cid, ts = self._last_evicted
@@ -649,6 +653,7 @@ class TcpReassembler:
                         conn.after_close_segments += 1
                     return None
                 del self._closed[canon]
+                self._closed_front_ts = None  # it may have been the oldest
                 self._report_after_close(lc[0], seg.ts, out)
         if seg.flags & RST and not seg.payload:
             self.stats.stray_segments += 1
@@ -714,22 +719,33 @@ class TcpReassembler:
         self.stats.closed += 1
         if reason in ("fin", "rst"):
             canon = (cid.a, cid.b)
-            self._closed[canon] = (conn, ts)
-            self._closed.move_to_end(canon)
-            while len(self._closed) > self.max_connections:
-                self._report_after_close(self._closed.popitem(last=False)[1][0], ts, out)
+            closed = self._closed
+            if not closed:
+                self._closed_front_ts = ts
+            elif canon in closed:
+                self._closed_front_ts = None  # it may have been the oldest
+            closed[canon] = (conn, ts)
+            closed.move_to_end(canon)
+            while len(closed) > self.max_connections:
+                self._closed_front_ts = None
+                self._report_after_close(closed.popitem(last=False)[1][0], ts, out)
         out.append(StreamClosed(cid, ts, reason, (conn.h0.st, conn.h1.st),
                                 conn.closed_by if reason in ("fin", "rst") else None))
 
     def _expire_closed(self, now: float, out: list[StreamEvent]) -> None:
         closed = self._closed
         limit = now - self.closed_linger
+        front = self._closed_front_ts
+        if front is not None and front >= limit:
+            return  # the oldest closed connection still lingers
         while closed:
             k, (c, t) = next(iter(closed.items()))
             if t >= limit:
-                break
+                self._closed_front_ts = t
+                return
             del closed[k]
             self._report_after_close(c, now, out)
+        self._closed_front_ts = None
 
     def _report_after_close(self, conn: _TcpConnection, ts: float, out: list[StreamEvent]) -> None:
         """One row for the bytes a closed connection absorbed (counted as late_bytes)."""

@@ -531,6 +531,33 @@ def test_closed_connection_lingers_then_forgets():
     assert len(r._closed) == 0
 
 
+def test_closed_connections_expire_oldest_first_as_new_ones_open():
+    """Each closed 4-tuple absorbs late segments for closed_linger seconds of packet time;
+    its late-data row comes when a later segment finds it expired, whatever else closed
+    in between (the expiry check remembers the oldest close time)."""
+    c2, c3 = model.Endpoint("10.0.0.3", 40001), model.Endpoint("10.0.0.4", 40002)
+    a = conversation(C, S, [("c", b"a")], ts0=1000.0)
+    b = conversation(c2, S, [("c", b"b")], ts0=1020.0)
+    r = TcpReassembler(closed_linger=30)
+    run(a + b, r, finish=False)
+    fin_a = next(s for s in a if s.flags & FIN and s.src == C)
+    fin_b = next(s for s in b if s.flags & FIN and s.src == c2)
+
+    def late_rows(out):
+        return [e.issue.message for e in out if isinstance(e, StreamIssue) and e.issue.kind == "tcp_late_data"]
+
+    # both linger: retransmitted data is absorbed as late bytes, no row yet
+    assert r.feed(fin_a._replace(ts=1010.0, flags=ACK | PSH, payload=b"x")) == []
+    assert r.feed(fin_b._replace(ts=1025.0, flags=ACK | PSH, payload=b"yy")) == []
+    # a new connection at 1040: a (closed at ~1000) has expired, b (closed at ~1020) not
+    out = r.feed(conversation(c3, S, [("c", b"c")], ts0=1040.0)[0])
+    assert [m.split(": ")[0] for m in late_rows(out)] == [f"{C} <-> {S}"]
+    assert r.feed(fin_b._replace(ts=1045.0, flags=ACK | PSH, payload=b"zz")) == []  # b still lingers
+    out = r.feed(conversation(c3, S, [("c", b"c")], ts0=1060.0)[0]._replace(src=C, dst=S))
+    assert [m.split(": ")[0] for m in late_rows(out)] == [f"{S} <-> {c2}"]  # (in canonical order)
+    assert "2 segments" in late_rows(out)[0]
+
+
 def test_conn_id_is_canonical_and_printable():
     a = TcpReassembler()
     b = TcpReassembler()

@@ -114,3 +114,26 @@ def test_grouped_filter_evaluation_matches_row_by_row():
         assert compute_view(store, ViewSpec(expr=expr), flt).rows.tolist() == want, expr
         both = compute_view(store, ViewSpec(expr=expr, errors_only=True), flt).rows.tolist()
         assert both == [r for r in want if store.has_error(r)], expr
+
+
+def test_process_indexer_knows_each_connections_sasl_mechanism():
+    """The detail view redacts SASL tokens by mechanism: every connection that did a
+    SaslHandshake has the mechanism its client used (the scenario's manifest), and the
+    SASL exchanges decode again redacted as the core redacted them."""
+    path = CAPTURES / "tansu-sasl-plain-proxy.pcap"
+    manifest = json.loads(path.with_name("tansu-sasl-plain-proxy.manifest.json").read_text())
+    mechanisms = {s["mechanism"] for s in manifest["broker"]["sasl_sessions"]}
+    expected = [e for e in dissect_file(path) if isinstance(e, Exchange)]
+    store, ix = _store(path, process=True)
+    assert ix.error is None and len(store) == len(expected)
+    handshakes = {store.stream(r) for r in range(len(store)) if store.api_label(r) == "SaslHandshake"}
+    assert len(handshakes) > 1
+    assert {s: store.sasl_mechanisms.get(s) for s in handshakes} == dict.fromkeys(handshakes, *mechanisms)
+    sasl_rows = [row for row, ex in enumerate(expected) if ex.api_name in ("SaslAuthenticate", "SaslToken")]
+    assert sasl_rows
+    for row in sasl_rows:
+        req, resp = store.messages(row)
+        if req is not None:
+            want = message_json(expected[row].request)
+            assert json.dumps(message_json(req), default=str) == json.dumps(want, default=str)
+    store.close()
