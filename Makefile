@@ -98,7 +98,7 @@ fuzz-asan: $(STAMP)
 	  $(PY) bench/fuzz.py $(FUZZ_ASAN_ARGS) || status=$$?; \
 	PYTHONMALLOC=malloc LD_PRELOAD="$$($${CC:-gcc} -print-file-name=libasan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0:halt_on_error=0:log_path=build/asan/report \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/stream/test_labels_compiled.py || status=$$?; \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/stream/test_labels_compiled.py tests/test_chunk_loop.py || status=$$?; \
 	$(PY) setup.py -q build_ext --inplace --force; \
 	if ls build/asan/report.* >/dev/null 2>&1; then \
 	  cat build/asan/report.*; echo "fuzz-asan: AddressSanitizer reports above"; exit 1; fi; \

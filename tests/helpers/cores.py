@@ -32,7 +32,7 @@ def compiled_available() -> bool:
         all(getattr(compiled, n) is not None for n in _DECODE_NAMES) and \
         all(getattr(labels, n) is not None for n in _LABEL_NAMES) and \
         fastrender.JsonlRow is not None and \
-        dissect.segment_fastpath is not None
+        dissect.segment_fastpath is not None and dissect.chunk_fastpath is not None
 
 
 def require_compiled() -> None:
@@ -54,7 +54,7 @@ def python_core() -> Iterator[None]:
     """The pure-Python fast paths inside the block (readers, parsers and dissectors made
     or iterated inside it)."""
     saved = {n: getattr(fastpath, n) for n in _NAMES}
-    saved_driver = dissect.segment_fastpath
+    saved_driver = dissect.segment_fastpath, dissect.chunk_fastpath
     saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
     saved_labels = {n: getattr(labels, n) for n in _LABEL_NAMES}
     saved_render = fastrender.JsonlRow
@@ -62,7 +62,7 @@ def python_core() -> Iterator[None]:
         fastrender.JsonlRow = None  # read when a writer renders its first row
         for n in _NAMES:
             setattr(fastpath, n, None)
-        dissect.segment_fastpath = None
+        dissect.segment_fastpath = dissect.chunk_fastpath = None
         for n in _DECODE_NAMES:
             setattr(compiled, n, None)
         for n in _LABEL_NAMES:
@@ -72,7 +72,7 @@ def python_core() -> Iterator[None]:
     finally:
         for n, v in saved.items():
             setattr(fastpath, n, v)
-        dissect.segment_fastpath = saved_driver
+        dissect.segment_fastpath, dissect.chunk_fastpath = saved_driver
         for n, v in saved_decode.items():
             setattr(compiled, n, v)
         for n, v in saved_labels.items():
