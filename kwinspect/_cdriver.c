@@ -209,6 +209,28 @@ static inline long long seq_delta(long long seq32, long long nxt)
     return d;
 }
 
+/* (int(v), a[, b]): a tuple whose first item is a new int, the others borrowed (increfed);
+ * what Py_BuildValue("(LOO)") makes, without parsing a format per segment */
+static PyObject *tuple_ll(long long v, PyObject *a, PyObject *b)
+{
+    PyObject *t = PyTuple_New(b == NULL ? 2 : 3);
+    if (t == NULL)
+        return NULL;
+    PyObject *iv = PyLong_FromLongLong(v);
+    if (iv == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, iv);
+    Py_INCREF(a);
+    PyTuple_SET_ITEM(t, 1, a);
+    if (b != NULL) {
+        Py_INCREF(b);
+        PyTuple_SET_ITEM(t, 2, b);
+    }
+    return t;
+}
+
 #define DECLINE do { result = Py_None; goto done; } while (0)
 #define FAIL do { result = NULL; goto done; } while (0)
 /* run a check returning 0 (go on), 1 (decline) or -1 (error) */
@@ -715,7 +737,7 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
             if (r == NULL)
                 goto done;
             Py_DECREF(r);
-            PyObject *chunk = Py_BuildValue("(LOO)", base, ts, pkt);
+            PyObject *chunk = tuple_ll(base, ts, pkt);
             if (chunk == NULL)
                 goto done;
             r = PyObject_CallMethodOneArg(chunks, S_append, chunk);
@@ -725,7 +747,7 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
             Py_DECREF(r);
         } else {
             long long end_off = base + buflen + parts_len + n;
-            PyObject *chunk = Py_BuildValue("(LOO)", end_off - n, ts, pkt);
+            PyObject *chunk = tuple_ll(end_off - n, ts, pkt);
             if (chunk == NULL)
                 goto done;
             int r = PyList_Append(part_chunks, chunk);
@@ -745,7 +767,7 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
             if (recent == NULL || SET(h, S_recent, recent) < 0)
                 goto done;
         }
-        PyObject *item = Py_BuildValue("(LO)", nxt, payload);
+        PyObject *item = tuple_ll(nxt, payload, NULL);
         if (item == NULL)
             goto done;
         PyObject *r = PyObject_CallMethodOneArg(recent, S_append, item);

@@ -143,9 +143,20 @@ static inline int tcp_view(const unsigned char *p, Py_ssize_t n, long lt, tcp_vi
  * it has none yet (PacketParser.endpoint makes it), else with the error. */
 static PyObject *known_endpoint(PyObject *endpoints, const unsigned char *ip, Py_ssize_t iplen, unsigned port)
 {
-    PyObject *key = Py_BuildValue("(y#I)", (const char *)ip, iplen, port);
+    /* the key (ip bytes, port), as PacketParser.endpoint makes it (built directly, without
+     * Py_BuildValue's format parsing: twice per packet) */
+    PyObject *key = PyTuple_New(2);
     if (key == NULL)
         return NULL;
+    PyObject *ipb = PyBytes_FromStringAndSize((const char *)ip, iplen), *po = PyLong_FromUnsignedLong(port);
+    if (ipb == NULL || po == NULL) {
+        Py_XDECREF(ipb);
+        Py_XDECREF(po);
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(key, 0, ipb);
+    PyTuple_SET_ITEM(key, 1, po);
     PyObject *ep = PyDict_GetItemWithError(endpoints, key); /* borrowed */
     Py_DECREF(key);
     Py_XINCREF(ep);
