@@ -69,7 +69,9 @@ _cdriver = core.load("kwinspect._cdriver")
 segment_fastpath = _cdriver.segment if _cdriver is not None else None
 # The compiled packet loop (``_cdriver.feed_chunk``), or None: the records of a reader's
 # buffer (capture.readers.RecordChunk), each taken as feed_packet takes a RawPacket.
-chunk_fastpath = _cdriver.feed_chunk if _cdriver is not None else None
+# (getattr: an extension built before stage 4a, not rebuilt after an update, keeps its
+# per-segment path and loses only the loop, instead of failing the import)
+chunk_fastpath = getattr(_cdriver, "feed_chunk", None)
 DEFAULT_KAFKA_PORTS = frozenset({9092})
 # Segments held, all connections together, by connections not yet known to carry Kafka
 # (each holds up to stream.detect.DETECT_BUFFER bytes while it waits for an answer).
