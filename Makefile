@@ -16,7 +16,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # setup.py and the C sources: a changed extension is compiled again by the next install
-C_SOURCES := setup.py $(wildcard kwinspect/_c*.c kwinspect/*/_c*.c)
+C_SOURCES := setup.py $(wildcard kwinspect/_c*.c kwinspect/*/_c*.c kwinspect/*/_c*.h)
 
 $(DEMO_STAMP): pyproject.toml $(C_SOURCES) | $(PY)
 	$(PY) -m pip install -q -e .
@@ -102,7 +102,7 @@ fuzz-asan: $(STAMP)
 	  ASAN_OPTIONS=detect_leaks=0:halt_on_error=0:log_path=build/asan/report \
 	  $(PY) -m pytest -q -p no:cacheprovider tests/stream/test_labels_compiled.py \
 	  tests/stream/test_conversation_compiled.py tests/analyze/test_record_rows_compiled.py \
-	  tests/export/test_crender.py || status=$$?; \
+	  tests/export/test_crender.py tests/test_chunk_loop.py || status=$$?; \
 	$(PY) setup.py -q build_ext --inplace --force; \
 	if ls build/asan/report.* >/dev/null 2>&1; then \
 	  cat build/asan/report.*; echo "fuzz-asan: AddressSanitizer reports above"; exit 1; fi; \

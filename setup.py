@@ -12,7 +12,7 @@ from setuptools.command.build_ext import build_ext
 
 EXTENSIONS = [
     Extension("kwinspect.capture._cpackets", ["kwinspect/capture/_cpackets.c"],
-              extra_compile_args=["-O2", "-std=c99"]),
+              depends=["kwinspect/capture/_cparse.h"], extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.protocol._cdecode", ["kwinspect/protocol/_cdecode.c"],
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.stream._clabels", ["kwinspect/stream/_clabels.c"],
@@ -21,7 +21,9 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.export._crender", ["kwinspect/export/_crender.c"],
               extra_compile_args=["-O2", "-std=c99"]),
-    Extension("kwinspect._cdriver", ["kwinspect/_cdriver.c"], extra_compile_args=["-O2", "-std=c99"]),
+    # (the driver's packet loop shares the link/IP/TCP parse of capture/_cpackets.c)
+    Extension("kwinspect._cdriver", ["kwinspect/_cdriver.c"], depends=["kwinspect/capture/_cparse.h"],
+              extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.analyze._crows", ["kwinspect/analyze/_crows.c"],
               extra_compile_args=["-O2", "-std=c99"]),
 ]

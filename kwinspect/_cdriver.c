@@ -36,6 +36,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <structmember.h>
+#include "capture/_cparse.h"
 
 #define FIN 0x01
 #define SYN 0x02
@@ -51,7 +52,9 @@ static PyObject *S_stats, *S_tcp_packets, *S_last_ts_d, *S_packets, *S_kafka_byt
     *S_broker, *S_bytes, *S_kind, *S_to_broker, *S_to_client, *S_finished, *S_buf, *S_state,
     *S_base, *S_max_frame_size, *S_ready, *S_frames, *S_last_frame, *S_frame_bytes, *S_fed_bytes,
     *S_chunks, *S_parts, *S_parts_len, *S_need_off, *S_part_chunks, *S_pos, *S_peak_buffered,
-    *S_append, *S_popleft, *S_clear, *S_move_to_end;
+    *S_append, *S_popleft, *S_clear, *S_move_to_end, *S_parser, *S_endpoints, *S_tcp,
+    *S_events, *S_next_idle_check, *S_c_buf, *S_c_pos, *S_c_index, *S_c_bytes_captured, *S_c_bytes_wire,
+    *S_c_truncated, *S_c_ts, *S_c_layout;
 
 /* Attribute access.  The objects on this path are instances of classes with __slots__ (the
  * reassembler's halves and connections, DirectionStats, the driver's connection state), whose
@@ -208,6 +211,28 @@ static inline long long seq_delta(long long seq32, long long nxt)
     return d;
 }
 
+/* (int(v), a[, b]): a tuple whose first item is a new int, the others borrowed (increfed);
+ * what Py_BuildValue("(LOO)") makes, without parsing a format per segment */
+static PyObject *tuple_ll(long long v, PyObject *a, PyObject *b)
+{
+    PyObject *t = PyTuple_New(b == NULL ? 2 : 3);
+    if (t == NULL)
+        return NULL;
+    PyObject *iv = PyLong_FromLongLong(v);
+    if (iv == NULL) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(t, 0, iv);
+    Py_INCREF(a);
+    PyTuple_SET_ITEM(t, 1, a);
+    if (b != NULL) {
+        Py_INCREF(b);
+        PyTuple_SET_ITEM(t, 2, b);
+    }
+    return t;
+}
+
 /* What FrameSplitter.feed does with a payload the driver takes */
 enum { WHOLE = 1, /* whole frames only (its fast path) */
        START,     /* whole frames, then the start of a frame the payload does not complete */
@@ -282,7 +307,7 @@ static int append_frame(PyObject *ready, PyTypeObject *frame_type, PyObject *dat
 /* chunks.append((offset, ts, pkt)) */
 static int append_chunk(PyObject *chunks, long long offset, PyObject *ts, PyObject *pkt)
 {
-    PyObject *chunk = Py_BuildValue("(LOO)", offset, ts, pkt);
+    PyObject *chunk = tuple_ll(offset, ts, pkt);
     if (chunk == NULL)
         return -1;
     int r = call1(chunks, S_append, chunk);
@@ -414,13 +439,13 @@ out:
 /* run a check returning 0 (go on), 1 (decline) or -1 (error) */
 #define CHECK(expr) do { int r_ = (expr); if (r_ < 0) FAIL; if (r_ > 0) DECLINE; } while (0)
 
-static PyObject *segment(PyObject *self, PyObject *args)
+/* The segment's checks and effects, for a TcpSegment already taken apart (ts, src, dst,
+ * the payload: the objects the segment's tuple holds; seq, ack, flags: its numbers, checked
+ * to be 32-bit / a byte).  Returns a new reference: None (declined), True, or the state. */
+static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyObject *dst, long long seq,
+                              long long ack, long flags, PyObject *payload, long long packets)
 {
-    PyObject *state, *seg;
-    long long packets;
-    if (!PyArg_ParseTuple(args, "O!O!L", &PyTuple_Type, &state, &PyTuple_Type, &seg, &packets))
-        return NULL;
-    if (PyTuple_GET_SIZE(state) != 5 || PyTuple_GET_SIZE(seg) < 9 || packets < 1) {
+    if (PyTuple_GET_SIZE(state) < 5 || packets < 1) {
         PyErr_SetString(PyExc_ValueError, "segment(state, seg, packets): bad arguments");
         return NULL;
     }
@@ -433,20 +458,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "segment: state must hold the deque, Frame and FrameSplitter types");
         return NULL;
     }
-    PyObject *ts = PyTuple_GET_ITEM(seg, 0), *src = PyTuple_GET_ITEM(seg, 1), *dst = PyTuple_GET_ITEM(seg, 2);
-    PyObject *seq_o = PyTuple_GET_ITEM(seg, 3), *ack_o = PyTuple_GET_ITEM(seg, 4);
-    PyObject *flags_o = PyTuple_GET_ITEM(seg, 5), *payload = PyTuple_GET_ITEM(seg, 6);
-    PyObject *missing_o = PyTuple_GET_ITEM(seg, 8);
-    if (!PyFloat_CheckExact(ts) || !PyBytes_CheckExact(payload) || !PyLong_CheckExact(flags_o)
-        || !PyLong_CheckExact(seq_o) || !PyLong_CheckExact(ack_o) || !PyLong_CheckExact(missing_o))
-        Py_RETURN_NONE;
-    long flags = PyLong_AsLong(flags_o), missing = PyLong_AsLong(missing_o);
-    long long seq = PyLong_AsLongLong(seq_o), ack = PyLong_AsLongLong(ack_o);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    if (flags & (SYN | FIN | RST) || missing != 0 || seq < 0 || seq > 0xFFFFFFFFLL || ack < 0 || ack > 0xFFFFFFFFLL)
+    if (flags & (SYN | FIN | RST))
         Py_RETURN_NONE;
     const Py_ssize_t n = PyBytes_GET_SIZE(payload);
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(payload);
@@ -915,7 +927,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
         /* FrameSplitter.feed */
         if (whole == INSIDE) {
             long long end_off = base + buflen + parts_len + n;
-            PyObject *chunk = Py_BuildValue("(LOO)", end_off - n, ts, pkt);
+            PyObject *chunk = tuple_ll(end_off - n, ts, pkt);
             if (chunk == NULL)
                 goto done;
             int r = PyList_Append(part_chunks, chunk);
@@ -939,7 +951,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
             if (recent == NULL || SET(h, S_recent, recent) < 0)
                 goto done;
         }
-        PyObject *item = Py_BuildValue("(LO)", nxt, payload);
+        PyObject *item = tuple_ll(nxt, payload, NULL);
         if (item == NULL)
             goto done;
         PyObject *r = PyObject_CallMethodOneArg(recent, S_append, item);
@@ -1041,10 +1053,396 @@ done:
     return result;
 }
 
+static PyObject *segment(PyObject *self, PyObject *args)
+{
+    PyObject *state, *seg;
+    long long packets;
+    if (!PyArg_ParseTuple(args, "O!O!L", &PyTuple_Type, &state, &PyTuple_Type, &seg, &packets))
+        return NULL;
+    if (PyTuple_GET_SIZE(state) < 5 || PyTuple_GET_SIZE(seg) < 9 || packets < 1) {
+        PyErr_SetString(PyExc_ValueError, "segment(state, seg, packets): bad arguments");
+        return NULL;
+    }
+    PyObject *ts = PyTuple_GET_ITEM(seg, 0), *src = PyTuple_GET_ITEM(seg, 1), *dst = PyTuple_GET_ITEM(seg, 2);
+    PyObject *seq_o = PyTuple_GET_ITEM(seg, 3), *ack_o = PyTuple_GET_ITEM(seg, 4);
+    PyObject *flags_o = PyTuple_GET_ITEM(seg, 5), *payload = PyTuple_GET_ITEM(seg, 6);
+    PyObject *missing_o = PyTuple_GET_ITEM(seg, 8);
+    if (!PyFloat_CheckExact(ts) || !PyBytes_CheckExact(payload) || !PyLong_CheckExact(flags_o)
+        || !PyLong_CheckExact(seq_o) || !PyLong_CheckExact(ack_o) || !PyLong_CheckExact(missing_o))
+        Py_RETURN_NONE;
+    long flags = PyLong_AsLong(flags_o), missing = PyLong_AsLong(missing_o);
+    long long seq = PyLong_AsLongLong(seq_o), ack = PyLong_AsLongLong(ack_o);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (flags & (SYN | FIN | RST) || missing != 0 || seq < 0 || seq > 0xFFFFFFFFLL || ack < 0 || ack > 0xFFFFFFFFLL)
+        Py_RETURN_NONE;
+    return segment_impl(state, ts, src, dst, seq, ack, flags, payload, packets);
+}
+
+
+/* ---- feed_chunk: the packet loop over capture records ------------------------------------ */
+
+/* The reader's part of a RecordChunk (readers.py), read at the start of a call and written
+ * back at every exit, so the reader's bookkeeping always counts exactly the records taken. */
+typedef struct {
+    PyObject *buf;            /* bytes: the reader's buffer */
+    long long pos, index, bytes_captured, bytes_wire, truncated;
+    PyObject *ts;             /* the last record's timestamp (a new reference), or NULL */
+} chunk_t;
+
+/* one pcapng interface, as readers._Iface gives it to the chunk: (linktype, div, tsoffset) */
+typedef struct {
+    PyObject *linktype;
+    long lt;
+    double div, tsoffset_f;
+} cif_t;
+
+static int chunk_write_back(PyObject *chunk, chunk_t *c)
+{
+    static Slot s_pos, s_index, s_cap, s_wire, s_trunc, s_ts;
+    if (set_ll_c(chunk, S_c_pos, &s_pos, c->pos) < 0 || set_ll_c(chunk, S_c_index, &s_index, c->index) < 0
+        || set_ll_c(chunk, S_c_bytes_captured, &s_cap, c->bytes_captured) < 0
+        || set_ll_c(chunk, S_c_bytes_wire, &s_wire, c->bytes_wire) < 0
+        || set_ll_c(chunk, S_c_truncated, &s_trunc, c->truncated) < 0)
+        return -1;
+    if (c->ts != NULL && fast_set(chunk, S_c_ts, c->ts, &s_ts) < 0)
+        return -1;
+    return 0;
+}
+
+/* call fn(a) or fn(a, b); 0, or -1 with the exception */
+static int call_py(PyObject *fn, PyObject *a, PyObject *b)
+{
+    PyObject *args[2] = {a, b};
+    PyObject *r = PyObject_Vectorcall(fn, args, b == NULL ? 1 : 2, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* obj.name += 1 for an int attribute (declining is not possible here: a counter that is not
+ * an int is an error, as `+= 1` in Python would make it one or raise) */
+static int incr_c(PyObject *obj, PyObject *name, Slot *c)
+{
+    PyObject *v = fast_get(obj, name, c);
+    if (v == NULL)
+        return -1;
+    PyObject *one = PyLong_FromLong(1);
+    PyObject *w = one == NULL ? NULL : PyNumber_Add(v, one);
+    Py_DECREF(v);
+    Py_XDECREF(one);
+    if (w == NULL)
+        return -1;
+    int r = fast_set(obj, name, w, c);
+    Py_DECREF(w);
+    return r;
+}
+#define incr(obj, name) __extension__({ static Slot c_; incr_c((obj), (name), &c_); })
+
+/* One record: what Dissector.feed_packet does with the RawPacket (ts, linktype, data,
+ * wire, index) it would have been given.  0, or -1 with an exception. */
+static int feed_record(PyObject *lstate, PyObject *d, PyObject *parser, PyObject *ts, PyObject *linktype, long lt,
+                       const unsigned char *data, Py_ssize_t caplen, long long wire, long long index)
+{
+    PyObject *raw_type = PyTuple_GET_ITEM(lstate, 5), *seg_type = PyTuple_GET_ITEM(lstate, 6);
+    PyObject *feed_segment = PyTuple_GET_ITEM(lstate, 7), *frames_to_conv = PyTuple_GET_ITEM(lstate, 8);
+    PyObject *flush_idle = PyTuple_GET_ITEM(lstate, 9), *feed_python = PyTuple_GET_ITEM(lstate, 10);
+    PyObject *dstats = GET(d, S_stats);
+    if (dstats == NULL)
+        return -1;
+    int rc = incr(dstats, S_packets); /* self.stats.packets += 1 */
+    Py_DECREF(dstats);
+    if (rc < 0)
+        return -1;
+    tcp_view_t v;
+    PyObject *a = NULL, *b = NULL;
+    if (tcp_view(data, caplen, lt, &v)) {
+        PyObject *endpoints = GET(parser, S_endpoints);
+        if (endpoints == NULL)
+            return -1;
+        if (PyDict_CheckExact(endpoints)) {
+            a = known_endpoint(endpoints, v.src, v.iplen, v.sport);
+            if (a != NULL)
+                b = known_endpoint(endpoints, v.dst, v.iplen, v.dport);
+        }
+        Py_DECREF(endpoints);
+        if (b == NULL) {
+            Py_CLEAR(a);
+            if (PyErr_Occurred())
+                return -1;
+        }
+    }
+    if (b == NULL) { /* not an ordinary packet (or a new endpoint): feed_packet's Python path */
+        PyObject *bytes = PyBytes_FromStringAndSize((const char *)data, caplen);
+        if (bytes == NULL)
+            return -1;
+        PyObject *items[5] = {ts, linktype, bytes, PyLong_FromLongLong(wire), PyLong_FromLongLong(index)};
+        Py_INCREF(ts);
+        Py_INCREF(linktype);
+        PyObject *raw = new_tuple_of((PyTypeObject *)raw_type, items, 5);
+        if (raw == NULL)
+            return -1;
+        rc = call_py(feed_python, raw, NULL);
+        Py_DECREF(raw);
+        return rc;
+    }
+    rc = -1;
+    PyObject *payload = NULL, *res = NULL;
+    PyObject *pstats = GET(parser, S_stats);
+    if (pstats == NULL || incr(pstats, S_packets) < 0 || incr(pstats, S_tcp) < 0)
+        goto out;
+    payload = PyBytes_FromStringAndSize((const char *)data + v.payload_off, v.payload_len);
+    if (payload == NULL)
+        goto out;
+    res = segment_impl(lstate, ts, a, b, v.seq, v.ack, (long)v.flags, payload, 1);
+    if (res == NULL)
+        goto out;
+    if (res == Py_None) { /* the driver declined: feed_segment(seg, 1) */
+        Py_INCREF(ts);
+        Py_INCREF(a);
+        Py_INCREF(b);
+        Py_INCREF(payload);
+        PyObject *items[9] = {ts, a, b, PyLong_FromUnsignedLong(v.seq), PyLong_FromUnsignedLong(v.ack),
+                              PyLong_FromLong(v.flags), payload, PyLong_FromLongLong(index), PyLong_FromLong(0)};
+        PyObject *seg = new_tuple_of((PyTypeObject *)seg_type, items, 9);
+        if (seg == NULL)
+            goto out;
+        PyObject *one = PyLong_FromLong(1);
+        if (one == NULL) {
+            Py_DECREF(seg);
+            goto out;
+        }
+        int r = call_py(feed_segment, seg, one);
+        Py_DECREF(one);
+        Py_DECREF(seg);
+        rc = r;
+        goto out;
+    }
+    if (res != Py_True && call_py(frames_to_conv, res, a) < 0) /* the splitter has frames ready */
+        goto out;
+    PyObject *next_check = GET(d, S_next_idle_check);
+    if (next_check == NULL)
+        goto out;
+    int due = PyObject_RichCompareBool(ts, next_check, Py_GE);
+    Py_DECREF(next_check);
+    if (due < 0 || (due && call_py(flush_idle, ts, NULL) < 0))
+        goto out;
+    rc = 0;
+out:
+    Py_XDECREF(pstats);
+    Py_XDECREF(payload);
+    Py_XDECREF(res);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    return rc;
+}
+
+/* feed_chunk(state, chunk, limit) -> records taken.  chunk.layout is (0, big_endian,
+ * nanosecond, record header length, linktype) for pcap, (1, big_endian, 0, 0, interfaces)
+ * for pcapng, interfaces being ((linktype, div, tsoffset), ...). */
+static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 11) {
+        PyErr_SetString(PyExc_TypeError, "feed_chunk(state, chunk, limit)");
+        return NULL;
+    }
+    PyObject *lstate = args[0], *chunk = args[1];
+    long long limit = PyLong_AsLongLong(args[2]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    static Slot s_layout;
+    PyObject *layout = fast_get(chunk, S_c_layout, &s_layout);
+    if (layout == NULL)
+        return NULL;
+    long fmt = 0, big = 0, nano = 0, rec_len_l = 0;
+    if (PyTuple_CheckExact(layout) && PyTuple_GET_SIZE(layout) == 5) {
+        fmt = PyLong_AsLong(PyTuple_GET_ITEM(layout, 0));
+        big = PyLong_AsLong(PyTuple_GET_ITEM(layout, 1));
+        nano = PyLong_AsLong(PyTuple_GET_ITEM(layout, 2));
+        rec_len_l = PyLong_AsLong(PyTuple_GET_ITEM(layout, 3));
+    } else {
+        PyErr_SetString(PyExc_TypeError, "feed_chunk: chunk.layout must be a 5-tuple");
+    }
+    if (PyErr_Occurred() || (fmt == 0 && rec_len_l < 16) || rec_len_l > 64) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "feed_chunk: bad record header length");
+        Py_DECREF(layout);
+        return NULL;
+    }
+    PyObject *d = PyTuple_GET_ITEM(lstate, 0);
+    chunk_t c = {0};
+    cif_t *ifs = NULL;
+    Py_ssize_t n_if = 0, rec_len = 16;
+    PyObject *linktype = NULL, *events = NULL, *result = NULL;
+    long lt = 0;
+    static Slot s_buf, s_pos, s_index, s_cap, s_wire, s_trunc;
+    c.buf = fast_get(chunk, S_c_buf, &s_buf);
+    if (c.buf == NULL) {
+        Py_DECREF(layout);
+        return NULL;
+    }
+    if (get_ll_c(chunk, S_c_pos, &s_pos, &c.pos) != 0 || get_ll_c(chunk, S_c_index, &s_index, &c.index) != 0
+        || get_ll_c(chunk, S_c_bytes_captured, &s_cap, &c.bytes_captured) != 0
+        || get_ll_c(chunk, S_c_bytes_wire, &s_wire, &c.bytes_wire) != 0
+        || get_ll_c(chunk, S_c_truncated, &s_trunc, &c.truncated) != 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "feed_chunk: the chunk's counters must be ints");
+        goto fail;
+    }
+    if (!PyBytes_CheckExact(c.buf) || c.pos < 0 || c.pos > PyBytes_GET_SIZE(c.buf)) {
+        PyErr_SetString(PyExc_ValueError, "feed_chunk: the chunk's buffer must be bytes, its position inside");
+        goto fail;
+    }
+    if (fmt == 0) { /* pcap: one link type */
+        linktype = PyTuple_GET_ITEM(layout, 4);
+        rec_len = rec_len_l;
+        int overflow = 0;
+        lt = PyLong_AsLongAndOverflow(linktype, &overflow);
+        if (overflow || (lt == -1 && PyErr_Occurred())) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "feed_chunk: bad link type");
+            goto fail;
+        }
+    } else { /* pcapng: interfaces */
+        PyObject *t = PyTuple_GET_ITEM(layout, 4);
+        if (!PyTuple_Check(t)) {
+            PyErr_SetString(PyExc_TypeError, "feed_chunk: interfaces must be a tuple");
+            goto fail;
+        }
+        n_if = PyTuple_GET_SIZE(t);
+        ifs = PyMem_Calloc(n_if ? (size_t)n_if : 1, sizeof(cif_t));
+        if (ifs == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < n_if; i++) {
+            PyObject *it = PyTuple_GET_ITEM(t, i);
+            if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 3 || !PyLong_Check(PyTuple_GET_ITEM(it, 0))
+                || !PyFloat_Check(PyTuple_GET_ITEM(it, 1)) || !PyLong_Check(PyTuple_GET_ITEM(it, 2))) {
+                PyErr_SetString(PyExc_TypeError, "feed_chunk: interfaces are (linktype, div, tsoffset)");
+                goto fail;
+            }
+            int overflow = 0;
+            ifs[i].linktype = PyTuple_GET_ITEM(it, 0);
+            ifs[i].lt = PyLong_AsLongAndOverflow(ifs[i].linktype, &overflow);
+            if (overflow)
+                ifs[i].lt = -1; /* no link type tcp_view knows: every packet takes the Python path */
+            ifs[i].div = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(it, 1));
+            /* int + float in Python converts the int to the nearest double first: the same here */
+            ifs[i].tsoffset_f = PyLong_AsDouble(PyTuple_GET_ITEM(it, 2));
+            if (PyErr_Occurred())
+                goto fail;
+        }
+    }
+    PyObject *dparser = GET(d, S_parser);
+    if (dparser == NULL)
+        goto fail;
+    events = GET(d, S_events);
+    if (events == NULL || !PyList_Check(events)) {
+        if (events != NULL)
+            PyErr_SetString(PyExc_TypeError, "feed_chunk: the dissector's rows must be a list");
+        Py_DECREF(dparser);
+        goto fail;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(c.buf);
+    const Py_ssize_t blen = PyBytes_GET_SIZE(c.buf);
+    const double div = nano ? 1e9 : 1e6;
+    long long done = 0;
+    int failed = 0;
+    while (done < limit) {
+        Py_ssize_t pos = (Py_ssize_t)c.pos;
+        const unsigned char *h = b + pos;
+        const unsigned char *data;
+        uint64_t caplen, wire;
+        double tsv;
+        PyObject *rec_lt;
+        long rec_ltv;
+        if (fmt == 0) {
+            if (blen - pos < rec_len)
+                break;
+            uint32_t sec = rd32(h, big & 1), frac = rd32(h + 4, big & 1);
+            caplen = rd32(h + 8, big & 1);
+            wire = rd32(h + 12, big & 1);
+            if (caplen > (uint64_t)(blen - pos - rec_len))
+                break; /* runs past the buffer: the reader's Python path refills or reports */
+            data = h + rec_len;
+            c.pos = pos + rec_len + (Py_ssize_t)caplen;
+            tsv = (double)sec + (double)frac / div; /* readers.py: sec + frac / div */
+            rec_lt = linktype;
+            rec_ltv = lt;
+        } else {
+            if (blen - pos < 32)
+                break;
+            uint32_t btype = rd32(h, big), bl = rd32(h + 4, big);
+            if (btype != 6 || bl < 32 || (uint64_t)bl > (uint64_t)(blen - pos) || (bl & 3))
+                break; /* not an Enhanced Packet Block wholly in the buffer: the reader's */
+            uint32_t iface_id = rd32(h + 8, big), hi = rd32(h + 12, big), lo = rd32(h + 16, big);
+            caplen = rd32(h + 20, big);
+            wire = rd32(h + 24, big);
+            if ((Py_ssize_t)iface_id >= n_if || 32 + caplen > (uint64_t)bl)
+                break;
+            const cif_t *f = &ifs[iface_id];
+            data = h + 28;
+            c.pos = pos + bl;
+            /* readers.py: tsoffset + ((hi << 32) | lo) / div */
+            tsv = f->tsoffset_f + (double)(((uint64_t)hi << 32) | lo) / f->div;
+            rec_lt = f->linktype;
+            rec_ltv = f->lt;
+        }
+        /* the record is handed out: the reader's books count it from here on */
+        c.index++;
+        c.bytes_captured += (long long)caplen;
+        if (wire != caplen) {
+            if (wire > caplen)
+                c.truncated++;
+            else /* some writers leave orig_len 0 */
+                wire = caplen;
+        }
+        c.bytes_wire += (long long)wire;
+        done++;
+        PyObject *ts = PyFloat_FromDouble(tsv);
+        if (ts == NULL) {
+            failed = 1;
+            break;
+        }
+        Py_XSETREF(c.ts, ts);
+        if (feed_record(lstate, d, dparser, ts, rec_lt, rec_ltv, data, (Py_ssize_t)caplen, (long long)wire,
+                        c.index) < 0) {
+            failed = 1;
+            break;
+        }
+        if (PyList_GET_SIZE(events))
+            break; /* rows: the loop collects them at this packet */
+    }
+    Py_DECREF(dparser);
+    if (chunk_write_back(chunk, &c) < 0)
+        failed = 1;
+    if (!failed)
+        result = PyLong_FromLongLong(done);
+    else if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "feed_chunk failed without an exception");
+    goto end;
+fail:
+    result = NULL;
+end:
+    Py_XDECREF(events);
+    Py_XDECREF(c.ts);
+    Py_DECREF(c.buf);
+    Py_DECREF(layout);
+    PyMem_Free(ifs);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"segment", segment, METH_VARARGS,
      "segment(state, seg, packets) -> None | True | connection state: one in-order TCP segment of an\n"
      "established Kafka connection, through reassembly and framing (None: declined, nothing changed)"},
+    {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
+     "feed_chunk(state, chunk, limit) -> records taken (at most limit): the\n"
+     "packet loop over the capture records wholly inside a reader's buffer (readers.RecordChunk)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1123,6 +1521,19 @@ PyMODINIT_FUNC PyInit__cdriver(void)
     INTERN(S_popleft, "popleft");
     INTERN(S_clear, "clear");
     INTERN(S_move_to_end, "move_to_end");
+    INTERN(S_parser, "parser");
+    INTERN(S_endpoints, "endpoints");
+    INTERN(S_tcp, "tcp");
+    INTERN(S_events, "_events");
+    INTERN(S_next_idle_check, "next_idle_check");
+    INTERN(S_c_buf, "buf");
+    INTERN(S_c_pos, "pos");
+    INTERN(S_c_index, "index");
+    INTERN(S_c_bytes_captured, "bytes_captured");
+    INTERN(S_c_bytes_wire, "bytes_wire");
+    INTERN(S_c_truncated, "truncated");
+    INTERN(S_c_ts, "ts");
+    INTERN(S_c_layout, "layout");
 #undef INTERN
     return PyModule_Create(&module);
 }

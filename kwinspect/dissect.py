@@ -27,6 +27,7 @@ from kwinspect import core
 from kwinspect.capture import fastpath
 from kwinspect.capture.keylog import KeyLog
 from kwinspect.capture.packets import IP4_HEADER, TCP_HEADER, PacketParser, TcpSegment
+from kwinspect.capture.readers import RawPacket, RecordChunk
 from kwinspect.capture.tcp import (
     StreamClosed,
     StreamData,
@@ -67,6 +68,11 @@ _cdriver = core.load("kwinspect._cdriver")
 # _on_data and FrameSplitter.feed, on the same objects' fields; it declines (None,
 # nothing changed) whatever is not that ordinary case, and the Python path takes it.
 segment_fastpath = _cdriver.segment if _cdriver is not None else None
+# The compiled packet loop (``_cdriver.feed_chunk``), or None: the records of a reader's
+# buffer (capture.readers.RecordChunk), each taken as feed_packet takes a RawPacket.
+# (getattr: an extension built before stage 4a, not rebuilt after an update, keeps its
+# per-segment path and loses only the loop, instead of failing the import)
+chunk_fastpath = getattr(_cdriver, "feed_chunk", None)
 DEFAULT_KAFKA_PORTS = frozenset({9092})
 # Segments held, all connections together, by connections not yet known to carry Kafka
 # (each holds up to stream.detect.DETECT_BUFFER bytes while it waits for an answer).
@@ -205,10 +211,18 @@ class Dissector:
         # changes one of them, or watches every TCP event, keeps the Python path)
         self._c_driver = self._c_driver_state = None
         cls = type(self)
+        # the compiled packet loop over capture records (feed_chunk): the same, and a class
+        # that keeps feed_packet as it is
+        self._c_loop = self._c_loop_state = None
         if (segment_fastpath is not None and self._c_segment is not None and self.direct_data
                 and cls.feed_segment is Dissector.feed_segment and cls._on_data is Dissector._on_data):
             self._c_driver = segment_fastpath
             self._c_driver_state = (self, self.tcp, deque, Frame, FrameSplitter)
+            if chunk_fastpath is not None and cls.feed_packet is Dissector.feed_packet:
+                self._c_loop = chunk_fastpath
+                self._c_loop_state = (self, self.tcp, deque, Frame, FrameSplitter, RawPacket, TcpSegment,
+                                      self.feed_segment, self._frames_to_conversation, self.flush_idle,
+                                      self._feed_packet_python)
         self.conversation_class = conversation_class
         self.on_frame = on_frame
         self.on_close = on_close
@@ -276,6 +290,26 @@ class Dissector:
                 if self._c_driver is None or not self._feed_segment_compiled(seg):
                     self.feed_segment(seg, 1)
                 return
+        self._feed_packet_python(raw)
+
+    @property
+    def takes_chunks(self) -> bool:
+        """feed_chunk runs (the compiled core is there and feed_packet is this class's own)."""
+        return self._c_loop is not None
+
+    def feed_chunk(self, chunk: RecordChunk, limit: int) -> int:
+        """Feed the records of ``chunk`` (a reader's buffer, readers.RecordChunk) one by one
+        exactly as ``feed_packet`` feeds the RawPacket each would have been, in C, until
+        ``limit`` records were taken or one left rows (``pending``), whichever comes first.
+        Returns how many were taken (0: no whole record left in the chunk); ``chunk.ts`` is
+        the last one's timestamp, and the chunk's counters say what the reader handed out.
+        Only when ``takes_chunks``."""
+        return self._c_loop(self._c_loop_state, chunk, limit)
+
+    def _feed_packet_python(self, raw: RawPacket) -> None:
+        """feed_packet for a packet the compiled packet parser declined (or without it)."""
+        parser = self.parser
+        pstats = parser.stats
         ts, linktype, data, _wire, index = raw
         if linktype == 1 and data[12:14] == b"\x08\x00" and len(data) >= 54:
             vihl, _tos, total, _id, frag, _ttl, proto, _sum, src, dst = IP4_HEADER(data, 14)

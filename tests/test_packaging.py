@@ -58,7 +58,7 @@ def test_the_wheel_carries_the_compiled_core_and_not_its_c_source(wheel):
 
     for module in (name.removeprefix("kwinspect.").replace(".", "/") for name in EXTENSIONS):
         assert [n for n in names if re.fullmatch(rf"kwinspect/{module}\.cpython-.*\.so", n)], (module, names)
-    assert not [n for n in names if n.endswith(".c")]
+    assert not [n for n in names if n.endswith((".c", ".h"))]
 
 
 def test_without_a_compiler_the_install_succeeds_and_the_python_core_runs(tmp_path):

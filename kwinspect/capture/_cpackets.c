@@ -24,37 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-
-static inline uint32_t rd32(const unsigned char *p, int big)
-{
-    if (big)
-        return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-    return ((uint32_t)p[3] << 24) | ((uint32_t)p[2] << 16) | ((uint32_t)p[1] << 8) | p[0];
-}
-
-static inline unsigned be16(const unsigned char *p) { return ((unsigned)p[0] << 8) | p[1]; }
-
-/* A new instance of a tuple subclass with `n` items (what tuple.__new__(cls, items) makes);
- * steals the references in items, also on failure. */
-static PyObject *new_tuple_of(PyTypeObject *type, PyObject **items, Py_ssize_t n)
-{
-    PyObject *t = type->tp_alloc(type, n);
-    if (t == NULL) {
-        for (Py_ssize_t i = 0; i < n; i++)
-            Py_XDECREF(items[i]);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (items[i] == NULL) { /* an allocation failed: drop the half-made tuple */
-            for (Py_ssize_t j = i + 1; j < n; j++)
-                Py_XDECREF(items[j]);
-            Py_DECREF(t);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(t, i, items[i]);
-    }
-    return t;
-}
+#include "_cparse.h"
 
 static int check_tuple_type(PyTypeObject *type, const char *what)
 {
@@ -244,18 +214,6 @@ done:
     return out;
 }
 
-/* The parser's endpoint for (ip, port), or NULL (with no error set) when it has none yet. */
-static PyObject *known_endpoint(PyObject *endpoints, const unsigned char *ip, Py_ssize_t iplen, unsigned port)
-{
-    PyObject *key = Py_BuildValue("(y#I)", (const char *)ip, iplen, port);
-    if (key == NULL)
-        return NULL;
-    PyObject *ep = PyDict_GetItemWithError(endpoints, key); /* borrowed */
-    Py_DECREF(key);
-    Py_XINCREF(ep);
-    return ep;
-}
-
 static PyObject *tcp_segment(PyObject *self, PyObject *args)
 {
     PyObject *raw, *endpoints;
@@ -276,84 +234,16 @@ static PyObject *tcp_segment(PyObject *self, PyObject *args)
         Py_RETURN_NONE;
     }
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    const Py_ssize_t n = PyBytes_GET_SIZE(data);
-    Py_ssize_t off;
-    unsigned etype;
-    /* the link layer: the types packets.PacketParser._parse reads without a loop (VLAN tags
-     * and the BSD loopback families take the Python path) */
-    if (lt == 1) { /* Ethernet */
-        if (n < 14)
-            Py_RETURN_NONE;
-        etype = be16(p + 12);
-        off = 14;
-    } else if (lt == 113) { /* Linux SLL */
-        if (n < 16)
-            Py_RETURN_NONE;
-        etype = be16(p + 14);
-        off = 16;
-    } else if (lt == 276) { /* Linux SLL2 */
-        if (n < 20)
-            Py_RETURN_NONE;
-        etype = be16(p);
-        off = 20;
-    } else if (lt == 101 || lt == 12 || lt == 14 || lt == 228 || lt == 229) { /* raw IP */
-        if (n < 1)
-            Py_RETURN_NONE;
-        unsigned v = p[0] >> 4;
-        etype = v == 4 ? 0x0800 : v == 6 ? 0x86DD : 0;
-        off = 0;
-    } else {
+    tcp_view_t v;
+    if (!tcp_view(p, PyBytes_GET_SIZE(data), lt, &v))
         Py_RETURN_NONE;
-    }
-    const unsigned char *src, *dst;
-    Py_ssize_t iplen, q, end;
-    if (etype == 0x0800) {
-        if (n - off < 20)
-            Py_RETURN_NONE;
-        const unsigned char *ip = p + off;
-        unsigned ihl = (ip[0] & 0x0F) * 4;
-        unsigned total = be16(ip + 2);
-        if (ip[0] >> 4 != 4 || ihl < 20 || total == 0 || total < ihl)
-            Py_RETURN_NONE; /* bad headers, or a TSO zero length: the Python path judges */
-        if (be16(ip + 6) & 0x3FFF || ip[9] != 6)
-            Py_RETURN_NONE; /* a fragment, or not TCP */
-        if ((Py_ssize_t)total > n - off)
-            Py_RETURN_NONE; /* the snaplen cut it: the Python path counts what is missing */
-        src = ip + 12;
-        dst = ip + 16;
-        iplen = 4;
-        q = off + ihl;
-        end = off + total;
-    } else if (etype == 0x86DD) {
-        if (n - off < 40)
-            Py_RETURN_NONE;
-        const unsigned char *ip = p + off;
-        unsigned plen = be16(ip + 4);
-        if (ip[0] >> 4 != 6 || plen == 0 || ip[6] != 6)
-            Py_RETURN_NONE; /* bad version, jumbogram/TSO, extension headers or not TCP */
-        if ((Py_ssize_t)plen > n - off - 40)
-            Py_RETURN_NONE;
-        src = ip + 8;
-        dst = ip + 24;
-        iplen = 16;
-        q = off + 40;
-        end = off + 40 + plen;
-    } else {
-        Py_RETURN_NONE;
-    }
-    if (end - q < 20)
-        Py_RETURN_NONE;
-    const unsigned char *t = p + q;
-    Py_ssize_t hl = (t[12] >> 4) * 4;
-    if (hl < 20 || q + hl > end)
-        Py_RETURN_NONE;
-    PyObject *a = known_endpoint(endpoints, src, iplen, be16(t));
+    PyObject *a = known_endpoint(endpoints, v.src, v.iplen, v.sport);
     if (a == NULL) {
         if (PyErr_Occurred())
             return NULL;
         Py_RETURN_NONE; /* a new endpoint: PacketParser.endpoint makes it */
     }
-    PyObject *bp = known_endpoint(endpoints, dst, iplen, be16(t + 2));
+    PyObject *bp = known_endpoint(endpoints, v.dst, v.iplen, v.dport);
     if (bp == NULL) {
         Py_DECREF(a);
         if (PyErr_Occurred())
@@ -365,10 +255,10 @@ static PyObject *tcp_segment(PyObject *self, PyObject *args)
     Py_INCREF(index);
     PyObject *items[9] = {
         ts, a, bp,
-        PyLong_FromUnsignedLong(rd32(t + 4, 1)),
-        PyLong_FromUnsignedLong(rd32(t + 8, 1)),
-        PyLong_FromLong(t[13]),
-        PyBytes_FromStringAndSize((const char *)p + q + hl, end - q - hl),
+        PyLong_FromUnsignedLong(v.seq),
+        PyLong_FromUnsignedLong(v.ack),
+        PyLong_FromLong(v.flags),
+        PyBytes_FromStringAndSize((const char *)p + v.payload_off, v.payload_len),
         index,
         PyLong_FromLong(0),
     };

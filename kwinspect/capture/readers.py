@@ -41,6 +41,7 @@ __all__ = [
     "CaptureStats",
     "PacketSource",
     "RawPacket",
+    "RecordChunk",
     "open_capture",
 ]
 
@@ -101,6 +102,33 @@ class RawPacket(NamedTuple):
     data: bytes
     wire_len: int
     index: int
+
+
+class RecordChunk:
+    """The capture records wholly inside a reader's buffer, from ``pos`` on, handed to a
+    consumer that reads them itself (``PacketSource.records()``; the Dissector's compiled
+    packet loop) instead of one RawPacket each.
+
+    The consumer takes records in order and advances ``pos`` past each one it takes,
+    counting it in ``index`` (records handed out so far: the last one's packet number),
+    ``bytes_captured``, ``bytes_wire`` (wire length, the captured length when the file
+    says less), ``truncated`` (wire length above the captured one) and ``ts`` (its
+    timestamp), exactly as the RawPackets it stands for would have been counted. It
+    stops at the first record that is not wholly inside ``buf``, or whenever it likes;
+    the reader goes on from ``pos``. ``layout`` says how to read the records:
+    ``(0, big_endian, nanosecond, record header length, linktype)`` for pcap,
+    ``(1, big_endian, 0, 0, ((linktype, div, tsoffset), ...))`` for pcapng (Enhanced
+    Packet Blocks only; any other block ends the chunk)."""
+
+    __slots__ = ("buf", "pos", "layout", "index", "bytes_captured", "bytes_wire", "truncated", "ts")
+
+    def __init__(self, buf: bytes, pos: int, layout: tuple, index: int) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.layout = layout
+        self.index = index
+        self.bytes_captured = self.bytes_wire = self.truncated = 0
+        self.ts: float | None = None
 
 
 @dataclass(slots=True)
@@ -195,6 +223,7 @@ class PacketSource:
         self._raw = owns[0] if owns else f
         self._reader = _ChunkReader(f, prefix)
         self._started = False
+        self._chunks = False  # records(): RecordChunks instead of the scanners' RawPackets
         self.format = fmt
         self.compressed = compressed
         # pcap: the file's link type (known at open); pcapng: the first interface's,
@@ -231,6 +260,15 @@ class PacketSource:
             raise RuntimeError("a PacketSource can be iterated only once")
         self._started = True
         return self._iterate()
+
+    def records(self) -> Iterator[RawPacket | RecordChunk]:
+        """Iterate (once, instead of ``iter()``) giving RecordChunks where the reader has whole
+        records in its buffer and RawPackets for the rest (cut records, other blocks): for a
+        consumer that reads records itself (run.loop.PacketLoop with the compiled core). The
+        packets, their numbers, the counters and ``position()`` are those of ``iter()``.
+        Without the compiled core (or for a format without chunks) it is ``iter()``."""
+        self._chunks = fastpath.scan_pcap is not None
+        return iter(self)
 
     def _iterate(self) -> Iterator[RawPacket]:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -298,9 +336,20 @@ class _PcapSource(PacketSource):
         batch_max = fastpath.BATCH
         # The hot loop: one unpack_from, one slice, one tuple per packet.  Refills
         # (and the corrupt-length check) only happen when a record crosses the chunk.
+        layout = (0, big, self._nano, rec_len, linktype) if self._chunks else None
         try:
             while True:
-                if scan is not None:
+                if layout is not None:
+                    chunk = RecordChunk(buf, pos, layout, index)
+                    try:
+                        yield chunk
+                    finally:  # (also when the consumer stops reading: what it took counts)
+                        index = chunk.index
+                        pos = chunk.pos
+                        bytes_wire += chunk.bytes_wire
+                        trunc += chunk.truncated
+                    # the consumer stopped at a record not wholly in the buffer: below
+                elif scan is not None:
                     batch, end_pos, batch_wire, batch_trunc = scan(
                         buf, pos, big, self._nano, rec_len, linktype, index, RawPacket, batch_max)
                     if batch:
@@ -433,11 +482,29 @@ class _PcapngSource(PacketSource):
         scan = fastpath.scan_pcapng
         batch_max = fastpath.BATCH
         iface_info: tuple | None = None  # the interfaces as scan_pcapng takes them
+        chunks = self._chunks
         try:
             while True:
                 buf = r.buf
                 pos = r.pos
-                if scan is not None:
+                if chunks:
+                    if iface_info is None:
+                        iface_info = tuple((itf.linktype, itf.div, itf.tsoffset) for itf in ifaces)
+                    chunk = RecordChunk(buf, pos, (1, e == ">", 0, 0, iface_info), index)
+                    try:
+                        yield chunk
+                    finally:  # (also when the consumer stops reading: what it took counts)
+                        r.pos = chunk.pos
+                        offset += chunk.pos - pos
+                        n_pk += chunk.index - index
+                        index = chunk.index
+                        n_cap += chunk.bytes_captured
+                        n_wire += chunk.bytes_wire
+                        n_trunc += chunk.truncated
+                        if chunk.ts is not None:
+                            last_ts = chunk.ts
+                    buf, pos = r.buf, r.pos  # the consumer stopped at a block it does not take: below
+                elif scan is not None:
                     if iface_info is None:
                         iface_info = tuple((itf.linktype, itf.div, itf.tsoffset) for itf in ifaces)
                     batch, end_pos, b_cap, b_wire, b_trunc, b_ts = scan(

@@ -43,11 +43,11 @@ class FileRun:
     on_close: Callable[[ConnectionInfo], None] | None = None
 
 
-def _merged(sources: list[PacketSource]) -> Iterator:
-    """The packets of all sources by time; one source's straight from its reader, without a
-    generator in between (a call per packet saved)."""
+def _merged(sources: list[PacketSource]) -> Iterable:
+    """The packets of all sources by time; one source is its reader itself (PacketLoop feeds
+    a reader's buffers to the compiled packet loop; several merged go one packet at a time)."""
     if len(sources) == 1:
-        return iter(sources[0])
+        return sources[0]
     return heapq.merge(*sources, key=lambda raw: raw.ts)
 
 

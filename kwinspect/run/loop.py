@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from kwinspect.capture.readers import PacketSource, RecordChunk
 from kwinspect.dissect import Dissector
 from kwinspect.model import ErrorRow
 from kwinspect.stream.row_order import END, WATERMARK_EVERY, RowOrder
@@ -36,6 +37,7 @@ from kwinspect.stream.row_order import END, WATERMARK_EVERY, RowOrder
 # consecutive unparseable records (checked per 1024) after which a capture is given up
 MAX_UNPARSEABLE_RUN = 64 * 1024
 TICK_EVERY = 1024  # packets between two tick() calls (a power of two: the test is a mask)
+_END = object()  # the end of the packets
 
 
 class PacketLoop:
@@ -92,34 +94,59 @@ class PacketLoop:
     def run(self, packets: Iterable[Any]) -> Iterator[Any]:
         d = self.dissector
         feed = d.feed_packet if type(self).feed is PacketLoop.feed else self.feed
+        # A capture file's reader and a dissector with the compiled packet loop: the records
+        # of the reader's buffer are fed in C (Dissector.feed_chunk), which comes back here
+        # at every packet where this loop acts (rows, watermark, tick); anything else, one
+        # packet at a time. Both give the same rows, counters and ticks.
+        chunked = type(self).feed is PacketLoop.feed and isinstance(packets, PacketSource) and d.takes_chunks
+        items = iter(packets.records() if chunked else packets)
+        feed_chunk = d.feed_chunk
         collect, mark, out = self.collect, self.mark, self.out
         eager = self.eager and self.ordered
         pstats = d.parser.stats
         bad_before = bad_run = 0
         count = self.count
         pending = d.pending  # the same list for the whole run (Dissector.pending)
-        for raw in packets:
-            if raw is None:  # a live source is idle: hand on what is ready, then the tick
-                d.idle()  # (TLS connections waiting for a growing key log look at it again)
-                if pending:
-                    collect(count)
-                self.mark(d.last_ts)
-                if out:
-                    yield from out
-                    out.clear()
-                yield None
-                continue
-            feed(raw)
-            count += 1
+        chunk = None  # a RecordChunk being fed
+        while True:
+            if chunk is not None:
+                # up to the next packet where a watermark or a tick is due
+                taken = feed_chunk(chunk, min(WATERMARK_EVERY - count % WATERMARK_EVERY,
+                                              TICK_EVERY - (count & (TICK_EVERY - 1))))
+                if not taken:
+                    chunk = None
+                    continue
+                count += taken
+                last = chunk  # .ts: the last record's
+            else:
+                raw = next(items, _END)
+                if raw is _END:
+                    break
+                if raw is None:  # a live source is idle: hand on what is ready, then the tick
+                    d.idle()  # (TLS connections waiting for a growing key log look at it again)
+                    if pending:
+                        collect(count)
+                    self.mark(d.last_ts)
+                    if out:
+                        yield from out
+                        out.clear()
+                    yield None
+                    continue
+                if type(raw) is RecordChunk:
+                    chunk = raw
+                    continue
+                feed(raw)
+                count += 1
+                last = raw
             if pending:  # most packets complete no row
                 collect(count)
                 if eager:
-                    mark(raw.ts)
+                    mark(last.ts)
                 if out:
                     yield from out
                     out.clear()
             if count % WATERMARK_EVERY == 0:
-                mark(raw.ts)
+                mark(last.ts)
                 if out:
                     yield from out
                     out.clear()

@@ -698,7 +698,40 @@ def _core_run(data: bytes, config: DissectConfig) -> Any:
               info.last_ts) for info in d.connections.values()]
     return ([tuple(p) for p in packets], repr(src.stats), [(i.kind, i.message, i.offset) for i in src.issues],
             [None if s is None else tuple(s) for s in segs], repr(parser.stats),
-            [(i.kind, i.message) for i in parser.issues], rows, d.packet_counts(), d.byte_counts(), books)
+            [(i.kind, i.message) for i in parser.issues], rows, d.packet_counts(), d.byte_counts(), books,
+            _loop_run(data, config))
+
+
+def _loop_run(data: bytes, config: DissectConfig) -> Any:
+    """The same file through PacketLoop, as the CLI reads it: with the compiled core, the
+    records of the reader's buffer go through the compiled packet loop (Dissector.feed_chunk);
+    the reader is fed 1-4096 bytes per read, so its buffer ends inside records too."""
+    from kwinspect.run.loop import PacketLoop
+
+    class Trickle(io.RawIOBase):
+        def __init__(self) -> None:
+            self.pos = 0
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b) -> int:
+            n = min(len(b), 1 + (self.pos * 2654435761) % 4096, len(data) - self.pos)
+            b[:n] = data[self.pos:self.pos + n]
+            self.pos += n
+            return n
+
+    try:
+        src = open_capture(Trickle())
+    except CaptureFormatError as exc:
+        return str(exc)
+    d = Dissector(config)
+    src.on_secrets = d.add_tls_secrets
+    ticks = []
+    loop = PacketLoop(d, tick=lambda n: ticks.append((n, d.stats.packets, repr(d.parser.stats))), eager=True)
+    with src:
+        rows = _rendered(list(loop.run(src)), d)
+    return rows, ticks, loop.count, repr(src.stats), [(i.kind, i.message) for i in src.issues], d.packet_counts()
 
 
 def _rendered(events, d: Dissector) -> list:
@@ -727,7 +760,7 @@ def check_core(case: dict) -> None:
         where = "the reader" if type(compiled) is not tuple or type(python) is not tuple else next(
             name for name, a, b in zip(("packets", "reader stats", "reader issues", "segments", "parser stats",
                                         "parser issues", "rows", "packet counts", "byte counts",
-                                        "connection books"),
+                                        "connection books", "PacketLoop"),
                                        compiled, python, strict=True) if a != b)
         raise FuzzFailure(f"compiled and Python cores differ: {where}")
 

@@ -35,7 +35,7 @@ def compiled_available() -> bool:
         all(getattr(compiled, n) is not None for n in _DECODE_NAMES) and \
         all(getattr(labels, n) is not None for n in _LABEL_NAMES) and \
         fastrender.JsonlRow is not None and \
-        dissect.segment_fastpath is not None and \
+        dissect.segment_fastpath is not None and dissect.chunk_fastpath is not None and \
         conversation.compiled_frames is not None and \
         record_rows._crows is not None
 
@@ -59,7 +59,7 @@ def python_core() -> Iterator[None]:
     """The pure-Python fast paths inside the block (readers, parsers and dissectors made
     or iterated inside it)."""
     saved = {n: getattr(fastpath, n) for n in _NAMES}
-    saved_driver = dissect.segment_fastpath
+    saved_driver = dissect.segment_fastpath, dissect.chunk_fastpath
     saved_conv = conversation.compiled_frames
     saved_decode = {n: getattr(compiled, n) for n in _DECODE_NAMES}
     saved_labels = {n: getattr(labels, n) for n in _LABEL_NAMES}
@@ -70,7 +70,7 @@ def python_core() -> Iterator[None]:
         record_rows._crows = None  # read for every record batch
         for n in _NAMES:
             setattr(fastpath, n, None)
-        dissect.segment_fastpath = None
+        dissect.segment_fastpath = dissect.chunk_fastpath = None
         conversation.compiled_frames = None
         for n in _DECODE_NAMES:
             setattr(compiled, n, None)
@@ -81,7 +81,7 @@ def python_core() -> Iterator[None]:
     finally:
         for n, v in saved.items():
             setattr(fastpath, n, v)
-        dissect.segment_fastpath = saved_driver
+        dissect.segment_fastpath, dissect.chunk_fastpath = saved_driver
         conversation.compiled_frames = saved_conv
         for n, v in saved_decode.items():
             setattr(compiled, n, v)
