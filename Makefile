@@ -16,7 +16,7 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip
 
 # setup.py and the C sources: a changed extension is compiled again by the next install
-C_SOURCES := setup.py $(wildcard kwinspect/_c*.c kwinspect/*/_c*.c kwinspect/*/_c*.h)
+C_SOURCES := setup.py $(wildcard kwinspect/_c*.c kwinspect/_c*.h kwinspect/*/_c*.c kwinspect/*/_c*.h)
 
 $(DEMO_STAMP): pyproject.toml $(C_SOURCES) | $(PY)
 	$(PY) -m pip install -q -e .
