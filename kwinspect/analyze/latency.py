@@ -145,47 +145,34 @@ class LatencyStats:
             return [ex.client_id if ex.client_id is not None else (ex.client or "(unknown)")]
         return list(dict.fromkeys(t for t in ex.topics if t is not None))
 
-    def add(self, ex: Exchange) -> bool:
-        """Count one exchange; returns False when it has no latency to count."""
+    def add(self, ex: Exchange, api: str | None = None) -> bool:
+        """Count one exchange; returns False when it has no latency to count. ``api``: the
+        exchange's ``api_label`` when the caller has it (used as the key when grouped by api)."""
         lat = ex.latency_ms
         if ex.status != STATUS_PAIRED or lat is None or not math.isfinite(lat):
             self.skipped += 1
             return False
+        keys = (api,) if api is not None and self.by == "api" else self._keys(ex)
         if ex.long_poll:
             self.long_polls += 1
-            for key in self._keys(ex):
+            for key in keys:
                 self._long_polls[key] = self._long_polls.get(key, 0) + 1
             return False
-        for key in self._keys(ex):
+        for key in keys:
             vals = self._groups.get(key)
             if vals is None:
                 vals = self._groups[key] = array("d")
             vals.append(lat)
         self._all.append(lat)
         if self.keep_series and ex.request_ts is not None:
-            api = api_label(ex)
+            if api is None:
+                api = api_label(ex)
             idx = self._apis.get(api)
             if idx is None:
                 idx = self._apis[api] = min(len(self._apis), 65535)
             self._ts.append(ex.request_ts)
             self._lat.append(lat)
             self._api_idx.append(idx)
-        return True
-
-    def add_keyed(self, ex: Exchange, key: str) -> bool:
-        """:meth:`add` for an accumulator grouped ``by="api"`` whose caller already has the
-        exchange's group key (``api_label(ex)``): the summary's per-exchange path."""
-        lat = ex.latency_ms
-        if self.by != "api" or self.keep_series or ex.long_poll:
-            return self.add(ex)
-        if ex.status != STATUS_PAIRED or lat is None or not math.isfinite(lat):
-            self.skipped += 1
-            return False
-        vals = self._groups.get(key)
-        if vals is None:
-            vals = self._groups[key] = array("d")
-        vals.append(lat)
-        self._all.append(lat)
         return True
 
     def add_all(self, exchanges: Iterable[Exchange]) -> LatencyStats:

@@ -44,7 +44,6 @@ API_VERSIONS = int(ApiKey.API_VERSIONS)
 DESCRIBE_CLUSTER = int(ApiKey.DESCRIBE_CLUSTER)
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
-_finite = math.isfinite
 # exchange groups SummaryBuilder keeps (see add_exchange): memory stays bounded on captures
 # of 100k connections; past it the groups start again (slower, same counts)
 MAX_EXCHANGE_GROUPS = 10_000
@@ -314,27 +313,13 @@ class SummaryBuilder:
         # counters before anything reads them. The first of each group takes the whole path,
         # so every counter's keys keep the order of their first occurrence. Timestamps,
         # latency, broker id (last one wins) and bodies are per exchange.
-        ts = ex.request_ts
-        if ts is not None and _finite(ts):  # _seen, inlined
-            if self._first is None or ts < self._first:
-                self._first = ts
-            if self._last is None or ts > self._last:
-                self._last = ts
-        ts = ex.response_last_ts
-        if ts is None:
-            ts = ex.response_ts
-        if ts is not None and _finite(ts):
-            if self._first is None or ts < self._first:
-                self._first = ts
-            if self._last is None or ts > self._last:
-                self._last = ts
-        api_key = ex.api_key
-        api = ex.api_name or (f"api_key {api_key}" if api_key is not None else "(unknown)")  # api_label
+        self._seen(ex.request_ts)
+        self._seen(ex.response_last_ts if ex.response_last_ts is not None else ex.response_ts)
+        api = api_label(ex)
         topics = ex.topics
-        status = ex.status
-        errors = ex.error_codes
-        key = (status, ex.stream, ex.broker, ex.client_id, ex.client, api, ex.api_version,
-               bool(errors and any(errors)), tuple(topics) if topics else ())
+        erred = bool(ex.error_codes and any(ex.error_codes))
+        key = (ex.status, ex.stream, ex.broker, ex.client_id, ex.client, api, ex.api_version, erred,
+               tuple(topics) if topics else ())
         group = self._groups.get(key)
         if group is not None:
             group[0] += 1
@@ -343,15 +328,17 @@ class SummaryBuilder:
             if len(self._groups) >= MAX_EXCHANGE_GROUPS:  # a cache: the first of a group counts itself
                 self._settle()
                 self._groups.clear()
-            self._groups[key] = [0, self._count_exchange(ex, api)]
+            self._groups[key] = [0, self._count_exchange(ex, api, erred)]
         if ex.broker_id is not None:
             self._broker_ids[ex.broker or "(unknown)"] = ex.broker_id
-        self._latency.add_keyed(ex, api)
+        self._latency.add(ex, api)
+        api_key = ex.api_key
         if api_key == API_VERSIONS or api_key == METADATA or api_key == DESCRIBE_CLUSTER:
             self._learn_from_bodies(ex)
 
-    def _count_exchange(self, ex: Exchange, api: str) -> tuple:
-        """Count the first exchange of a group; returns what _settle needs to count its repeats."""
+    def _count_exchange(self, ex: Exchange, api: str, erred: bool) -> tuple:
+        """Count the first exchange of a group (``erred``: it has a Kafka error code);
+        returns what _settle needs to count its repeats."""
         self._exchanges += 1
         status = ex.status
         self._statuses[status] += 1
@@ -375,7 +362,6 @@ class SummaryBuilder:
         if ex.api_version is not None:
             self._api_versions[api].add(ex.api_version)
         # errors: Kafka error codes only; a request never answered is counted apart
-        erred = bool(ex.error_codes and any(ex.error_codes))
         if erred:
             self._api_errors[api] += 1
         unanswered = status == STATUS_RESPONSE_MISSING
