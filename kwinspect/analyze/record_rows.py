@@ -328,6 +328,14 @@ if _crows is not None and any(_ROW_SLOTS[i] != name for name, i in _C_SLOTS.item
     _crows = None  # RecordRow was reordered: the Python path until the C is told
 
 
+def _producer_of(batch) -> tuple[int | None, int | None]:
+    """The batch's producer id and epoch as rows show them (None for "no producer")."""
+    pid, epoch = batch.producer_id, batch.producer_epoch
+    if pid is None or pid < 0:
+        return None, None
+    return pid, None if epoch is not None and epoch < 0 else epoch
+
+
 def _compiled_rows(direction, topic, partition, batch, correlation_id, stream, values, xref, first,
                    skip_below) -> list[RecordRow] | None:
     """The rows of a v2 batch made in C, each row's offset ``first`` + its offset delta (None
@@ -341,11 +349,7 @@ def _compiled_rows(direction, topic, partition, batch, correlation_id, stream, v
     if area is None:
         return None
     data, pos, end = area
-    pid, epoch = batch.producer_id, batch.producer_epoch
-    if pid is None or pid < 0:
-        pid = epoch = None
-    elif epoch is not None and epoch < 0:
-        epoch = None
+    pid, epoch = _producer_of(batch)
     frame, response_frame, tcp_stream = xref
     fixed = {
         "direction": direction, "topic": topic, "partition": partition, "timestamp_type": batch.timestamp_type,
@@ -376,12 +380,7 @@ def _batch_rows(direction, topic, partition, batch, correlation_id, stream, valu
     is_control = batch.is_control
     batch_magic = batch.magic
     batch_crc_ok = batch.crc_ok
-    pid = batch.producer_id
-    epoch = batch.producer_epoch
-    if pid is None or pid < 0:
-        pid = epoch = None
-    elif epoch is not None and epoch < 0:
-        epoch = None
+    pid, epoch = _producer_of(batch)
     special = topic in INTERNAL_TOPICS and not is_control
     inline = values == "auto" and not special and not is_control
     control = values == "auto" and is_control

@@ -354,11 +354,9 @@ class RecordBatch:
         if self.magic != 2:
             return None
         if self.codec == 0:
-            return self.buffer, self.body_start, self.end
-        out, problem = decompress(self.codec, self.buffer[self.body_start:self.end], self.limits)
-        if problem is not None or type(out) is not bytes:
-            return None
-        return out, 0, len(out)
+            return (self.buffer, self.body_start, self.end) if type(self.buffer) is bytes else None
+        out = self._payload([])  # a failure is reported when iter_records decodes it again
+        return (out, 0, len(out)) if type(out) is bytes else None
 
     def _v2_records(self) -> Iterator[Record]:
         # The hot loop of `kwinspect records`: one-byte varints (the usual case
