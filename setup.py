@@ -19,13 +19,13 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.stream._cconv", ["kwinspect/stream/_cconv.c"], depends=["kwinspect/_cattrs.h"],
               extra_compile_args=["-O2", "-std=c99"]),
-    Extension("kwinspect.export._crender", ["kwinspect/export/_crender.c"],
+    Extension("kwinspect.export._crender", ["kwinspect/export/_crender.c"], depends=["kwinspect/_cattrs.h"],
               extra_compile_args=["-O2", "-std=c99"]),
     # (the driver's packet loop shares the link/IP/TCP parse of capture/_cpackets.c)
     Extension("kwinspect._cdriver", ["kwinspect/_cdriver.c"],
               depends=["kwinspect/capture/_cparse.h", "kwinspect/_cattrs.h"],
               extra_compile_args=["-O2", "-std=c99"]),
-    Extension("kwinspect.analyze._crows", ["kwinspect/analyze/_crows.c"],
+    Extension("kwinspect.analyze._crows", ["kwinspect/analyze/_crows.c"], depends=["kwinspect/_cattrs.h"],
               extra_compile_args=["-O2", "-std=c99"]),
 ]
 

@@ -1,5 +1,5 @@
 /* Attribute access for the compiled core's C twins of Python methods (_cdriver.c,
- * stream/_cconv.c): they read and write the fields of the Python objects the methods
+ * stream/_cconv.c; slot_offset also for analyze/_crows.c and export/_crender.c): they read and write the fields of the Python objects the methods
  * work on, in place, with getattr's semantics and without its lookups per access.
  * Included by each extension (static functions; each module keeps its own call-site
  * caches).  Needs Python.h and structmember.h first; the macros use GCC statement
@@ -26,14 +26,26 @@ typedef struct {
     Py_ssize_t way;     /* > 0: the slot's offset; VIA_DICT; VIA_GETATTR */
 } Slot;
 
+/* The offset of `name` on `type` when it is a writable object slot (a __slots__ field),
+ * else 0.  The C that builds or reads slots dataclasses directly (_cconv.c's Exchange,
+ * analyze/_crows.c's RecordRow, export/_crender.c's rows) resolves their fields with it. */
+static inline Py_ssize_t slot_offset(PyTypeObject *type, PyObject *name)
+{
+    PyObject *descr = _PyType_Lookup(type, name); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type))
+        return 0;
+    PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+    return m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0 ? m->offset : 0;
+}
+
 static inline void slot_resolve(PyTypeObject *type, PyObject *name, Slot *c)
 {
     PyObject *descr = _PyType_Lookup(type, name); /* borrowed */
     Py_ssize_t way = VIA_GETATTR;
     if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)) {
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type == T_OBJECT_EX && !(m->flags & READONLY) && m->offset > 0)
-            way = m->offset;
+        Py_ssize_t offset = slot_offset(type, name);
+        if (offset > 0)
+            way = offset;
     } else if ((descr == NULL || Py_TYPE(descr)->tp_descr_set == NULL) /* not a data descriptor */
                && type->tp_getattro == PyObject_GenericGetAttr
                && type->tp_setattro == PyObject_GenericSetAttr

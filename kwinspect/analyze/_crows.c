@@ -38,6 +38,8 @@
 #include <stdint.h>
 #include <structmember.h>
 
+#include "../_cattrs.h" /* slot_offset */
+
 enum { F_OFFSET = 3, F_TIMESTAMP = 4, F_KEY = 6, F_KEY_ENC = 7, F_VALUE = 8, F_VALUE_ENC = 9, F_HEADERS = 10,
        F_SEQUENCE = 16 };
 #define MAX_FIELDS 40
@@ -220,19 +222,18 @@ static int resolve(PyTypeObject *type, PyObject *fields)
 {
     if (type == cached_type && fields == cached_fields)
         return 0;
+    Py_CLEAR(cached_type); /* the offsets below are rewritten: no type owns them until they all are */
     Py_ssize_t n = PyTuple_GET_SIZE(fields);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *descr = _PyType_Lookup(type, PyTuple_GET_ITEM(fields, i));
-        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type
-            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        offsets[i] = slot_offset(type, PyTuple_GET_ITEM(fields, i));
+        if (offsets[i] <= 0) {
             PyErr_Format(PyExc_TypeError, "v2_rows: %R is not a slot of %s", PyTuple_GET_ITEM(fields, i),
                          type->tp_name);
             return -1;
         }
-        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
     }
     Py_XSETREF(cached_fields, Py_NewRef(fields));
-    Py_XSETREF(cached_type, (PyTypeObject *)Py_NewRef((PyObject *)type));
+    cached_type = (PyTypeObject *)Py_NewRef((PyObject *)type);
     return 0;
 }
 

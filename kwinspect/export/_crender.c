@@ -28,6 +28,8 @@
 #include <string.h>
 #include <structmember.h>
 
+#include "../_cattrs.h" /* slot_offset */
+
 #define MAX_BOUND 64 /* columns line_of reads from a row's slots */
 #define PyTupleCheckExact_or_list(v) (PyTuple_CheckExact(v) || PyList_CheckExact(v))
 
@@ -444,15 +446,13 @@ static PyObject *JsonlRow_bind(JsonlRow *self, PyObject *args) {
     if (!offsets)
         return PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < self->ncols; i++) {
-        PyObject *descr = _PyType_Lookup(type, PyTuple_GET_ITEM(names, i));
-        if (descr == NULL || Py_TYPE(descr) != &PyMemberDescr_Type
-            || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        offsets[i] = slot_offset(type, PyTuple_GET_ITEM(names, i));
+        if (offsets[i] <= 0) {
             PyMem_Free(offsets);
             PyErr_Format(PyExc_TypeError, "JsonlRow.bind: %R is not a slot of %s", PyTuple_GET_ITEM(names, i),
                          type->tp_name);
             return NULL;
         }
-        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
     }
     PyMem_Free(self->offsets);
     self->offsets = offsets;

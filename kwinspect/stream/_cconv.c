@@ -787,15 +787,12 @@ static int slot_offsets(PyTypeObject *type, PyObject *names, Py_ssize_t *out, Py
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *descr = _PyType_Lookup(type, PyTuple_GET_ITEM(names, i));
-        PyMemberDef *m = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
-                             ? ((PyMemberDescrObject *)descr)->d_member : NULL;
-        if (m == NULL || m->type != T_OBJECT_EX || (m->flags & READONLY) || m->offset <= 0) {
+        out[i] = slot_offset(type, PyTuple_GET_ITEM(names, i));
+        if (out[i] <= 0) {
             PyErr_Format(PyExc_TypeError, "configure(): %s.%S is not a slot", type->tp_name,
                          PyTuple_GET_ITEM(names, i));
             return -1;
         }
-        out[i] = m->offset;
     }
     return 0;
 }
