@@ -124,7 +124,7 @@ static int scan_frames(const unsigned char *data, Py_ssize_t from, Py_ssize_t n,
     return 0;
 }
 
-/* deque.append(item), deque.clear() */
+/* obj.name(arg), or obj.name() when arg is NULL, its result dropped (deque append/clear/popleft) */
 static int call1(PyObject *obj, PyObject *name, PyObject *arg)
 {
     PyObject *r = arg ? PyObject_CallMethodOneArg(obj, name, arg) : PyObject_CallMethodNoArgs(obj, name);
@@ -176,7 +176,7 @@ static int append_chunk(PyObject *chunks, long long offset, PyObject *ts, PyObje
 /* FrameSplitter.feed's writes for WHOLE, START and COMPLETE (planned in phase 1):
  * _complete's join of the held frame, the fast path's frames sliced out of the payload,
  * and the general path's buffering of a frame's start with _sync's _need_off. */
-static int splitter_feed(PyObject *sp, int whole, const unsigned char *data, Py_ssize_t n, PyObject *payload,
+static int splitter_feed(PyObject *sp, int whole, const unsigned char *data, Py_ssize_t n,
                          PyObject *buf, Py_ssize_t buflen, long long pos, PyObject *parts, PyObject *part_chunks,
                          long long parts_len, long long need_off, long long k, Py_ssize_t q1, Py_ssize_t nframes,
                          long long tail_need, long long base, long long fed, long long fbytes, long long nf,
@@ -288,7 +288,6 @@ static int splitter_feed(PyObject *sp, int whole, const unsigned char *data, Py_
     rc = 0;
 out:
     Py_XDECREF(last);
-    (void)payload;
     return rc;
 }
 
@@ -797,7 +796,7 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
             long long held = buflen - pos + parts_len + n;
             if (held > peak && set_ll(sp, S_peak_buffered, held) < 0)
                 goto done;
-        } else if (splitter_feed(sp, whole, data, n, payload, buf, buflen, pos, parts, part_chunks, parts_len,
+        } else if (splitter_feed(sp, whole, data, n, buf, buflen, pos, parts, part_chunks, parts_len,
                                  need_off, k, q1, nframes, tail_need, base, fed_bytes, frame_bytes, sp_frames,
                                  peak, ts, pkt, ready, chunks, frame_type) < 0) {
             goto done;
@@ -812,11 +811,10 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
         PyObject *item = tuple_ll(nxt, payload, NULL);
         if (item == NULL)
             goto done;
-        PyObject *r = PyObject_CallMethodOneArg(recent, S_append, item);
+        int appended = call1(recent, S_append, item);
         Py_DECREF(item);
-        if (r == NULL)
+        if (appended < 0)
             goto done;
-        Py_DECREF(r);
         long long kept = recent_bytes + n;
         for (;;) {
             Py_ssize_t len = PyObject_Length(recent);
@@ -837,10 +835,8 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
             }
             if (!(kept - flen >= keep))
                 break;
-            r = PyObject_CallMethodNoArgs(recent, S_popleft);
-            if (r == NULL)
+            if (call1(recent, S_popleft, NULL) < 0)
                 goto done;
-            Py_DECREF(r);
             kept -= flen;
         }
         if (set_ll(h, S_recent_bytes, kept) < 0 || set_ll(h, S_nxt, e) < 0
