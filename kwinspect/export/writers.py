@@ -601,22 +601,19 @@ class JsonlWriter(RowWriter):
         """The row's line, with its newline (what write() writes)."""
         fast = self._fast
         line = None
-        line_of = fast.line_of
+        line_of = fast.line_of  # a model row read from its slots (C), else the values path
         if line_of is not None:
             try:
                 line = line_of(item)
             except _Slow:
-                line = None
-            if line is not None:
-                if not line.isascii() and _SURROGATE.search(line):
-                    line = _SURROGATE.sub(lambda m: "\\" + _surrogate_text(m), line)
-                return line
-        vals = fast.values(item)
-        if vals is not None:
-            try:
-                line = fast.jsonl_nl(vals)
-            except _Slow:
                 pass
+        if line is None:
+            vals = fast.values(item)
+            if vals is not None:
+                try:
+                    line = fast.jsonl_nl(vals)
+                except _Slow:
+                    pass
         if line is None:
             line = self._dumps(normalize_row(item, self.columns)) + "\n"
         if not line.isascii() and _SURROGATE.search(line):
