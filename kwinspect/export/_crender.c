@@ -31,7 +31,6 @@
 #include "../_cattrs.h" /* slot_offset */
 
 #define MAX_BOUND 64 /* columns line_of reads from a row's slots */
-#define PyTupleCheckExact_or_list(v) (PyTuple_CheckExact(v) || PyList_CheckExact(v))
 
 /* column kinds: must match _crender_kinds in export/writers.py */
 enum { K_SCALAR = 0, K_TIMESTAMP = 1, K_LIST = 2 };
@@ -423,7 +422,7 @@ static PyObject *JsonlRow_call(JsonlRow *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "JsonlRow was not initialised");
         return NULL;
     }
-    if ((PyTupleCheckExact_or_list(vals)) && PySequence_Fast_GET_SIZE(vals) == self->ncols) {
+    if ((PyTuple_CheckExact(vals) || PyList_CheckExact(vals)) && PySequence_Fast_GET_SIZE(vals) == self->ncols) {
         PyObject *line = render_items(self, PySequence_Fast_ITEMS(vals), self->ncols);
         if (line != Py_None)
             return line;
