@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from kwinspect import core
 from kwinspect.capture.keylog import KeyLog
 from kwinspect.capture.readers import CaptureFormatError
 from kwinspect.dissect import DEFAULT_KAFKA_PORTS, DissectConfig
@@ -64,7 +65,6 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------------
 
 
-GC_GEN0_THRESHOLD = 50_000  # allocations between two young-generation collections (CPython: 700)
 
 
 def parse_ports(text: str) -> frozenset[int]:
@@ -1245,10 +1245,7 @@ def main(argv: list[str] | None = None) -> int:
         "diagnose": cmd_diagnose, "stats": cmd_stats, "sanitize": cmd_sanitize,
     }
     handler = handlers.get(args.command, cmd_planned)
-    # Decoding makes millions of short-lived, acyclic dicts and lists that reference
-    # counting frees; the default collector thresholds rescan them (and the rows held
-    # for capture order) thousands of times: ~8% of a run. Cycles are still collected.
-    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)
+    core.tune_collector()
     sys.unraisablehook = _quiet_out_of_memory
     try:
         return handler(args)

@@ -14,6 +14,7 @@ Stdlib only: the bottom layer, importable from every other one.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 from types import ModuleType
@@ -53,3 +54,16 @@ def describe() -> str:
     if core_name() == "compiled":
         return "core: compiled"
     return "core: python (the compiled extension is not built: no C compiler at install time?)"
+
+
+# allocations between two young-generation collections for a decoding process (CPython: 700)
+GC_GEN0_THRESHOLD = 50_000
+
+
+def tune_collector() -> None:
+    """The collector thresholds of a process that decodes captures (the CLI, the TUI's
+    indexing process). Decoding makes millions of short-lived, acyclic dicts and lists
+    that reference counting frees; the default thresholds rescan them (and the rows and
+    connections held) thousands of times: ~8% of a CLI run, 19% of the TUI's indexing on
+    a capture of 108k connections. Cycles are still collected."""
+    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)

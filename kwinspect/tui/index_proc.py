@@ -8,17 +8,12 @@ trusts it; nothing here reads untrusted pickles.  Stray prints go to stderr.
 
 from __future__ import annotations
 
-import gc
 import os
 import pickle
 import struct
 import sys
 
-# allocations between two young-generation collections, as the CLI sets it (CPython: 700):
-# the dissector makes millions of short-lived acyclic dicts and lists that reference
-# counting frees, and the default thresholds rescanned them (and the connections held)
-# for 19% of this process's time on a capture of 108k connections
-GC_GEN0_THRESHOLD = 50_000
+from kwinspect import core
 
 
 class _Writer:
@@ -38,7 +33,7 @@ class _NeverCancelled:
 
 
 def main() -> int:
-    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)  # cycles are still collected
+    core.tune_collector()  # as the CLI does
     paths, config, spill_path = pickle.load(sys.stdin.buffer)
     out_fd = os.dup(1)
     os.dup2(2, 1)  # keep the message channel clean
