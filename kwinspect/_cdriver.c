@@ -966,6 +966,17 @@ static int chunk_write_back(PyObject *chunk, chunk_t *c)
     return 0;
 }
 
+/* list.append(int(v)); 0, or -1 with the exception */
+static int append_ll(PyObject *list, long long v)
+{
+    PyObject *o = PyLong_FromLongLong(v);
+    if (o == NULL)
+        return -1;
+    int r = PyList_Append(list, o);
+    Py_DECREF(o);
+    return r;
+}
+
 /* call fn(a) or fn(a, b); 0, or -1 with the exception */
 static int call_py(PyObject *fn, PyObject *a, PyObject *b)
 {
@@ -1094,16 +1105,24 @@ out:
     return rc;
 }
 
-/* feed_chunk(state, chunk, limit) -> records taken.  chunk.layout is (0, big_endian,
- * nanosecond, record header length, linktype) for pcap, (1, big_endian, 0, 0, interfaces)
- * for pcapng, interfaces being ((linktype, div, tsoffset), ...). */
+/* feed_chunk(state, chunk, limit[, marks]) -> records taken.  chunk.layout is (0,
+ * big_endian, nanosecond, record header length, linktype) for pcap, (1, big_endian, 0, 0,
+ * interfaces) for pcapng, interfaces being ((linktype, div, tsoffset), ...).  Without marks
+ * (None) it stops after the first record that leaves rows; with a list, it goes on to
+ * limit and appends, for each row a record left, the records taken so far (the caller
+ * files each row under its packet: marks[i] is the packet of pending[i]). */
 static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 11) {
-        PyErr_SetString(PyExc_TypeError, "feed_chunk(state, chunk, limit)");
+    if ((nargs != 3 && nargs != 4) || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 11) {
+        PyErr_SetString(PyExc_TypeError, "feed_chunk(state, chunk, limit[, marks])");
         return NULL;
     }
     PyObject *lstate = args[0], *chunk = args[1];
+    PyObject *marks = nargs == 4 && args[3] != Py_None ? args[3] : NULL;
+    if (marks != NULL && !PyList_CheckExact(marks)) {
+        PyErr_SetString(PyExc_TypeError, "feed_chunk: marks must be a list or None");
+        return NULL;
+    }
     long long limit = PyLong_AsLongLong(args[2]);
     if (limit == -1 && PyErr_Occurred())
         return NULL;
@@ -1206,6 +1225,9 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
     const double div = nano ? 1e9 : 1e6;
     long long done = 0;
     int failed = 0;
+    /* rows pending when the call began count as left by its first record, as they did
+     * when it stopped at every record that left rows */
+    Py_ssize_t rows_marked = 0;
     while (done < limit) {
         Py_ssize_t pos = (Py_ssize_t)c.pos;
         const unsigned char *h = b + pos;
@@ -1268,8 +1290,18 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
             failed = 1;
             break;
         }
-        if (PyList_GET_SIZE(events))
-            break; /* rows: the loop collects them at this packet */
+        Py_ssize_t nrows = PyList_GET_SIZE(events);
+        if (nrows > rows_marked) {
+            if (marks == NULL)
+                break; /* rows: the loop collects them at this packet */
+            for (; rows_marked < nrows; rows_marked++)
+                if (append_ll(marks, done) < 0)
+                    break;
+            if (rows_marked < nrows) {
+                failed = 1;
+                break;
+            }
+        }
     }
     Py_DECREF(dparser);
     if (chunk_write_back(chunk, &c) < 0)
@@ -1295,8 +1327,10 @@ static PyMethodDef methods[] = {
      "segment(state, seg, packets) -> None | True | connection state: one in-order TCP segment of an\n"
      "established Kafka connection, through reassembly and framing (None: declined, nothing changed)"},
     {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
-     "feed_chunk(state, chunk, limit) -> records taken (at most limit): the\n"
-     "packet loop over the capture records wholly inside a reader's buffer (readers.RecordChunk)"},
+     "feed_chunk(state, chunk, limit[, marks]) -> records taken (at most limit): the\n"
+     "packet loop over the capture records wholly inside a reader's buffer (readers.RecordChunk);\n"
+     "without marks it stops at the first record that leaves rows, with a list it appends\n"
+     "the records taken so far once for each row a record left, and goes on"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -292,14 +292,17 @@ class Dissector:
         """feed_chunk runs (the compiled core is there and feed_packet is this class's own)."""
         return self._c_loop is not None
 
-    def feed_chunk(self, chunk: RecordChunk, limit: int) -> int:
+    def feed_chunk(self, chunk: RecordChunk, limit: int, marks: list[int] | None = None) -> int:
         """Feed the records of ``chunk`` (a reader's buffer, readers.RecordChunk) one by one
         exactly as ``feed_packet`` feeds the RawPacket each would have been, in C, until
         ``limit`` records were taken or one left rows (``pending``), whichever comes first.
+        With a ``marks`` list it does not stop at rows: for each row a record left it
+        appends the records taken so far (``marks[i]`` is the packet of ``pending[i]``,
+        counted from the call's first) and goes on to ``limit``.
         Returns how many were taken (0: no whole record left in the chunk); ``chunk.ts`` is
         the last one's timestamp, and the chunk's counters say what the reader handed out.
         Only when ``takes_chunks``."""
-        return self._c_loop(self._c_loop_state, chunk, limit)
+        return self._c_loop(self._c_loop_state, chunk, limit, marks)
 
     def _feed_packet_python(self, raw: RawPacket) -> None:
         """feed_packet for a packet the compiled packet parser declined (or without it)."""

@@ -3,7 +3,9 @@ exactly what the loop one RawPacket at a time gives.
 
 Both run the compiled core in one process; the per-packet loop is what a Dissector made
 with ``dissect.chunk_fastpath`` set to None runs. Compared, in order: every row the loop
-yields, every ``collect(pos)`` and ``mark(ts)`` it makes, every tick with its packet
+yields, every row filed in its RowOrder with its key (the compiled loop files a batch of
+packets' rows at once, the per-packet one each packet's), every ``mark(ts)`` it makes,
+every tick with its packet
 count, the reader's ``position()`` and the counters at that moment, and at the end the
 dissector's books (``packet_counts``, DissectStats, the parser's stats), the connections,
 the reader's CaptureStats and issues. On shipped captures (IPv6, TLS, SASL, several
@@ -42,6 +44,7 @@ from kwinspect.capture.readers import CaptureFormatError, open_capture
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.model import Endpoint
 from kwinspect.run.loop import PacketLoop
+from kwinspect.stream.row_order import RowOrder
 from tests.test_core import _mutate, capture_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,17 +56,30 @@ def _compiled():
     require_compiled()
 
 
+class _RecordingRows(RowOrder):
+    """A RowOrder that writes down every row filed and its key (the packet it is ordered by)."""
+
+    def __init__(self, log: list) -> None:
+        super().__init__()
+        self.log = log
+
+    def push(self, key, row) -> None:
+        self.log.append(("push", key, repr(row)))
+        super().push(key, row)
+
+    def push_keyed(self, keyed) -> None:
+        self.log.extend(("push", key, repr(row)) for key, row in keyed)
+        super().push_keyed(keyed)
+
+
 class _Recording(PacketLoop):
-    """A PacketLoop that writes down where it acts (its feed stays PacketLoop's: the compiled
-    loop still runs)."""
+    """A PacketLoop that writes down where it acts (its feed and collect stay PacketLoop's:
+    the compiled loop still runs, with rows per batch where it takes them so)."""
 
     def __init__(self, d: Dissector, src, log: list, cancel_at: int | None, **kw) -> None:
         super().__init__(d, **kw)
         self.src, self.log, self.cancel_at = src, log, cancel_at
-
-    def collect(self, pos) -> None:
-        self.log.append(("collect", pos, len(self.dissector.pending)))
-        super().collect(pos)
+        self.rows = _RecordingRows(log)
 
     def mark(self, ts: float) -> None:
         self.log.append(("mark", ts))
@@ -89,13 +105,14 @@ def _run(make_input, *, chunked: bool, cancel_at: int | None = None, eager: bool
     assert d.takes_chunks == chunked
     src.on_secrets = d.add_tls_secrets
     log: list = []
-    taken = [0]
-    if chunked:  # how many records the compiled loop took (it must have taken some)
-        feed_chunk = d.feed_chunk
+    taken = [0, 0]
+    if chunked:  # how many records the compiled loop took (it must have taken some), and
+        feed_chunk = d.feed_chunk  # how often it went on past a packet that left rows
 
-        def counting(chunk, limit):
-            n = feed_chunk(chunk, limit)
+        def counting(chunk, limit, marks=None):
+            n = feed_chunk(chunk, limit, marks)
             taken[0] += n
+            taken[1] += bool(marks) and marks[-1] < n
             return n
         d.feed_chunk = counting
     loop = _Recording(d, src, log, cancel_at, eager=eager)
@@ -115,6 +132,7 @@ def _run(make_input, *, chunked: bool, cancel_at: int | None = None, eager: bool
         "reader": dataclasses.astuple(src.stats),
         "reader_issues": [repr(i) for i in src.issues],
         "_taken": taken[0],
+        "_past_rows": taken[1],
     }
 
 
@@ -123,9 +141,12 @@ def _same(make_input, **kw) -> dict:
     per_packet = _run(make_input, chunked=False, **kw)
     taken = chunked.pop("_taken")
     per_packet.pop("_taken")
+    past_rows = chunked.pop("_past_rows")
+    assert per_packet.pop("_past_rows") == 0
     assert chunked == per_packet
     assert taken > 0
     chunked["taken"] = taken
+    chunked["past_rows"] = past_rows
     return chunked
 
 
@@ -210,8 +231,9 @@ def test_same_with_tls_keys_and_a_pipe_read_as_it_arrives():
     cap = ROOT / "captures" / "tansu-tls13-keylog.pcap"
     keys = KeyLog()
     keys.add_file(cap.with_suffix(".keys"))
-    _same(lambda: _Trickle(cap.read_bytes(), 1), eager=True,
-          config=DissectConfig(kafka_ports=frozenset({9092}), tls_keys=keys))
+    out = _same(lambda: _Trickle(cap.read_bytes(), 1), eager=True,
+                config=DissectConfig(kafka_ports=frozenset({9092}), tls_keys=keys))
+    assert out["past_rows"] == 0  # eager: back at every packet that leaves rows, to release them
 
 
 # -- generated captures of what the C declines ----------------------------------------------
@@ -222,6 +244,7 @@ def test_same_on_declined_packets(seed):
     data = _pcap(_mixed_frames(seed))
     out = _same(lambda: io.BytesIO(data))
     assert out["count"] > 2 * 1024  # several ticks
+    assert out["past_rows"] > 0  # rows filed per batch, not at every packet that left some
     counts = out["packet_counts"]
     assert counts["kafka"] and counts["non_kafka"]
 
@@ -332,6 +355,7 @@ def test_same_on_mutated_files(data, mseed, flips, cut, trickle):
     make = (lambda: _Trickle(data, mseed)) if trickle else (lambda: io.BytesIO(data))
     chunked = _run(make, chunked=True)
     per_packet = _run(make, chunked=False)
-    chunked.pop("_taken")
-    per_packet.pop("_taken")
+    for out in (chunked, per_packet):
+        out.pop("_taken")
+        out.pop("_past_rows")
     assert chunked == per_packet

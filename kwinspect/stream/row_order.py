@@ -20,7 +20,7 @@ key order.
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
+from bisect import bisect_left
 from typing import Any
 
 __all__ = ["END", "MAX_HELD_ROWS", "MAX_WAIT_SECONDS", "WATERMARK_EVERY", "RowOrder"]
@@ -35,33 +35,50 @@ WATERMARK_EVERY = 64
 
 
 class RowOrder:
-    """A min-heap of (key, arrival, row)."""
+    """(key, arrival, row) entries, sorted when rows are asked for.
 
-    __slots__ = ("_heap", "_seq", "max_rows")
+    Rows arrive nearly in key order and are asked for every few dozen packets: appending
+    them and sorting at a release (timsort merges the sorted rest and the new run in
+    about linear time) costs less than a heap push and pop per row, and (key, arrival)
+    being unique, gives the same order."""
+
+    __slots__ = ("_held", "_seq", "max_rows")
 
     def __init__(self, max_rows: int | None = None) -> None:
-        self._heap: list[tuple[int, int, Any]] = []
+        self._held: list[tuple[int, int, Any]] = []
         self._seq = 0
         self.max_rows = max_rows or MAX_HELD_ROWS  # read now: tests lower the module's value
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._held)
 
     def push(self, key: int, row: Any) -> None:
         self._seq += 1
-        heappush(self._heap, (key, self._seq, row))
+        self._held.append((key, self._seq, row))
+
+    def push_keyed(self, keyed: list[tuple[int, Any]]) -> None:
+        """push(key, row) for each (key, row) of ``keyed``, in that order."""
+        seq = self._seq
+        self._held.extend([(key, seq := seq + 1, row) for key, row in keyed])
+        self._seq = seq
 
     def pop_ready(self, watermark: int) -> list[Any]:
         """The rows whose key is below ``watermark``, in order; then, while more than
         ``max_rows`` are held, the oldest of the rest."""
-        heap = self._heap
-        out = []
-        while heap and (heap[0][0] < watermark or len(heap) > self.max_rows):
-            out.append(heappop(heap)[2])
+        held = self._held
+        if not held:
+            return []
+        held.sort()  # (key, arrival) is unique: rows are never compared
+        # (watermark,) sorts before every entry of that key: the first one not ready
+        cut = max(bisect_left(held, (watermark,)), len(held) - self.max_rows)
+        out = [entry[2] for entry in held[:cut]]
+        del held[:cut]
         return out
 
     def pop_all(self) -> list[Any]:
         """Every row held, in order (the end of the input)."""
-        heap = self._heap
-        out = [heappop(heap)[2] for _ in range(len(heap))]
+        held = self._held
+        held.sort()
+        out = [entry[2] for entry in held]
+        held.clear()
         return out
