@@ -54,7 +54,8 @@ static PyObject *S_stats, *S_tcp_packets, *S_last_ts_d, *S_packets, *S_kafka_byt
     *S_chunks, *S_parts, *S_parts_len, *S_need_off, *S_part_chunks, *S_pos, *S_peak_buffered,
     *S_append, *S_popleft, *S_clear, *S_move_to_end, *S_parser, *S_endpoints, *S_tcp,
     *S_events, *S_next_idle_check, *S_c_buf, *S_c_pos, *S_c_index, *S_c_bytes_captured, *S_c_bytes_wire,
-    *S_c_truncated, *S_c_ts, *S_c_layout;
+    *S_c_truncated, *S_c_ts, *S_c_layout, *S_on_frame, *S_conversation, *S_client, *S_req_validator,
+    *S_compiled_frames;
 
 #include "_cattrs.h"
 
@@ -300,7 +301,7 @@ out:
  * the payload: the objects the segment's tuple holds; seq, ack, flags: its numbers, checked
  * to be 32-bit / a byte).  Returns a new reference: None (declined), True, or the state. */
 static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyObject *dst, long long seq,
-                              long long ack, long flags, PyObject *payload, long long packets)
+                              long long ack, long flags, PyObject *payload, long long packets, PyObject **sp_out)
 {
     if (PyTuple_GET_SIZE(state) < 5 || packets < 1) {
         PyErr_SetString(PyExc_ValueError, "segment(state, seg, packets): bad arguments");
@@ -866,8 +867,13 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
             result = NULL;
             goto done;
         }
-        if (nready)
+        if (nready) {
             result = dconn;
+            if (sp_out != NULL) {
+                Py_INCREF(sp);
+                *sp_out = sp;
+            }
+        }
     }
 
 done:
@@ -932,7 +938,7 @@ static PyObject *segment(PyObject *self, PyObject *args)
     }
     if (flags & (SYN | FIN | RST) || missing != 0 || seq < 0 || seq > 0xFFFFFFFFLL || ack < 0 || ack > 0xFFFFFFFFLL)
         Py_RETURN_NONE;
-    return segment_impl(state, ts, src, dst, seq, ack, flags, payload, packets);
+    return segment_impl(state, ts, src, dst, seq, ack, flags, payload, packets, NULL);
 }
 
 
@@ -1007,13 +1013,90 @@ static int incr_c(PyObject *obj, PyObject *name, Slot *c)
 }
 #define incr(obj, name) __extension__({ static Slot c_; incr_c((obj), (name), &c_); })
 
+/* Dissector._frames_to_conversation(conn, src) for the connection state `conn` whose
+ * splitter `sp` (src's) has events ready: without a frame hook, the splitter's events go
+ * straight to the conversation's compiled walk (state[11].compiled_frames: the module
+ * stream/conversation.py, whose compiled_frames is stream/_cconv.c's frames) with
+ * the dissector's rows as its sink, as the Python method does first; the events it leaves
+ * (it returns their index) go to the Python method, which goes on from there.  0, or -1
+ * with the exception. */
+static int frames_to_conversation(PyObject *lstate, PyObject *d, PyObject *conn, PyObject *src, PyObject *sp)
+{
+    PyObject *frames_to_conv = PyTuple_GET_ITEM(lstate, 8);
+    if (sp == NULL)
+        return call_py(frames_to_conv, conn, src);
+    PyObject *on_frame = GET(d, S_on_frame);
+    if (on_frame == NULL)
+        return -1;
+    Py_DECREF(on_frame);
+    if (on_frame != Py_None) /* frame hooks see every frame: the Python method's */
+        return call_py(frames_to_conv, conn, src);
+    /* read at every call, as the Python method does (tests set it to None) */
+    PyObject *walk = GET(PyTuple_GET_ITEM(lstate, 11), S_compiled_frames);
+    if (walk == NULL)
+        return -1;
+    if (walk == Py_None) {
+        Py_DECREF(walk);
+        return call_py(frames_to_conv, conn, src);
+    }
+    int rc = -1;
+    PyObject *info = NULL, *conv = NULL, *client = NULL, *validator = NULL, *ready = NULL, *events = NULL,
+             *sink = NULL, *start = NULL;
+    if ((info = GET(conn, S_info)) == NULL || (conv = GET(info, S_conversation)) == NULL
+        || (client = GET(info, S_client)) == NULL || (validator = GET(conn, S_req_validator)) == NULL
+        || (ready = GET(sp, S_ready)) == NULL || (sink = GET(d, S_events)) == NULL)
+        goto out;
+    int from_client = src == client ? 1 : PyObject_RichCompareBool(src, client, Py_EQ);
+    if (from_client < 0)
+        goto out;
+    /* splitter.events(): its ready events as a list, and none left */
+    if ((events = PySequence_List(ready)) == NULL || call1(ready, S_clear, NULL) < 0)
+        goto out;
+    PyObject *args[6] = {conv, events, NULL, from_client ? Py_True : Py_False, validator, sink};
+    if ((args[2] = start = PyLong_FromLong(0)) == NULL)
+        goto out;
+    PyObject *r = PyObject_Vectorcall(walk, args, 6, NULL);
+    if (r == NULL)
+        goto out;
+    Py_ssize_t i = PyLong_AsSsize_t(r);
+    Py_DECREF(r);
+    if (i == -1 && PyErr_Occurred())
+        goto out;
+    if (i > PyList_GET_SIZE(events)) { /* all taken, and the rows moved to the sink */
+        rc = 0;
+        goto out;
+    }
+    /* the rest: _frames_to_conversation(conn, src, events, i) */
+    PyObject *at = PyLong_FromSsize_t(i);
+    if (at == NULL)
+        goto out;
+    PyObject *rest[4] = {conn, src, events, at};
+    r = PyObject_Vectorcall(frames_to_conv, rest, 4, NULL);
+    Py_DECREF(at);
+    if (r == NULL)
+        goto out;
+    Py_DECREF(r);
+    rc = 0;
+out:
+    Py_DECREF(walk);
+    Py_XDECREF(info);
+    Py_XDECREF(conv);
+    Py_XDECREF(client);
+    Py_XDECREF(validator);
+    Py_XDECREF(ready);
+    Py_XDECREF(events);
+    Py_XDECREF(sink);
+    Py_XDECREF(start);
+    return rc;
+}
+
 /* One record: what Dissector.feed_packet does with the RawPacket (ts, linktype, data,
  * wire, index) it would have been given.  0, or -1 with an exception. */
 static int feed_record(PyObject *lstate, PyObject *d, PyObject *parser, PyObject *ts, PyObject *linktype, long lt,
                        const unsigned char *data, Py_ssize_t caplen, long long wire, long long index)
 {
     PyObject *raw_type = PyTuple_GET_ITEM(lstate, 5), *seg_type = PyTuple_GET_ITEM(lstate, 6);
-    PyObject *feed_segment = PyTuple_GET_ITEM(lstate, 7), *frames_to_conv = PyTuple_GET_ITEM(lstate, 8);
+    PyObject *feed_segment = PyTuple_GET_ITEM(lstate, 7);
     PyObject *flush_idle = PyTuple_GET_ITEM(lstate, 9), *feed_python = PyTuple_GET_ITEM(lstate, 10);
     PyObject *dstats = GET(d, S_stats);
     if (dstats == NULL)
@@ -1055,14 +1138,14 @@ static int feed_record(PyObject *lstate, PyObject *d, PyObject *parser, PyObject
         return rc;
     }
     rc = -1;
-    PyObject *payload = NULL, *res = NULL;
+    PyObject *payload = NULL, *res = NULL, *sp = NULL;
     PyObject *pstats = GET(parser, S_stats);
     if (pstats == NULL || incr(pstats, S_packets) < 0 || incr(pstats, S_tcp) < 0)
         goto out;
     payload = PyBytes_FromStringAndSize((const char *)data + v.payload_off, v.payload_len);
     if (payload == NULL)
         goto out;
-    res = segment_impl(lstate, ts, a, b, v.seq, v.ack, (long)v.flags, payload, 1);
+    res = segment_impl(lstate, ts, a, b, v.seq, v.ack, (long)v.flags, payload, 1, &sp);
     if (res == NULL)
         goto out;
     if (res == Py_None) { /* the driver declined: feed_segment(seg, 1) */
@@ -1086,7 +1169,7 @@ static int feed_record(PyObject *lstate, PyObject *d, PyObject *parser, PyObject
         rc = r;
         goto out;
     }
-    if (res != Py_True && call_py(frames_to_conv, res, a) < 0) /* the splitter has frames ready */
+    if (res != Py_True && frames_to_conversation(lstate, d, res, a, sp) < 0) /* the splitter has frames ready */
         goto out;
     PyObject *next_check = GET(d, S_next_idle_check);
     if (next_check == NULL)
@@ -1100,6 +1183,7 @@ out:
     Py_XDECREF(pstats);
     Py_XDECREF(payload);
     Py_XDECREF(res);
+    Py_XDECREF(sp);
     Py_DECREF(a);
     Py_DECREF(b);
     return rc;
@@ -1113,7 +1197,7 @@ out:
  * files each row under its packet: marks[i] is the packet of pending[i]). */
 static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if ((nargs != 3 && nargs != 4) || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 11) {
+    if ((nargs != 3 && nargs != 4) || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 12) {
         PyErr_SetString(PyExc_TypeError, "feed_chunk(state, chunk, limit[, marks])");
         return NULL;
     }
@@ -1422,6 +1506,11 @@ PyMODINIT_FUNC PyInit__cdriver(void)
     INTERN(S_c_truncated, "truncated");
     INTERN(S_c_ts, "ts");
     INTERN(S_c_layout, "layout");
+    INTERN(S_on_frame, "on_frame");
+    INTERN(S_conversation, "conversation");
+    INTERN(S_client, "client");
+    INTERN(S_req_validator, "req_validator");
+    INTERN(S_compiled_frames, "compiled_frames");
 #undef INTERN
     return PyModule_Create(&module);
 }

@@ -217,7 +217,7 @@ class Dissector:
                 self._c_loop = chunk_fastpath
                 self._c_loop_state = (self, self.tcp, deque, Frame, FrameSplitter, RawPacket, TcpSegment,
                                       self.feed_segment, self._frames_to_conversation, self.flush_idle,
-                                      self._feed_packet_python)
+                                      self._feed_packet_python, conversation)
         self.conversation_class = conversation_class
         self.on_frame = on_frame
         self.on_close = on_close
@@ -930,24 +930,29 @@ class Dissector:
 
     # -- frames -> conversation -----------------------------------------------------
 
-    def _frames_to_conversation(self, conn: _ConnectionState, src: Endpoint) -> None:
+    def _frames_to_conversation(self, conn: _ConnectionState, src: Endpoint, events: list[Event] | None = None,
+                                i: int = 0) -> None:
+        """The events of src's splitter to the conversation; or ``events`` from ``events[i]``
+        on, already taken from the splitter (the compiled loop walked those before in C)."""
         info = conn.info
         conv = info.conversation
-        splitter = conn.splitters[src]
         from_client = src == info.client
         on_frame = self.on_frame
         # the ordinary frames in C (stream/_cconv.c); it stops at the first event it leaves
         # to the Python below (frame hooks see every frame: then Python takes them all)
         walk = conversation.compiled_frames if on_frame is None else None
-        events = splitter.events()
-        i, n = 0, len(events)
+        walked = events is not None  # the walk just stopped at events[i]: Python's
+        if events is None:
+            events = conn.splitters[src].events()
+        n = len(events)
         while i < n:
-            if walk is not None:
+            if walk is not None and not walked:
                 i = walk(conv, events, i, from_client, conn.req_validator, self._events)
                 if i > n:
                     return  # all taken, and the conversation's rows moved (what pop_events does)
                 if i == n:
                     break
+            walked = False
             ev = events[i]
             i += 1
             if type(ev) is Frame:
