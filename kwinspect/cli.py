@@ -28,7 +28,7 @@ from kwinspect.model import (
     plural,
 )
 from kwinspect.protocol.schema.api_keys import ApiKey
-from kwinspect.run.files import FileRun, dissect_files
+from kwinspect.run.files import FileRun, dissect_file_batches
 
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
@@ -505,6 +505,16 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None, fold
     """The events of the inputs; with --jobs and ``render`` (see dissect_files_parallel)
     also rows the workers rendered to their final text (str); with ``fold``, the workers'
     partial results are in ``run.dissector.partials`` at the end."""
+    for batch in _event_batches(args, run, render, fold):
+        yield from batch
+
+
+EVENT_BATCH = 256  # --jobs rows handed on together (one process: the packet loop's lists)
+
+
+def _event_batches(args, run: FileRun, render: Callable[[Any], Any] | None = None,
+                   fold: Any = None) -> Iterator[list[Any]]:
+    """_events a list at a time."""
     from kwinspect.export.progress import Progress
 
     _check_inputs(args.pcap)
@@ -517,19 +527,27 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None, fold
             # counts and sizes: do not ship the rest between processes
             bodies = {"exchanges": False, "errors": getattr(args, "records", False), "latency": False,
                       "summary": "summary"}.get(args.command, True)
-            yield from dissect_files_parallel(args.pcap, _config(args), run=run,
-                                              progress=lambda done, _total: progress.update(done),
-                                              jobs=args.jobs, bodies=bodies, render=render, fold=fold)
+            batch: list[Any] = []
+            for ev in dissect_files_parallel(args.pcap, _config(args), run=run,
+                                             progress=lambda done, _total: progress.update(done),
+                                             jobs=args.jobs, bodies=bodies, render=render, fold=fold):
+                batch.append(ev)
+                if len(batch) >= EVENT_BATCH:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
             return
-        yield from dissect_files(args.pcap, _config(args), run=run,
-                                 progress=lambda done, _total: progress.update(done))
+        yield from dissect_file_batches(args.pcap, _config(args), run=run,
+                                        progress=lambda done, _total: progress.update(done))
 
 
 def _consume(args, run: FileRun, handle: Callable[[Any], Any], fold: Any = None) -> bool:
     """Feed every event of the inputs to handle(); True when Ctrl-C cut the input short."""
     try:
-        for ev in _events(args, run, fold=fold):
-            handle(ev)
+        for batch in _event_batches(args, run, fold=fold):
+            for ev in batch:
+                handle(ev)
     except KeyboardInterrupt:
         return True
     return False
@@ -609,8 +627,9 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
     return render
 
 
-def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[Any]:
-    """The rows of ``table``: model rows, or with --jobs rows already rendered in ``fmt`` (str)."""
+def _row_batches(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[list[Any]]:
+    """The rows of ``table`` a list at a time: model rows, or with --jobs rows already
+    rendered in ``fmt`` (str)."""
     from kwinspect.export.tables import TABLES, problem_kinds, rows_of
 
     schemas = _schema_values(args)
@@ -619,27 +638,39 @@ def _rows(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[An
     record_errors = table == "errors" and getattr(args, "records", False)
     early, late = _schema_passes(args, table, keep)
     plain = table == "exchanges" and keep is None  # an exchange is its own row: rows_of's answer, inlined
-    for ev in _events(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
-        if type(ev) is str:
-            yield ev
-            continue
-        if plain and type(ev) is Exchange:
-            yield ev
-            continue
-        if type(ev) is RecordProblems:  # a worker's count beside its rendered records
-            run.record_problems.update(ev.kinds)
-            continue
-        issues: list | None = [] if table == "records" else None
-        names = run.dissector.shared.topic_names if run.dissector else None
-        items = rows_of(table, ev, values=args.values, topic_names=names, issues=issues,
-                        record_errors=record_errors, schemas=early)
-        if keep is None:
-            yield from items
-        else:
-            kept = (item for item in items if keep(item.row()))
-            yield from (late.apply(kept, issues) if late is not None else kept)
-        if issues:
-            run.record_problems.update(problem_kinds(issues))
+
+    def rows(events: list[Any]) -> Iterator[Any]:
+        for ev in events:
+            if type(ev) is str:
+                yield ev
+                continue
+            if plain and type(ev) is Exchange:
+                yield ev
+                continue
+            if type(ev) is RecordProblems:  # a worker's count beside its rendered records
+                run.record_problems.update(ev.kinds)
+                continue
+            issues: list | None = [] if table == "records" else None
+            names = run.dissector.shared.topic_names if run.dissector else None
+            items = rows_of(table, ev, values=args.values, topic_names=names, issues=issues,
+                            record_errors=record_errors, schemas=early)
+            if keep is None:
+                yield from items
+            else:
+                kept = (item for item in items if keep(item.row()))
+                yield from (late.apply(kept, issues) if late is not None else kept)
+            if issues:
+                run.record_problems.update(problem_kinds(issues))
+
+    for batch in _event_batches(args, run, _worker_renderer(args, table, fmt, keep) if fmt else None):
+        if plain:  # (most batches: exchanges, and --jobs rows already rendered)
+            out = [ev for ev in batch if type(ev) is Exchange or type(ev) is str]
+            if len(out) == len(batch):
+                yield out
+                continue
+        out = list(rows(batch))
+        if out:
+            yield out
 
 
 def _output_format(args, default_table: str = "table") -> str:
@@ -658,14 +689,15 @@ def _output_format(args, default_table: str = "table") -> str:
 
 
 def cmd_table(args, table: str) -> int:
-    from kwinspect.export.writers import write_rows
+    from kwinspect.export.writers import write_row_batches
 
     fmt = _output_format(args)
     if fmt == "parquet" and args.output in (None, "-") and sys.stdout.isatty():
         raise UsageError("refusing to write Parquet to a terminal: use -o FILE.parquet or a pipe")
     run = FileRun()
     try:
-        write_rows(_rows(args, table, run, fmt), table, fmt, args.output, **_writer_options(args, fmt))
+        write_row_batches(_row_batches(args, table, run, fmt), table, fmt, args.output,
+                          **_writer_options(args, fmt))
     finally:
         schema_kinds = {k: n for k, n in run.record_problems.items() if k.startswith("schema_")}
         batch_kinds = {k: n for k, n in run.record_problems.items() if k not in schema_kinds}

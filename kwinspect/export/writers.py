@@ -621,6 +621,26 @@ class JsonlWriter(RowWriter):
             line = _SURROGATE.sub(lambda m: "\\" + _surrogate_text(m), line)
         return line
 
+    def text(self, items: list[Any]) -> str:
+        """The lines of ``items`` joined: what line() makes of each, in order (a str item
+        is a line a --jobs worker rendered, kept as it is). One pass of the compiled
+        renderer over the batch, and the surrogate check once for all of it (the pattern
+        is one character: checking the joined lines is checking each)."""
+        line_of = self._fast.line_of
+        lines = None
+        if line_of is not None:
+            try:
+                lines = [line_of(item) for item in items]
+            except _Slow:
+                pass
+        if lines is None or None in lines:  # (a str, a row of another type, a value it cannot render)
+            line = self.line
+            return "".join([item if type(item) is str else line(item) for item in items])
+        text = "".join(lines)
+        if not text.isascii() and _SURROGATE.search(text):
+            text = _SURROGATE.sub(lambda m: "\\" + _surrogate_text(m), text)
+        return text
+
     def write_text(self, text: str) -> None:
         stream = self.out.stream
         stream.write(text)
@@ -1270,6 +1290,27 @@ def write_rows(
     writer = open_writer(fmt, table, out, **kwargs)
     if type(writer) is JsonlWriter and not writer.line_buffered:
         return _write_lines(writer, rows)
+    return _write_each(writer, rows)
+
+
+def write_row_batches(
+    batches: Iterable[list[Any]],
+    table: str,
+    fmt: str,
+    out: str | os.PathLike[str] | IO[Any] | None = None,
+    **kwargs: Any,
+) -> int:
+    """write_rows for rows that come in lists (a batch of rows at a time from the packet
+    loop): the same output, with the per-row Python only where a format needs it."""
+    from itertools import chain
+
+    writer = open_writer(fmt, table, out, **kwargs)
+    if type(writer) is JsonlWriter and not writer.line_buffered:
+        return _write_text_batches(writer, batches)
+    return _write_each(writer, chain.from_iterable(batches))
+
+
+def _write_each(writer: RowWriter, rows: Iterable[Any]) -> int:
     write, write_text = writer.write, writer.write_text
     try:
         for row in rows:
@@ -1283,6 +1324,34 @@ def write_rows(
 
 
 _LINES_PER_WRITE = 128
+
+
+def _write_text_batches(writer: JsonlWriter, batches: Iterable[list[Any]]) -> int:
+    """_write_lines for rows in lists: each list's text at once (JsonlWriter.text), one
+    write per _LINES_PER_WRITE rows or more. What was rendered is written also when the
+    iteration is interrupted."""
+    text_of = writer.text
+    stream_write = writer.out.stream.write
+    pending: list[str] = []
+    rows = 0
+    try:
+        for batch in batches:
+            if batch:
+                pending.append(text_of(batch))
+                rows += len(batch)
+                if rows >= _LINES_PER_WRITE:
+                    stream_write("".join(pending))
+                    writer.count += rows
+                    pending.clear()
+                    rows = 0
+    finally:
+        try:
+            if pending:
+                stream_write("".join(pending))
+                writer.count += rows
+        finally:
+            writer.close()
+    return writer.count
 
 
 def _write_lines(writer: JsonlWriter, rows: Iterable[Any]) -> int:
@@ -1314,5 +1383,5 @@ __all__ = [
     "FORMATS", "TABLES", "TIMESTAMP_COLUMNS", "LIST_COLUMNS", "TABLE_DEFAULT_COLUMNS",
     "RowWriter", "JsonlWriter", "CsvWriter", "ParquetWriter", "TableWriter", "TextRenderer",
     "arrow_schema", "columns_of", "default_format", "format_from_path", "iso_utc",
-    "normalize_row", "open_writer", "ts_to_micros", "write_rows",
+    "normalize_row", "open_writer", "ts_to_micros", "write_row_batches", "write_rows",
 ]

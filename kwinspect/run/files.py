@@ -59,6 +59,14 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     for input that is not a readable capture; everything wrong inside a capture
     is reported as ErrorRows instead.
     """
+    for batch in dissect_file_batches(paths, config, run, progress):
+        yield from batch
+
+
+def dissect_file_batches(paths: Iterable[str | os.PathLike[str]], config: DissectConfig | None = None,
+                         run: FileRun | None = None, progress: ProgressFn | None = None
+                         ) -> Iterator[list[Event]]:
+    """dissect_files a list at a time (PacketLoop.batches): the same events, in order."""
     run = run if run is not None else FileRun()
     run.paths = [os.fspath(p) for p in paths]
     sources = [open_capture(_stdin() if p == STDIN else p) for p in run.paths]
@@ -79,11 +87,11 @@ def dissect_files(paths: Iterable[str | os.PathLike[str]], config: DissectConfig
     eager = any(p == STDIN or not os.path.isfile(p) for p in run.paths)
     loop = PacketLoop(dissector, tick=tick, eager=eager, name=", ".join(run.paths))
     try:
-        yield from loop.run(_merged(sources))
+        yield from loop.batches(_merged(sources))  # (a file gives no idle ticks: no None)
         for path, src in zip(run.paths, sources, strict=True):
             for issue in src.issues:  # truncated files and the like: reported, not fatal
                 run.issues.append((path, issue))
-                yield ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None)
+                yield [ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}", path=None)]
     finally:
         for src in sources:
             src.close()

@@ -249,17 +249,16 @@ def test_ctrl_c_writes_what_was_read_and_exits_130(tmp_path, monkeypatch):
     from kwinspect.model import Exchange
     from kwinspect.run.files import dissect_files
 
-    real = cli.dissect_files
     seen: list = []
 
-    def cut_short(*args, **kwargs):
-        for ev in real(*args, **kwargs):
+    def cut_short(*args, **kwargs):  # the events one per list, the 30th never handed on
+        for ev in dissect_files(*args, **kwargs):
             seen.append(ev)
             if len(seen) == 30:
                 raise KeyboardInterrupt
-            yield ev
+            yield [ev]
 
-    monkeypatch.setattr(cli, "dissect_files", cut_short)
+    monkeypatch.setattr(cli, "dissect_file_batches", cut_short)
     pcap = CAPTURES / "confluent-mock-produce-consume.pcap"
     out = tmp_path / "cut.jsonl"
     assert main(["stats", "-q", str(pcap), "--series", "requests", "-o", str(out)]) == 130

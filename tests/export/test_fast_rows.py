@@ -206,3 +206,56 @@ def test_batched_file_writes_equal_row_by_row_writes(tmp_path, n):
     with pytest.raises(KeyboardInterrupt):
         writers.write_rows(interrupted(), "exchanges", "jsonl", str(out))
     assert out.read_text(encoding="utf-8") == want
+
+
+def _text_of_batch(table: str, rows, columns=None) -> None:
+    """JsonlWriter.text of a batch is the lines write() writes for each, in order."""
+    w = writers.JsonlWriter(table, io.StringIO(), columns=columns)
+    assert w.text(list(rows)) == "".join(w.line(r) for r in rows)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=os.path.basename)
+def test_text_of_a_batch_equals_its_lines_on_shipped_captures(path):
+    for table, items in _capture_rows(path).items():
+        _text_of_batch(table, items)
+        _text_of_batch(table, [r.row() for r in items])  # dicts: not the compiled renderer's
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(table=st.sampled_from(sorted(COLUMNS)), data=st.data())
+def test_text_of_a_batch_equals_its_lines_on_generated_rows(table, data):
+    """Lone surrogates (escaped once for the batch), values the renderer declines, model
+    rows and dicts mixed in one batch."""
+    rows = data.draw(st.lists(_row_strategy(table), min_size=1, max_size=6))
+    cls = {"exchanges": Exchange, "records": RecordRow, "errors": ErrorRow}[table]
+    _text_of_batch(table, [cls(**r) for r in rows])
+    _text_of_batch(table, [cls(**r) if i % 2 else r for i, r in enumerate(rows)])
+
+
+@pytest.mark.parametrize("n", [0, 1, writers._LINES_PER_WRITE + 5])
+def test_row_batches_write_what_rows_write(tmp_path, n):
+    """write_row_batches (lists of rows, worker-rendered text among them, empty lists too)
+    writes the bytes write_rows writes, in every format."""
+    rows = _capture_rows(CAPTURES[0])["exchanges"]
+    rows = (rows * (n // max(1, len(rows)) + 1))[:n]
+    render = writers.TextRenderer("jsonl", "exchanges")
+    mixed = [render(r) if i % 3 == 0 else r for i, r in enumerate(rows)]
+    batches = [mixed[i:i + 7] for i in range(0, n, 7)] + [[]]
+    for fmt, items in (("jsonl", mixed), ("csv", rows)):
+        want, got = tmp_path / f"want.{fmt}", tmp_path / f"got.{fmt}"
+        assert writers.write_rows(iter(items), "exchanges", fmt, str(want)) == n
+        its = batches if fmt == "jsonl" else [items[i:i + 7] for i in range(0, n, 7)]
+        assert writers.write_row_batches(iter(its), "exchanges", fmt, str(got)) == n
+        assert got.read_bytes() == want.read_bytes()
+
+
+def test_text_of_a_batch_escapes_lone_surrogates_as_each_line_does():
+    """The compiled renderer leaves a lone surrogate in its line; text() escapes the batch's
+    at once, as line() does each line's (and the result is valid UTF-8)."""
+    rows = _capture_rows(CAPTURES[0])["exchanges"][:3]
+    for i, r in enumerate(rows):
+        r.client_id = f"c{i}\udcff\ud800x"
+    w = writers.JsonlWriter("exchanges", io.StringIO())
+    text = w.text(rows)
+    assert text == "".join(w.line(r) for r in rows)
+    assert "\\udcff" in text and text.encode("utf-8")
