@@ -367,6 +367,16 @@ class TcpReassembler:
           interfaces, multi-queue NICs) does not cost data.  0 = declare at once.
     """
 
+    # Slots, not an instance dict: the compiled driver (_cdriver.c) reads a dozen of these
+    # per segment, at their offsets instead of by dict lookups.
+    __slots__ = (
+        "_buffered_total", "_buffering", "_closed", "_closed_front_ts", "_conns", "_dirs", "_holes", "_hot_a",
+        "_hot_ab", "_hot_b", "_hot_ba", "_last_conn", "_last_evicted", "_serial", "ack_gap_delay",
+        "closed_linger", "data_sink", "idle_timeout", "max_connections", "max_issues_per_direction",
+        "max_ooo_bytes", "max_ooo_segments", "max_total_buffered", "max_window", "overlap_check_bytes",
+        "stats", "streams",
+    )
+
     def __init__(self, *, max_ooo_bytes: int = 4 << 20, max_total_buffered: int = 256 << 20,
                  max_connections: int = 200_000, idle_timeout: float = 600.0,
                  closed_linger: float = 120.0, max_window: int = 1 << 30,

@@ -314,6 +314,17 @@ class FrameSplitter:
     No method raises on any input bytes.
     """
 
+    # Slots, not an instance dict: the compiled driver (_cdriver.c) reads and writes a
+    # dozen of these fields per segment, at their offsets instead of by dict lookups.
+    __slots__ = (
+        "validator", "max_frame_size", "peek_bytes", "max_hunt_bytes", "max_hunt_candidates", "_hunted",
+        "_tried", "_min_payload", "_prefilter", "_prefilter_len", "_buf", "_pos", "_base", "_chunks", "ready",
+        "_issue_counts", "_state", "_finished", "_run_start", "_run_count", "_run_reason", "_skip_left",
+        "_skip_then", "_last_frame", "_need_off", "_parts", "_parts_len", "_part_chunks", "_landing",
+        "fed_bytes", "gap_bytes", "frame_bytes", "skipped_bytes", "tail_bytes", "frames", "resyncs",
+        "peak_buffered", "_emitted_skipped",
+    )
+
     def __init__(
         self,
         validator: Validator | None = None,
