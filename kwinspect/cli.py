@@ -510,6 +510,7 @@ def _events(args, run: FileRun, render: Callable[[Any], Any] | None = None, fold
 
 
 EVENT_BATCH = 256  # --jobs rows handed on together (one process: the packet loop's lists)
+ROW_BATCH = 256  # table rows made from events handed to the writer together, at most
 
 
 def _event_batches(args, run: FileRun, render: Callable[[Any], Any] | None = None,
@@ -668,7 +669,12 @@ def _row_batches(args, table: str, run: FileRun, fmt: str | None = None) -> Iter
             if len(out) == len(batch):
                 yield out
                 continue
-        out = list(rows(batch))
+        out = []  # at most ROW_BATCH rows at a time (an exchange may make thousands of records)
+        for row in rows(batch):
+            out.append(row)
+            if len(out) >= ROW_BATCH:
+                yield out
+                out = []
         if out:
             yield out
 

@@ -1336,18 +1336,24 @@ def _write_text_batches(writer: JsonlWriter, batches: Iterable[list[Any]]) -> in
     rows = 0
     try:
         for batch in batches:
-            if batch:
-                pending.append(text_of(batch))
-                rows += len(batch)
-                if rows >= _LINES_PER_WRITE:
-                    stream_write("".join(pending))
+            n = len(batch)
+            # (a long list, all the rows a late watermark releases: rendered in pieces, so
+            # the text held stays bounded)
+            for part in (batch,) if n <= _LINES_PER_WRITE else (
+                    batch[i:i + _LINES_PER_WRITE] for i in range(0, n, _LINES_PER_WRITE)):
+                if not part:
+                    continue
+                pending.append(text_of(part))
+                rows += len(part)
+                if rows >= _LINES_PER_WRITE:  # (one text alone: written without another copy)
+                    stream_write(pending[0] if len(pending) == 1 else "".join(pending))
                     writer.count += rows
                     pending.clear()
                     rows = 0
     finally:
         try:
             if pending:
-                stream_write("".join(pending))
+                stream_write(pending[0] if len(pending) == 1 else "".join(pending))
                 writer.count += rows
         finally:
             writer.close()

@@ -232,20 +232,20 @@ def test_text_of_a_batch_equals_its_lines_on_generated_rows(table, data):
     _text_of_batch(table, [cls(**r) if i % 2 else r for i, r in enumerate(rows)])
 
 
-@pytest.mark.parametrize("n", [0, 1, writers._LINES_PER_WRITE + 5])
-def test_row_batches_write_what_rows_write(tmp_path, n):
+@pytest.mark.parametrize("n", [0, 1, writers._LINES_PER_WRITE + 5, writers._LINES_PER_WRITE * 3 + 1])
+@pytest.mark.parametrize("size", [7, 10**6])  # small lists, and all rows in one (rendered in pieces)
+def test_row_batches_write_what_rows_write(tmp_path, n, size):
     """write_row_batches (lists of rows, worker-rendered text among them, empty lists too)
     writes the bytes write_rows writes, in every format."""
     rows = _capture_rows(CAPTURES[0])["exchanges"]
     rows = (rows * (n // max(1, len(rows)) + 1))[:n]
     render = writers.TextRenderer("jsonl", "exchanges")
     mixed = [render(r) if i % 3 == 0 else r for i, r in enumerate(rows)]
-    batches = [mixed[i:i + 7] for i in range(0, n, 7)] + [[]]
     for fmt, items in (("jsonl", mixed), ("csv", rows)):
         want, got = tmp_path / f"want.{fmt}", tmp_path / f"got.{fmt}"
         assert writers.write_rows(iter(items), "exchanges", fmt, str(want)) == n
-        its = batches if fmt == "jsonl" else [items[i:i + 7] for i in range(0, n, 7)]
-        assert writers.write_row_batches(iter(its), "exchanges", fmt, str(got)) == n
+        batches = [items[i:i + size] for i in range(0, n, size)] + [[]]
+        assert writers.write_row_batches(iter(batches), "exchanges", fmt, str(got)) == n
         assert got.read_bytes() == want.read_bytes()
 
 
