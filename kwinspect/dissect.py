@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, MutableSet
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kwinspect import core
 from kwinspect.capture import fastpath
@@ -35,7 +35,6 @@ from kwinspect.capture.tcp import (
     StreamOpened,
     TcpReassembler,
 )
-from kwinspect.capture.tls import TlsSession
 from kwinspect.model import (
     NOT_KAFKA,
     TCP_GAP,
@@ -59,6 +58,9 @@ from kwinspect.stream.framing import (
     ResponseValidator,
     Skipped,
 )
+
+if TYPE_CHECKING:  # imported where a TLS connection is first decrypted: cryptography costs every start ~14 ms
+    from kwinspect.capture.tls import TlsSession
 
 _new = tuple.__new__  # a TcpSegment without the namedtuple's Python-level __new__
 _cdriver = core.load("kwinspect._cdriver")
@@ -793,6 +795,9 @@ class Dissector:
         if client != info.client or server != info.broker:
             info.client, info.broker = client, server
             info.stream = stream_name(client, server)
+        # here, not at the top (see TYPE_CHECKING above)
+        from kwinspect.capture.tls import TlsSession
+
         conn.tls = TlsSession(self.tls_keys)
         conn.tls_client = client
         info.tls = "TLS"
