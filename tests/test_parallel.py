@@ -592,3 +592,103 @@ def test_partial_summaries_need_no_fallback_on_any_capture():
             pass
         assert isinstance(run.dissector, MergedDissector), path
         assert len(run.dissector.partials) == 2, path
+
+
+def _reshaped_capture(path: str, *, byteorder: str, nano: bool) -> str:
+    """A shipped capture's segments written again: in ``byteorder`` with ``nano`` timestamps,
+    the second half an hour later (every connection is flushed as idle there and its next
+    packet opens it again, without a SYN, in the middle of the reader's runs), every
+    seventh segment behind a VLAN tag (the reader's Python path between runs), every
+    eleventh cut by the snaplen."""
+    from dataclasses import replace
+
+    from kwinspect.capture.packets import PacketParser
+    from kwinspect.capture.readers import open_capture
+    from tests.helpers.pcapgen import build_frames, write_pcap
+
+    parser = PacketParser()
+    src = open_capture(os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap"))
+    segs = [seg for raw in src if (seg := parser.parse(raw)) is not None]
+    frames = []
+    for k, seg in enumerate(segs):
+        if k >= len(segs) // 2:
+            seg = seg._replace(ts=seg.ts + 3600.0)
+        (frame,) = build_frames([seg], vlan=(7,) if k % 7 == 3 else ())
+        if k % 11 == 5 and len(frame.data) > 80:
+            frame = replace(frame, data=frame.data[:-10])
+        frames.append(frame)
+    write_pcap(path, frames, byteorder=byteorder, nano=nano)
+    return path
+
+
+@pytest.mark.parametrize("routing", ["compiled", "python"])
+@pytest.mark.parametrize(("byteorder", "nano"), [("<", False), (">", True)])
+def test_reader_runs_of_plain_packets_give_one_process_output(routing, byteorder, nano, tmp_path, monkeypatch,
+                                                              capsys):
+    """The reader's compiled routing (runs of plain pcap records fed to each worker's
+    compiled packet loop) and its Python routing give the output of one process, on a
+    capture whose connections are flushed as idle and reopened mid-run, with VLAN-tagged
+    and snaplen-cut packets among the plain ones, big- and little-endian, micro- and
+    nanosecond timestamps."""
+    from kwinspect.run import split
+
+    if routing == "python":
+        monkeypatch.setattr(split, "_csplit", None)
+    elif split._csplit is None:
+        pytest.skip("the compiled core is not built")
+    path = _reshaped_capture(str(tmp_path / "reshaped.pcap"), byteorder=byteorder, nano=nano)
+    for table in ("exchanges", "records", "errors"):
+        one, two = tmp_path / f"{table}1.jsonl", tmp_path / f"{table}2.jsonl"
+        assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+        assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+        assert one.read_bytes() == two.read_bytes(), table
+        assert one.read_bytes().count(b"\n") > 10
+    assert cli.main(["summary", "-q", "-F", "json", path]) == 0
+    want = capsys.readouterr().out
+    assert cli.main(["summary", "-q", "-F", "json", "-j", "2", path]) == 0
+    assert capsys.readouterr().out == want
+
+
+def test_compiled_reader_sends_plain_packets_as_runs_of_records(tmp_path):
+    """Every packet goes to exactly one worker, and the plain ones travel as runs of pcap
+    records (not one item each): what the workers' compiled packet loop is fed."""
+    import pickle
+
+    from kwinspect.run import split
+
+    if split._csplit is None:
+        pytest.skip("the compiled core is not built")
+    path = _reshaped_capture(str(tmp_path / "reshaped.pcap"), byteorder="<", nano=False)
+
+    class Out:
+        def __init__(self) -> None:
+            self.msgs: list = []
+
+        def send_bytes(self, data: bytes) -> None:
+            self.msgs.append(pickle.loads(data))
+
+    outs = [Out(), Out()]
+    splitter = split.Splitter(None, 2, "balance", outs, 50_000)
+    splitter.run([path])
+    seen: list[int] = []
+    in_runs = 0
+    for out in outs:
+        for msg in out.msgs:
+            if msg[0] != split.MSG_BATCH:
+                continue
+            records, numbers = msg[4], memoryview(msg[5]).cast("i")
+            for it in msg[3]:
+                if it[0] == split.TAG_RUN:
+                    _tag, first, count, offset, record = it
+                    seen.extend(range(first, first + count))
+                    in_runs += count
+                    # the run's records are whole pcap records at that offset
+                    for _ in range(count):
+                        caplen = int.from_bytes(records[offset + 8:offset + 12], "little")
+                        offset += 16 + caplen
+                    assert offset <= len(records)
+                    assert record + count <= len(numbers)
+                elif it[0] in (split.TAG_PACKET, split.TAG_SEGMENT):
+                    seen.append(it[1])
+    assert sorted(seen) == list(range(1, splitter.pos + 1))  # each packet once (all are TCP here)
+    assert in_runs > splitter.pos // 2

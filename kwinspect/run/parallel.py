@@ -55,6 +55,7 @@ import heapq
 import multiprocessing as mp
 import os
 import pickle
+import struct
 import threading
 import traceback
 from collections import deque
@@ -63,7 +64,7 @@ from operator import itemgetter
 from typing import Any
 
 from kwinspect.capture.packets import TcpSegment
-from kwinspect.capture.readers import RawPacket, open_capture
+from kwinspect.capture.readers import RawPacket, RecordChunk, open_capture
 from kwinspect.capture.tcp import StreamOpened
 from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
@@ -78,6 +79,7 @@ from kwinspect.run.split import (
     TAG_MARK,
     TAG_PACKET,
     TAG_ROWS,
+    TAG_RUN,
     TAG_SECRETS,
     TAG_SEGMENT,
     read_and_split,
@@ -203,12 +205,22 @@ class _WorkerDissector(Dissector):
         super().__init__(config, shared=SharedState(topic_names=_TrackingNames()), known_brokers=known,
                          conversation_class=_TrackedConversation)
         known.dissector = self
-        self.pos = 0
+        self._pos: Any = 0
         self.phase = PHASE_PACKET
         self.first_pos: dict[Any, int] = {}
         self.tags: list[tuple[int, int]] = []
         self._depth = 0
         self.finish_rows: list = []  # the reader's parser rows at the end of input (worker 0)
+
+    @property
+    def pos(self) -> Any:
+        """The packet being handled (or END): while a run of packets is fed through the
+        compiled packet loop (``pos`` set to None), the one it is at (``stats.packets``)."""
+        return self._pos if self._pos is not None else self.stats.packets
+
+    @pos.setter
+    def pos(self, value: Any) -> None:
+        self._pos = value
 
     def note(self, item: tuple) -> None:
         """A record for the main process among the events (see _RecordingSet)."""
@@ -429,14 +441,21 @@ def _worker(inp, out, config: DissectConfig | None, jobs: int, me: int, bodies: 
 class _GivenStreams:
     """The tcp.stream numbers of a worker's TcpReassembler: the reader numbers every packet
     of the capture (run/split.py) and sends the number with it; ``see`` is only ever asked
-    about the packet being fed."""
+    about the packet being fed. In a run of packets (TAG_RUN), the number of the packet
+    ``stats.packets`` is at ``run_record + stats.packets - run_first`` in ``numbers``."""
 
-    __slots__ = ("number",)
+    __slots__ = ("number", "numbers", "run_first", "run_record", "stats")
 
-    def __init__(self) -> None:
+    def __init__(self, stats: Any) -> None:
         self.number: int | None = None
+        self.numbers: Any = None  # a run's numbers (int32, -1 for None) while one is fed
+        self.run_first = self.run_record = 0
+        self.stats = stats
 
     def see(self, _key: Any, _side: int, _flags: int, _seq: int) -> int | None:
+        if self.numbers is not None:
+            number = self.numbers[self.run_record + self.stats.packets - self.run_first]
+            return None if number < 0 else number
         return self.number
 
 
@@ -452,7 +471,7 @@ class _Worker:
         self.me, self.jobs, self.out_pipe, self.bodies, self.render = me, jobs, out, bodies, render
         self.fold = fold
         self.broker_last: dict[str, tuple] = {}  # broker -> merge key of its last folded exchange
-        self.streams = _GivenStreams()
+        self.streams = _GivenStreams(d.stats)
         d.tcp.streams = self.streams  # type: ignore[assignment]
         self.load = [0] * jobs  # the router's bytes per worker, as of the last batch
         self.items: list = []
@@ -461,7 +480,7 @@ class _Worker:
         self.progress = 0
         self.fed = 0  # packets (segments) the reader gave this worker
 
-    def batch(self, items: list) -> None:
+    def batch(self, items: list, records: bytes = b"", numbers: bytes = b"", layout: tuple | None = None) -> None:
         d = self.d
         stats = d.stats
         feed_packet, feed_segment = d.feed_packet, d.feed_segment
@@ -469,10 +488,15 @@ class _Worker:
         streams = self.streams
         known = d.known_brokers
         new = tuple.__new__
+        chunked = d.takes_chunks
+        nums = memoryview(numbers).cast("i") if numbers else None
         for it in items:
             tag = it[0]
             d.pos = pos = it[1]
             d.phase = PHASE_PACKET
+            if tag == TAG_RUN:
+                self.feed_run(pos, it[2], records, it[3], nums, it[4], layout, chunked)
+                continue
             if tag == TAG_PACKET:
                 stats.packets = pos - 1  # feed_packet counts it: the packet's number in the capture
                 streams.number = it[7]
@@ -504,6 +528,52 @@ class _Worker:
                 d.add_tls_secrets(it[2], it[3])
             if pending:
                 self.collect()
+
+    def feed_run(self, first: int, count: int, records: bytes, offset: int, numbers: Any, record: int,
+                 layout: tuple, chunked: bool) -> None:
+        """Packets ``first`` .. ``first + count - 1``, pcap records at ``offset`` of ``records``:
+        through the compiled packet loop (Dissector.feed_chunk), which stops at each packet
+        that leaves rows (collected there), exactly as feed_packet would take them."""
+        d = self.d
+        stats = d.stats
+        pending = d.pending
+        streams = self.streams
+        chunk = RecordChunk(records, offset, layout, first - 1)
+        stats.packets = first - 1  # counted by the loop: each packet's number in the capture
+        streams.numbers, streams.run_first, streams.run_record = numbers, first, record
+        d.pos = None  # the packet the loop is at (stats.packets)
+        try:
+            if not chunked:  # (no compiled packet loop: one RawPacket each)
+                self._feed_records(chunk, count)
+            left = count if chunked else 0
+            while left:
+                taken = d.feed_chunk(chunk, left)
+                if not taken:
+                    raise RuntimeError(f"--jobs: a run of {count} packets from {first} was cut")
+                left -= taken
+                if pending:
+                    self.collect()
+                d.phase = PHASE_PACKET  # (an idle flush inside the loop set it)
+        finally:
+            streams.numbers = None
+        self.fed += count
+
+    def _feed_records(self, chunk: RecordChunk, count: int) -> None:
+        """feed_run without the compiled core: the records as RawPackets, one by one."""
+        d = self.d
+        _kind, big, nano, rec_len, linktype = chunk.layout
+        unpack = struct.Struct((">" if big else "<") + "IIII").unpack_from
+        div = 1e9 if nano else 1e6
+        buf, pos = chunk.buf, chunk.pos
+        for i in range(count):
+            sec, frac, caplen, wire = unpack(buf, pos)
+            data = buf[pos + rec_len:pos + rec_len + caplen]
+            pos += rec_len + caplen
+            d.feed_packet(RawPacket(sec + frac / div, linktype, data, max(wire, caplen),
+                                    chunk.index + i + 1))
+            if d.pending:
+                self.collect()
+            d.phase = PHASE_PACKET
 
     def _fold(self, ev: Any, names: _TrackingNames, key: tuple, row_key: int) -> bool:
         """True when the fold took the event (it did not look up a topic id: its part
@@ -547,7 +617,7 @@ class _Worker:
                 self.keep -= 1
                 ev = _for_rebuild(ev, bodies)
             elif type(ev) is tuple:
-                pass
+                d.phase = PHASE_PACKET  # (an idle flush inside the loop set it)
             elif type(ev) is Exchange and ev.api_key in LEARN_APIS:
                 ev = _lighten(ev, bodies)
             elif fold is not None and self._fold(ev, names, (pos, phase, order, seq), row_key):
@@ -604,8 +674,8 @@ def _work(pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int, bo
         msg = loads(data)
         kind = msg[0]
         if kind == MSG_BATCH:
-            _kind, worker.load, worker.progress, items = msg
-            worker.batch(items)
+            _kind, worker.load, worker.progress, items, records, numbers, layout = msg
+            worker.batch(items, records, numbers, layout)
             if d.tcp.open_connections() > MAX_OPEN_CONNECTIONS:
                 out.send(("fallback", f"more than {MAX_OPEN_CONNECTIONS:,} TCP connections open at once "
                                       f"(worker {me})"))
