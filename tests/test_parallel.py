@@ -594,12 +594,12 @@ def test_partial_summaries_need_no_fallback_on_any_capture():
         assert len(run.dissector.partials) == 2, path
 
 
-def _reshaped_capture(path: str, *, byteorder: str, nano: bool) -> str:
+def _reshaped_capture(path: str, *, byteorder: str, nano: bool, gz: bool = False) -> str:
     """A shipped capture's segments written again: in ``byteorder`` with ``nano`` timestamps,
     the second half an hour later (every connection is flushed as idle there and its next
     packet opens it again, without a SYN, in the middle of the reader's runs), every
     seventh segment behind a VLAN tag (the reader's Python path between runs), every
-    eleventh cut by the snaplen."""
+    eleventh cut by the snaplen; ``gz``: gzipped (the workers cannot read it themselves)."""
     from dataclasses import replace
 
     from kwinspect.capture.packets import PacketParser
@@ -617,26 +617,27 @@ def _reshaped_capture(path: str, *, byteorder: str, nano: bool) -> str:
         if k % 11 == 5 and len(frame.data) > 80:
             frame = replace(frame, data=frame.data[:-10])
         frames.append(frame)
-    write_pcap(path, frames, byteorder=byteorder, nano=nano)
+    write_pcap(path, frames, byteorder=byteorder, nano=nano, gz=gz)
     return path
 
 
 @pytest.mark.parametrize("routing", ["compiled", "python"])
-@pytest.mark.parametrize(("byteorder", "nano"), [("<", False), (">", True)])
-def test_reader_runs_of_plain_packets_give_one_process_output(routing, byteorder, nano, tmp_path, monkeypatch,
+@pytest.mark.parametrize(("byteorder", "nano", "gz"), [("<", False, False), (">", True, False), ("<", True, True)])
+def test_reader_runs_of_plain_packets_give_one_process_output(routing, byteorder, nano, gz, tmp_path, monkeypatch,
                                                               capsys):
     """The reader's compiled routing (runs of plain pcap records fed to each worker's
     compiled packet loop) and its Python routing give the output of one process, on a
     capture whose connections are flushed as idle and reopened mid-run, with VLAN-tagged
     and snaplen-cut packets among the plain ones, big- and little-endian, micro- and
-    nanosecond timestamps."""
+    nanosecond timestamps, read again by the workers (a file) or copied to them (gzip)."""
     from kwinspect.run import split
 
     if routing == "python":
         monkeypatch.setattr(split, "_csplit", None)
     elif split._csplit is None:
         pytest.skip("the compiled core is not built")
-    path = _reshaped_capture(str(tmp_path / "reshaped.pcap"), byteorder=byteorder, nano=nano)
+    path = _reshaped_capture(str(tmp_path / ("reshaped.pcap" + (".gz" if gz else ""))), byteorder=byteorder,
+                             nano=nano, gz=gz)
     for table in ("exchanges", "records", "errors"):
         one, two = tmp_path / f"{table}1.jsonl", tmp_path / f"{table}2.jsonl"
         assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), path]) == 0
@@ -671,24 +672,38 @@ def test_compiled_reader_sends_plain_packets_as_runs_of_records(tmp_path):
     splitter = split.Splitter(None, 2, "balance", outs, 50_000)
     splitter.run([path])
     seen: list[int] = []
+    offsets_seen: list[int] = []
     in_runs = 0
+    with open(path, "rb") as f:
+        file_bytes = f.read()
     for out in outs:
         for msg in out.msgs:
             if msg[0] != split.MSG_BATCH:
                 continue
-            records, numbers = msg[4], memoryview(msg[5]).cast("i")
+            # a regular file: the runs are at offsets of the file itself
+            assert msg[4] == path
+            records, numbers = file_bytes, memoryview(msg[5]).cast("i")
             for it in msg[3]:
                 if it[0] == split.TAG_RUN:
-                    _tag, first, count, offset, record = it
+                    _tag, first, count, offset, record, nbytes = it
                     seen.extend(range(first, first + count))
                     in_runs += count
-                    # the run's records are whole pcap records at that offset
+                    # the run's records are whole pcap records at that offset, the
+                    # packets first .. first + count - 1 of the file
+                    end = offset + nbytes
                     for _ in range(count):
                         caplen = int.from_bytes(records[offset + 8:offset + 12], "little")
+                        offsets_seen.append(offset)
                         offset += 16 + caplen
-                    assert offset <= len(records)
+                    assert offset == end
                     assert record + count <= len(numbers)
                 elif it[0] in (split.TAG_PACKET, split.TAG_SEGMENT):
                     seen.append(it[1])
     assert sorted(seen) == list(range(1, splitter.pos + 1))  # each packet once (all are TCP here)
     assert in_runs > splitter.pos // 2
+    # the offsets are the file's records (walked here from its header on)
+    offsets, at = [], 24
+    while at < len(file_bytes):
+        offsets.append(at)
+        at += 16 + int.from_bytes(file_bytes[at + 8:at + 12], "little")
+    assert set(offsets_seen) <= set(offsets) and len(set(offsets_seen)) == in_runs

@@ -1,19 +1,23 @@
 /* kwinspect.run._csplit: the compiled routing loop of the --jobs reader (run/split.py).
  *
- *   split_chunk(state, chunk, limit, next_check, shadow_next)
- *       -> (plain records taken, RawPacket | None, last plain timestamp | None)
+ *   split_chunk(state, chunk, limit, next_check, shadow_next, file_offset)
+ *       -> (plain records taken, RawPacket | None, last plain timestamp | None, file offset)
  *
  * It walks the pcap records of a RecordChunk (readers.py) and takes, without any Python
  * per packet, the "plain" ones: the common Ethernet/IPv4/TCP packet (the header test of
  * Splitter.run) of a connection whose owner, tcp.stream number and decision are already
  * known (owners, numbers and decided hold the 12-byte 4-tuple keys), not a SYN, and with no
  * idle check due (its time below next_check and below the shadow's next check).  Each is
- * copied as it is (record header and data) to its worker's record buffer, its tcp.stream
+ * copied as it is (record header and data) to its worker's record buffer (unless `records`
+ * is None: the workers read the file themselves, at the records' file offsets), its tcp.stream
  * number (-1 for None) to the worker's number buffer (native int32), and its captured length
  * added to the worker's load.  Consecutive packet numbers of one worker make one run,
  * appended to that worker's item list as (TAG_RUN, first packet, count, byte offset, first
- * record) when it ends (the worker feeds a run to its Dissector's compiled packet loop in one
- * call).  Every run is ended before returning, so items the caller appends later come after.
+ * record, bytes) when it ends (the worker feeds a run to its Dissector's compiled packet loop
+ * in one call); the byte offset is into the worker's record buffer, or the file's.  Every run
+ * is ended before returning, so items the caller appends later come after.  `file_offset` is
+ * the file offset of the chunk's record at chunk.pos; the one after the records taken is
+ * returned.
  *
  * The first record that is not plain (and is wholly in the buffer) is taken too and
  * returned as the RawPacket the reader would have made of it: the caller routes it with its
@@ -21,7 +25,7 @@
  * bytes, truncated, ts) are kept exactly as for the RawPackets the records stand for.
  *
  * state = (owners: dict, numbers: dict, decided: set, load: list | None, records: list of
- *          bytearray, nums: list of bytearray, items: list of list, RawPacket, TAG_RUN)
+ *          bytearray | None, nums: list of bytearray, items: list of list, RawPacket, TAG_RUN)
  *
  * Hostile input: lengths are checked against the bytes present (as scan_pcap does); an owner
  * that is not a worker number, or a number that is not a small int, makes the packet
@@ -67,7 +71,7 @@ static int end_run(PyObject *state, Py_ssize_t w, long long *run)
     if (run[1] == 0)
         return 0;
     PyObject *items = PyList_GET_ITEM(PyTuple_GET_ITEM(state, 6), w);
-    PyObject *t = Py_BuildValue("(OLLLL)", PyTuple_GET_ITEM(state, 8), run[0], run[1], run[2], run[3]);
+    PyObject *t = Py_BuildValue("(OLLLLL)", PyTuple_GET_ITEM(state, 8), run[0], run[1], run[2], run[3], run[4]);
     if (t == NULL)
         return -1;
     int r = PyList_Append(items, t);
@@ -80,8 +84,8 @@ static int end_run(PyObject *state, Py_ssize_t w, long long *run)
 
 static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 9) {
-        PyErr_SetString(PyExc_TypeError, "split_chunk(state, chunk, limit, next_check, shadow_next)");
+    if (nargs != 6 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 9) {
+        PyErr_SetString(PyExc_TypeError, "split_chunk(state, chunk, limit, next_check, shadow_next, file_offset)");
         return NULL;
     }
     PyObject *state = args[0], *chunk = args[1];
@@ -90,25 +94,27 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *records = PyTuple_GET_ITEM(state, 4), *nums = PyTuple_GET_ITEM(state, 5);
     PyObject *items = PyTuple_GET_ITEM(state, 6), *raw_type = PyTuple_GET_ITEM(state, 7);
     if (!PyDict_CheckExact(owners) || !PyDict_CheckExact(numbers) || !PyAnySet_CheckExact(decided)
-        || !PyList_CheckExact(records) || !PyList_CheckExact(nums) || !PyList_CheckExact(items)
+        || (records != Py_None && !PyList_CheckExact(records)) || !PyList_CheckExact(nums) || !PyList_CheckExact(items)
         || !PyType_Check(raw_type) || (load != Py_None && !PyList_CheckExact(load))) {
         PyErr_SetString(PyExc_TypeError, "split_chunk: bad state");
         return NULL;
     }
-    Py_ssize_t jobs = PyList_GET_SIZE(records);
-    if (jobs < 1 || jobs > MAX_JOBS || PyList_GET_SIZE(nums) != jobs || PyList_GET_SIZE(items) != jobs
+    Py_ssize_t jobs = PyList_GET_SIZE(nums);
+    if (jobs < 1 || jobs > MAX_JOBS || (records != Py_None && PyList_GET_SIZE(records) != jobs)
+        || PyList_GET_SIZE(items) != jobs
         || (load != Py_None && PyList_GET_SIZE(load) != jobs)) {
         PyErr_SetString(PyExc_ValueError, "split_chunk: one buffer, number buffer and item list per worker");
         return NULL;
     }
     for (Py_ssize_t w = 0; w < jobs; w++) {
-        if (!PyByteArray_CheckExact(PyList_GET_ITEM(records, w)) || !PyByteArray_CheckExact(PyList_GET_ITEM(nums, w))
+        if ((records != Py_None && !PyByteArray_CheckExact(PyList_GET_ITEM(records, w)))
+            || !PyByteArray_CheckExact(PyList_GET_ITEM(nums, w))
             || !PyList_CheckExact(PyList_GET_ITEM(items, w))) {
             PyErr_SetString(PyExc_TypeError, "split_chunk: records and nums are bytearrays, items lists");
             return NULL;
         }
     }
-    long long limit = PyLong_AsLongLong(args[2]);
+    long long limit = PyLong_AsLongLong(args[2]), file_off = PyLong_AsLongLong(args[5]);
     double next_check = PyFloat_AsDouble(args[3]), shadow_next = PyFloat_AsDouble(args[4]);
     if (PyErr_Occurred())
         return NULL;
@@ -133,8 +139,8 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *buf = PyObject_GetAttr(chunk, S_buf);
     long long pos, index, cap_total, wire_total, trunc_total;
     PyObject *result = NULL, *raw = NULL, *last_ts = NULL, *chunk_ts = NULL, *key = NULL;
-    long long runs[MAX_JOBS][4]; /* per worker: first packet, count, byte offset, first record */
-    memset(runs, 0, sizeof(long long) * 4 * (size_t)jobs);
+    long long runs[MAX_JOBS][5]; /* per worker: first packet, count, byte offset, first record, bytes */
+    memset(runs, 0, sizeof(long long) * 5 * (size_t)jobs);
     if (buf == NULL || get_ll(chunk, S_pos, &pos) < 0 || get_ll(chunk, S_index, &index) < 0
         || get_ll(chunk, S_bytes_captured, &cap_total) < 0 || get_ll(chunk, S_bytes_wire, &wire_total) < 0
         || get_ll(chunk, S_truncated, &trunc_total) < 0)
@@ -159,7 +165,9 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
             break; /* runs past the buffer: the reader refills or reports */
         const unsigned char *d = h + rec_len;
         const double ts = (double)sec + (double)frac / div; /* readers.py: sec + frac / div */
+        const long long rec_off = file_off;
         pos += rec_len + (long long)caplen;
+        file_off += rec_len + (long long)caplen;
         index++;
         cap_total += caplen;
         if (wire != caplen) {
@@ -231,9 +239,16 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
                 failed = 1;
             break;
         }
-        PyObject *recs = PyList_GET_ITEM(records, w), *nb = PyList_GET_ITEM(nums, w);
-        Py_ssize_t off = PyByteArray_GET_SIZE(recs), nrec = PyByteArray_GET_SIZE(nb) / 4;
+        PyObject *recs = records == Py_None ? NULL : PyList_GET_ITEM(records, w), *nb = PyList_GET_ITEM(nums, w);
+        Py_ssize_t off = recs == NULL ? (Py_ssize_t)rec_off : PyByteArray_GET_SIZE(recs);
+        Py_ssize_t nrec = PyByteArray_GET_SIZE(nb) / 4;
         long long *run = runs[w];
+        if (run[1] != 0 && recs == NULL && run[2] + run[4] != (long long)off) { /* (a record between) */
+            if (end_run(state, w, run) < 0) {
+                failed = 1;
+                break;
+            }
+        }
         if (run[1] != 0 && run[0] + run[1] != index) { /* not the next packet: a new run */
             if (end_run(state, w, run) < 0) {
                 failed = 1;
@@ -244,13 +259,17 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
             run[0] = index;
             run[2] = off;
             run[3] = nrec;
+            run[4] = 0;
         }
         int32_t nv32 = (int32_t)number;
-        if (PyByteArray_Resize(recs, off + rec_len + n) < 0 || PyByteArray_Resize(nb, (nrec + 1) * 4) < 0) {
+        if ((recs != NULL && PyByteArray_Resize(recs, off + rec_len + n) < 0)
+            || PyByteArray_Resize(nb, (nrec + 1) * 4) < 0) {
             failed = 1;
             break;
         }
-        memcpy(PyByteArray_AS_STRING(recs) + off, h, (size_t)(rec_len + n));
+        if (recs != NULL)
+            memcpy(PyByteArray_AS_STRING(recs) + off, h, (size_t)(rec_len + n));
+        run[4] += rec_len + n;
         memcpy(PyByteArray_AS_STRING(nb) + nrec * 4, &nv32, 4);
         run[1]++;
         if (load != Py_None) {
@@ -284,7 +303,7 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (!failed) {
         last_ts = any_plain ? PyFloat_FromDouble(last_plain) : Py_NewRef(Py_None);
         if (last_ts != NULL)
-            result = Py_BuildValue("(LOO)", taken - (raw != NULL), raw != NULL ? raw : Py_None, last_ts);
+            result = Py_BuildValue("(LOOL)", taken - (raw != NULL), raw != NULL ? raw : Py_None, last_ts, file_off);
     }
 done:
     Py_XDECREF(key);

@@ -479,6 +479,7 @@ class _Worker:
         self.keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
         self.progress = 0
         self.fed = 0  # packets (segments) the reader gave this worker
+        self.fd: int | None = None  # the capture file, when the reader sends file offsets
 
     def batch(self, items: list, records: bytes = b"", numbers: bytes = b"", layout: tuple | None = None) -> None:
         d = self.d
@@ -490,12 +491,15 @@ class _Worker:
         new = tuple.__new__
         chunked = d.takes_chunks
         nums = memoryview(numbers).cast("i") if numbers else None
+        base = 0
+        if type(records) is str:  # the runs are at these offsets of the capture file
+            records, base = self._read_runs(records, items)
         for it in items:
             tag = it[0]
             d.pos = pos = it[1]
             d.phase = PHASE_PACKET
             if tag == TAG_RUN:
-                self.feed_run(pos, it[2], records, it[3], nums, it[4], layout, chunked)
+                self.feed_run(pos, it[2], records, it[3] - base, nums, it[4], it[5], layout, chunked)
                 continue
             if tag == TAG_PACKET:
                 stats.packets = pos - 1  # feed_packet counts it: the packet's number in the capture
@@ -529,8 +533,22 @@ class _Worker:
             if pending:
                 self.collect()
 
+    def _read_runs(self, path: str, items: list) -> tuple[bytes, int]:
+        """The stretch of the capture file that holds this batch's runs, and its offset."""
+        runs = [it for it in items if it[0] == TAG_RUN]
+        if not runs:
+            return b"", 0
+        if self.fd is None:
+            self.fd = os.open(path, os.O_RDONLY)
+        lo, hi = runs[0][3], runs[-1][3] + runs[-1][5]
+        data = os.pread(self.fd, hi - lo, lo)
+        if len(data) != hi - lo:
+            raise RuntimeError(f"--jobs: {path} is shorter than when it was read ({len(data)} of "
+                               f"{hi - lo} bytes at offset {lo})")
+        return data, lo
+
     def feed_run(self, first: int, count: int, records: bytes, offset: int, numbers: Any, record: int,
-                 layout: tuple, chunked: bool) -> None:
+                 nbytes: int, layout: tuple, chunked: bool) -> None:
         """Packets ``first`` .. ``first + count - 1``, pcap records at ``offset`` of ``records``:
         through the compiled packet loop (Dissector.feed_chunk), which stops at each packet
         that leaves rows (collected there), exactly as feed_packet would take them."""
@@ -556,6 +574,8 @@ class _Worker:
                 d.phase = PHASE_PACKET  # (an idle flush inside the loop set it)
         finally:
             streams.numbers = None
+        if chunked and chunk.pos != offset + nbytes:
+            raise RuntimeError(f"--jobs: the run of {count} packets from {first} is not where the reader saw it")
         self.fed += count
 
     def _feed_records(self, chunk: RecordChunk, count: int) -> None:
@@ -666,6 +686,16 @@ def _work(pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int, bo
           render: Any = None, fold: Any = None) -> None:
     d = _WorkerDissector(config)
     worker = _Worker(d, jobs, me, out, bodies, render, fold)
+    try:
+        _work_on(worker, pump, out, config, jobs, me, fold)
+    finally:
+        if worker.fd is not None:
+            os.close(worker.fd)
+
+
+def _work_on(worker: _Worker, pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int,
+             fold: Any) -> None:
+    d = worker.d
     loads = pickle.loads
     while True:
         data = pump.get()

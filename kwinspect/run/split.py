@@ -56,6 +56,7 @@ LOAD_GUARD, GUARD_BYTES = 1.25, 1 << 20  # a worker this far ahead of the lighte
 IDLE_CHECK_EVERY = 60.0  # Dissector.flush_idle: the next check a minute after the last
 NO_NUMBER = object()  # a direction whose tcp.stream number must be asked for
 _csplit = load_extension("kwinspect.run._csplit")  # the compiled routing loop, or None
+PCAP_HEADER = 24  # bytes before a pcap file's first record
 
 # items of a batch, each (tag, packet number, ...), in packet order
 TAG_PACKET = 0  # (tag, pos, ts, linktype, data, wire_len, index, tcp_stream): a RawPacket's fields
@@ -65,13 +66,16 @@ TAG_MARK = 3  # (tag, pos, ts): every WATERMARK_EVERY packets
 TAG_BROKER = 4  # (tag, pos, endpoint): a broker endpoint proven on some connection
 TAG_ROWS = 5  # (tag, pos, [ErrorRow]): the packet parser's issues at this packet (worker 0)
 TAG_SECRETS = 6  # (tag, pos, secrets type, data): a pcapng Decryption Secrets Block
-# (tag, first pos, count, byte offset, first record): packets first..first+count-1, plain pcap
-# records at that offset of the batch's record buffer, their tcp.stream numbers from that
-# record on in its number buffer (native int32, -1 for None)
+# (tag, first pos, count, byte offset, first record, bytes): packets first..first+count-1,
+# plain pcap records (that many bytes) at that offset of the batch's record buffer (or of
+# the capture file), their tcp.stream numbers from that record on in the batch's number
+# buffer (native int32, -1 for None)
 TAG_RUN = 7
 
 # messages to a worker
-MSG_BATCH = 0  # (msg, router load per worker, bytes read so far, items, records, numbers, layout)
+# (msg, router load per worker, bytes read so far, items, records (bytes, or the path of the
+# file the runs' offsets are in), numbers, pcap record layout)
+MSG_BATCH = 0
 MSG_END = 1  # (msg, last TCP time, packets, parser rows at the end, readers' issues, counters)
 MSG_FALLBACK = 2  # (msg, why): go on in one process
 MSG_ERROR = 3  # (msg, traceback)
@@ -184,9 +188,10 @@ class Splitter:
         # the compiled routing loop: each worker's plain packets as pcap records (bytes as
         # in the file), their tcp.stream numbers, and the file's record layout
         self.split = _csplit.split_chunk if _csplit is not None else None
-        self.records: list[bytearray] = [bytearray() for _ in range(jobs)]
+        self.records: list[bytearray] | None = [bytearray() for _ in range(jobs)]
         self.numbers: list[bytearray] = [bytearray() for _ in range(jobs)]
         self.layout: tuple | None = None
+        self.path: str | None = None  # a regular file the workers read their runs from
         self.pos = 0
         self.last_ts: float | None = None
         self.next_check = 0.0  # the idle check schedule every Dissector follows
@@ -214,11 +219,16 @@ class Splitter:
         load = list(self.router.load)
         done = sum(s.stats.file_bytes for s in self.sources)
         for w, batch in enumerate(self.batches):
-            records, numbers = self.records[w], self.numbers[w]
-            self._send(w, (MSG_BATCH, load, done, batch, bytes(records), bytes(numbers), self.layout))
+            numbers = self.numbers[w]
+            if self.records is None:
+                records: bytes | str = self.path
+            else:
+                records = bytes(self.records[w])
+                if records:
+                    self.records[w] = bytearray()
+            self._send(w, (MSG_BATCH, load, done, batch, records, bytes(numbers), self.layout))
             self.batches[w] = []
-            if records:
-                self.records[w] = bytearray()
+            if numbers:
                 self.numbers[w] = bytearray()
         return True
 
@@ -319,49 +329,69 @@ class Splitter:
                                    streams.of(key, seg.flags, seg.seq)))
                 self._segment(w, pos, raw, seg, key, rkey, packets)
 
-    def _run_records(self, src) -> int:
+    def _run_records(self, src, path: str) -> int:
         """The packets of one pcap file, the plain ones routed in C (``_csplit.split_chunk``:
         a connection already routed, numbered and decided, no SYN, no idle check due),
         the rest by ``route``. The number of the last packet, or -1 when the run must go
-        on in one process."""
+        on in one process.
+
+        A regular uncompressed file is read again by the workers, each the stretch of the
+        file that holds its runs (sent as file offsets), instead of its packets being copied
+        through a pipe: on (c) that copy cost the reader more CPU than routing. The offsets
+        are counted here from the records' lengths and checked against the file at each
+        buffer the reader fills."""
         split, route, to_all = self.split, self.route, self.to_all
-        state = (self.router.owners, self.streams.known, self.decided,
-                 self.router.load if self.balance else None, self.records, self.numbers, self.batches,
-                 RawPacket, TAG_RUN)
-        pst = self.parsing.parser.stats
-        shadow = self.shadow
-        pos = 0
-        for item in src.records():
-            if type(item) is not RecordChunk:  # a record the reader's Python path read
-                self.pos = pos = pos + 1
-                route(item, pos)
-                if pos % WATERMARK_EVERY == 0:
-                    to_all((TAG_MARK, pos, item.ts))
-                    if pos % BATCH_PACKETS == 0 and not self.flush():
-                        return -1
-                continue
-            if self.layout is None:
-                self.layout = item.layout
-            while True:
-                taken, raw, last_ts = split(state, item, WATERMARK_EVERY - pos % WATERMARK_EVERY,
-                                            self.next_check, shadow.next_idle_check)
-                if taken:
-                    pos += taken
-                    pst.packets += taken
-                    pst.tcp += taken
-                    self.last_ts = last_ts
-                if raw is not None:
-                    pos += 1
+        fd = None
+        if not src.compressed and os.path.isfile(path):
+            fd = os.open(path, os.O_RDONLY)
+            self.records, self.path = None, path
+        try:
+            state = (self.router.owners, self.streams.known, self.decided,
+                     self.router.load if self.balance else None, self.records, self.numbers, self.batches,
+                     RawPacket, TAG_RUN)
+            pst = self.parsing.parser.stats
+            shadow = self.shadow
+            pos = 0
+            offset = PCAP_HEADER  # of the next record in the file
+            rec_len = 16
+            for item in src.records():
+                if type(item) is not RecordChunk:  # a record the reader's Python path read
+                    offset += rec_len + len(item.data)
+                    self.pos = pos = pos + 1
+                    route(item, pos)
+                    if pos % WATERMARK_EVERY == 0:
+                        to_all((TAG_MARK, pos, item.ts))
+                        if pos % BATCH_PACKETS == 0 and not self.flush():
+                            return -1
+                    continue
+                if self.layout is None:
+                    self.layout = item.layout
+                    rec_len = item.layout[3]
+                if fd is not None:
+                    _check_offset(fd, offset, item, rec_len)
+                while True:
+                    taken, raw, last_ts, offset = split(state, item, WATERMARK_EVERY - pos % WATERMARK_EVERY,
+                                                        self.next_check, shadow.next_idle_check, offset)
+                    if taken:
+                        pos += taken
+                        pst.packets += taken
+                        pst.tcp += taken
+                        self.last_ts = last_ts
+                    if raw is not None:
+                        pos += 1
+                        self.pos = pos
+                        route(raw, pos)
+                    elif not taken:
+                        break  # no whole record left in the chunk
                     self.pos = pos
-                    route(raw, pos)
-                elif not taken:
-                    break  # no whole record left in the chunk
-                self.pos = pos
-                if pos % WATERMARK_EVERY == 0:
-                    to_all((TAG_MARK, pos, item.ts))
-                    if pos % BATCH_PACKETS == 0 and not self.flush():
-                        return -1
-        return pos
+                    if pos % WATERMARK_EVERY == 0:
+                        to_all((TAG_MARK, pos, item.ts))
+                        if pos % BATCH_PACKETS == 0 and not self.flush():
+                            return -1
+            return pos
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def run(self, paths: list[str]) -> None:
         sources = self.sources = [open_capture(p) for p in paths]
@@ -370,7 +400,7 @@ class Splitter:
         pos = 0
         try:
             if self.split is not None and len(sources) == 1 and sources[0].format == "pcap":
-                pos = self._run_records(sources[0])
+                pos = self._run_records(sources[0], paths[0])
             else:
                 for raw in _merged(sources):
                     self.pos = pos = pos + 1
@@ -399,6 +429,13 @@ class Splitter:
         finally:
             for src in sources:
                 src.close()
+
+
+def _check_offset(fd: int, offset: int, chunk: RecordChunk, rec_len: int) -> None:
+    """The record at ``chunk.pos`` is the file's at ``offset`` (the workers read it there)."""
+    want = chunk.buf[chunk.pos:chunk.pos + rec_len]
+    if want and os.pread(fd, len(want), offset) != want:
+        raise RuntimeError(f"--jobs: the capture file changed while it was read (record at offset {offset})")
 
 
 def read_and_split(paths: list[str], config: DissectConfig | None, jobs: int, mode: str, outs: list,
