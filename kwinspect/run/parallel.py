@@ -637,7 +637,7 @@ class _Worker:
                 self.keep -= 1
                 ev = _for_rebuild(ev, bodies)
             elif type(ev) is tuple:
-                d.phase = PHASE_PACKET  # (an idle flush inside the loop set it)
+                pass
             elif type(ev) is Exchange and ev.api_key in LEARN_APIS:
                 ev = _lighten(ev, bodies)
             elif fold is not None and self._fold(ev, names, (pos, phase, order, seq), row_key):
