@@ -707,3 +707,40 @@ def test_compiled_reader_sends_plain_packets_as_runs_of_records(tmp_path):
         offsets.append(at)
         at += 16 + int.from_bytes(file_bytes[at + 8:at + 12], "little")
     assert set(offsets_seen) <= set(offsets) and len(set(offsets_seen)) == in_runs
+
+
+@pytest.mark.parametrize("table", ["exchanges", "records"])
+def test_rows_a_worker_labelled_with_its_own_topic_names_are_checked(table, tmp_path, monkeypatch):
+    """A worker that found a name for every topic id it looked up renders the row itself
+    and the main process checks those names against the global ones: with the answers as
+    found, the output is one process's; with a worker's answers made wrong (as if another
+    connection had named the id differently), the check fails and the capture is read
+    again by one process, with one process's output still."""
+    path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    one, two = tmp_path / "j1.jsonl", tmp_path / "j2.jsonl"
+    assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+    assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+    assert one.read_bytes() == two.read_bytes()
+
+    checked, fallbacks = [], []
+    real_settle, real_found = MergedDissector.settle, parallel._Worker._found
+
+    def settle(self, batch):
+        checked.extend(ev for ev, _k, _m in batch if type(ev) is tuple and ev[0] == "chk")
+        try:
+            return real_settle(self, batch)
+        except parallel._Fallback as exc:
+            fallbacks.append(str(exc))
+            raise
+
+    def wrong_names(self, lookups):  # (in the forked workers)
+        return real_found(self, [(tid, None if name is None else name + "-elsewhere") for tid, name in lookups])
+
+    monkeypatch.setattr(MergedDissector, "settle", settle)
+    monkeypatch.setattr(parallel._Worker, "_found", wrong_names)
+    two.unlink()
+    assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+    assert checked, "no row was labelled by a worker"
+    assert fallbacks and "named differently" in fallbacks[0]
+    assert one.read_bytes() == two.read_bytes()
+    assert b"-elsewhere" not in two.read_bytes()

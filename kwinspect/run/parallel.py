@@ -477,6 +477,9 @@ class _Worker:
         self.items: list = []
         self.seq = 0
         self.keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
+        # topic-id lookups (id, name) answered here, for the main process to check after the
+        # event being handled (see _found)
+        self.check: tuple = ()
         self.progress = 0
         self.fed = 0  # packets (segments) the reader gave this worker
         self.fd: int | None = None  # the capture file, when the reader sends file offsets
@@ -603,13 +606,26 @@ class _Worker:
             plan = self.fold.prepare(ev, names, row_key)
         finally:
             names.log = None
-        if plan is None or log:
+        if plan is None or (log and not self._found(log)):
             return False
         self.fold.commit(plan)
         if type(ev) is Exchange:
             last = self.broker_last.get(ev.broker)
             if last is None or key > last:
                 self.broker_last[ev.broker] = key
+        return True
+
+    def _found(self, lookups: list | tuple) -> bool:
+        """True (and the lookups kept for the main process to check) when every topic id
+        looked up had a name here. Topic ids are unique in a cluster, so the global names
+        give the same answers; if they do not (an id named differently on another
+        connection), the main process goes on in one process. A lookup this worker could
+        not answer may have been learned on another worker's connection: that event goes
+        to the main process as it is (it may be relabelled there)."""
+        for _tid, answer in lookups:
+            if answer is None:
+                return False
+        self.check += tuple(lookups)
         return True
 
     def _left_out(self, pos: Any, phase: int, order: int, seq: int, row_key: Any) -> None:
@@ -631,7 +647,12 @@ class _Worker:
             self.seq += 1
             seq = self.seq
             row_key = getattr(ev, "order", 0) or pos  # where the row sorts (stream/row_order.py)
+            if self.check:  # after the exchange of a group whose lookups were all answered
+                items.append(((pos, phase, order, seq), ("chk", self.check), row_key))
+                self.check = ()
             if type(ev) is tuple and ev[0] == "grp":
+                if self._found(ev[2]):
+                    continue  # its events go on as any other, checked by the main process
                 self.keep = ev[1]
             elif self.keep:
                 self.keep -= 1
@@ -652,7 +673,7 @@ class _Worker:
                     text = render(ev, names, bodies is True or load[me] * jobs <= sum(load) * RENDER_SHARE)
                 finally:
                     names.log = None
-                if log:
+                if log and not self._found(log):
                     text = None
                 if text is DROP:
                     self._left_out(pos, phase, order, seq, row_key)
@@ -661,6 +682,9 @@ class _Worker:
             else:
                 ev = _lighten(ev, bodies)
             items.append(((pos, phase, order, seq), ev, row_key))
+        if self.check:  # the last event's: checked in the same packet's batch, before its rows go
+            items.append(((pos, phase, order, seq), ("chk", self.check), row_key))
+            self.check = ()
 
     def mark(self, ts: float) -> None:
         # nothing more at or before pos; no row still to come sorts below the watermark
@@ -904,6 +928,11 @@ class MergedDissector:
                 elif tag == "kb?":
                     if (ev[1] in self._known) != ev[2]:
                         raise _Fallback(f"known broker {ev[1]}")
+                elif tag == "chk":  # topic names a worker used, as the global state must have them
+                    names = self.shared.topic_names
+                    for tid, answer in ev[1]:
+                        if names.get(tid) != answer:
+                            raise _Fallback(f"topic id {tid} named differently on two connections")
                 else:  # "grp": an exchange (and its error rows) labelled with topic-id lookups
                     _tag, count, lookups, client, broker, args, tcp_stream = ev
                     group = [g for g, _k, _m in batch[i:i + count]]
