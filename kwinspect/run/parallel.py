@@ -12,6 +12,17 @@ rows (malformed packets, to worker 0). The parser's counters (not TCP, unparseab
 fragments) are the reader's, whole. Each worker reassembles, frames and decodes its
 own connections with its own ``Dissector``, driven here through its public API.
 
+The workers run the code one process runs: the reader sends the plain packets of a
+pcap file (most of them) as runs of consecutive packets, as the file's own records
+(for a regular file, their offsets: the worker reads them from the file), and a worker
+feeds a run to its Dissector's compiled packet loop (``Dissector.feed_chunk``, which
+stops at each packet that leaves rows) numbered from the run's first packet; only the
+rest travels one item per packet. On two cores the reader, the workers and the main
+process share the cores, so what the parallel path adds to one process's CPU (the
+reader's pass over the file, the workers' tagging and pickling of their rows, the
+merge) is what decides the speed-up (docs/benchmarks.md, "--jobs with the compiled
+workers").
+
 The main process merges the workers' events by (packet position, phase, first packet
 of the connection, worker order): the order one process emits them in. Phases: events
 of the packet's own connection, then idle flushes, then at the end of input the
@@ -27,7 +38,12 @@ What crosses connections, and how the result stays identical to ``--jobs 1``:
   order (their bodies always travel), and re-checks each recorded answer against it.
   When one differs (the name was learned on another worker's connection), the main
   process rebuilds that exchange and its error rows with ``Conversation.emit`` and
-  the global state: the same code, with the state one process would have had.
+  the global state: the same code, with the state one process would have had. Only
+  lookups the worker could not answer need that (an exchange travels with its bodies
+  then): when every id had a name in the worker, the worker renders (or folds) the row
+  itself and sends the lookups, which the main process checks (``"chk"``); a topic id
+  is unique in a cluster, so a name that differs (an id named differently on another
+  connection) sends the run to one process.
   The consumer sees ``run.dissector.shared`` as of the events it is handed, as with
   one process (all events of a packet are settled before any is handed on).
 - ``broker_id`` (``SharedState.brokers``) is recomputed in the main process for every
