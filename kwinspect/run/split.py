@@ -32,6 +32,17 @@ Batches go out every ``BATCH_PACKETS`` packets to every worker (a worker with no
 in a batch still gets its marks), pickled, one message per worker per batch. Each worker
 drains its pipe on a thread (run/parallel.py ``_Pump``), so this process is held back
 only when a worker is that far behind.
+
+**Runs.** For one pcap file the loop over the packets is compiled (``_csplit.c``,
+``split_chunk``): it takes the *plain* packet (the common Ethernet/IPv4/TCP packet of a
+connection already routed, numbered and decided, not a SYN, no idle check due: after a
+connection's first packets, nearly all of them) without any Python, and hands each
+worker its plain packets as runs of consecutive packet numbers (``TAG_RUN``): the
+file's own records, which the worker feeds to its Dissector's compiled packet loop as
+one process does. Everything else stops the C loop and takes ``route`` (the Python
+above, one item per packet), in its place. For a regular uncompressed file a run is
+its file offset (the worker reads the records from the file, so no packet goes
+through a pipe); otherwise the records are copied into the batch.
 """
 
 from __future__ import annotations
