@@ -744,3 +744,20 @@ def test_rows_a_worker_labelled_with_its_own_topic_names_are_checked(table, tmp_
     assert fallbacks and "named differently" in fallbacks[0]
     assert one.read_bytes() == two.read_bytes()
     assert b"-elsewhere" not in two.read_bytes()
+
+
+def test_runs_fed_one_packet_at_a_time_without_the_compiled_packet_loop(tmp_path, monkeypatch):
+    """A worker whose Dissector has no compiled packet loop (the driver's extension not
+    built, the reader's routing loop built) feeds a run's records as RawPackets, one by
+    one: the output is still one process's."""
+    from kwinspect import dissect
+    from kwinspect.run import split
+
+    if split._csplit is None:
+        pytest.skip("the compiled core is not built")
+    path = _reshaped_capture(str(tmp_path / "reshaped.pcap"), byteorder=">", nano=True)
+    one, two = tmp_path / "j1.jsonl", tmp_path / "j2.jsonl"
+    assert cli.main(["exchanges", "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+    monkeypatch.setattr(dissect, "chunk_fastpath", None)  # read by the workers' Dissector
+    assert cli.main(["exchanges", "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+    assert one.read_bytes() == two.read_bytes()
