@@ -68,6 +68,7 @@ IDLE_CHECK_EVERY = 60.0  # Dissector.flush_idle: the next check a minute after t
 NO_NUMBER = object()  # a direction whose tcp.stream number must be asked for
 _csplit = load_extension("kwinspect.run._csplit")  # the compiled routing loop, or None
 PCAP_HEADER = 24  # bytes before a pcap file's first record
+CSPLIT_MAX_JOBS = 256  # workers the compiled loop keeps runs for (MAX_JOBS in _csplit.c); more: Python
 
 # items of a batch, each (tag, packet number, ...), in packet order
 TAG_PACKET = 0  # (tag, pos, ts, linktype, data, wire_len, index, tcp_stream): a RawPacket's fields
@@ -198,7 +199,7 @@ class Splitter:
         self.batches: list[list] = [[] for _ in range(jobs)]
         # the compiled routing loop: each worker's plain packets as pcap records (bytes as
         # in the file), their tcp.stream numbers, and the file's record layout
-        self.split = _csplit.split_chunk if _csplit is not None else None
+        self.split = _csplit.split_chunk if _csplit is not None and jobs <= CSPLIT_MAX_JOBS else None
         self.records: list[bytearray] | None = [bytearray() for _ in range(jobs)]
         self.numbers: list[bytearray] = [bytearray() for _ in range(jobs)]
         self.layout: tuple | None = None
