@@ -27,6 +27,8 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.analyze._crows", ["kwinspect/analyze/_crows.c"], depends=["kwinspect/_cattrs.h"],
               extra_compile_args=["-O2", "-std=c99"]),
+    # the --jobs reader's routing loop (run/split.py)
+    Extension("kwinspect.run._csplit", ["kwinspect/run/_csplit.c"], extra_compile_args=["-O2", "-std=c99"]),
 ]
 
 
