@@ -932,11 +932,18 @@ class Dissector:
         conv = info.conversation
         splitter = conn.splitters[src]
         from_client = src == info.client
-        on_frame = self.on_frame
-        # the ordinary frames in C (stream/_cconv.c); it stops at the first event it leaves
-        # to the Python below (frame hooks see every frame: then Python takes them all)
-        walk = conversation.compiled_frames if on_frame is None else None
         events = splitter.events()
+        if self.on_frame is not None:
+            # the hook sees every frame of the batch first, then they are decoded (a hook
+            # keeps frames; it must not cost the frames their compiled path below)
+            on_frame, stream = self.on_frame, conv.stream
+            direction = "request" if from_client else "response"
+            for ev in events:
+                if type(ev) is Frame:
+                    on_frame(stream, direction, ev[0])
+        # the ordinary frames in C (stream/_cconv.c); it stops at the first event it leaves
+        # to the Python below
+        walk = conversation.compiled_frames
         i, n = 0, len(events)
         while i < n:
             if walk is not None:
@@ -950,8 +957,6 @@ class Dissector:
             if type(ev) is Frame:
                 data, _offset, ts_first, ts_last, pkt_first, pkt_last = ev
                 conv.frame_packets = (pkt_first, pkt_last)
-                if on_frame is not None:
-                    on_frame(conv.stream, "request" if from_client else "response", data)
                 if from_client:
                     conv.on_request(data, ts_first, ts_last)
                     if conv.last_correlation_id is not None:
