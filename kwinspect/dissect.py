@@ -603,7 +603,7 @@ class Dissector:
 
     def _open(self, ev: StreamOpened) -> _ConnectionState:
         a, b = ev.a, ev.b
-        info = ConnectionInfo(stream=f"{a}<->{b}", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen,
+        info = ConnectionInfo(stream="", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen,
                               tcp_stream=ev.tcp_stream)
         conn = _ConnectionState(info)
         self._conns[ev.conn_id] = conn
@@ -619,8 +619,8 @@ class Dissector:
             elif a.port in ports and b.port not in ports:
                 client, server = b, a
         info.client, info.broker = client, server
-        if server is not None:
-            info.stream = stream_name(client, server)
+        # (named once: the two endpoints' texts cost more than the rest of an open)
+        info.stream = stream_name(client, server) if server is not None else f"{a}<->{b}"
         return conn
 
     def _on_data(self, conn_id, src: Endpoint, dst: Endpoint, data: bytes, ts: float) -> None:
@@ -1002,7 +1002,8 @@ class Dissector:
             self._set_kind(conn, verdict.kind, ts, verdict.message)
         for src, splitter in conn.splitters.items():
             splitter.finish()
-            self._frames_to_conversation(conn, src)
+            if splitter.ready:  # (nothing left: the conversation has no rows pending either)
+                self._frames_to_conversation(conn, src)
             info.accounting["to_broker" if src == info.client else "to_client"] = splitter.accounting()
         if info.conversation is not None:
             info.conversation.close(ts, self.stats.packets)
