@@ -605,7 +605,7 @@ class Dissector:
 
     def _open(self, ev: StreamOpened) -> _ConnectionState:
         a, b = ev.a, ev.b
-        info = ConnectionInfo(stream=f"{a}<->{b}", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen,
+        info = ConnectionInfo(stream="", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen,
                               tcp_stream=ev.tcp_stream)
         conn = _ConnectionState(info)
         self._conns[ev.conn_id] = conn
@@ -621,8 +621,8 @@ class Dissector:
             elif a.port in ports and b.port not in ports:
                 client, server = b, a
         info.client, info.broker = client, server
-        if server is not None:
-            info.stream = stream_name(client, server)
+        # (named once: the two endpoints' texts cost more than the rest of an open)
+        info.stream = stream_name(client, server) if server is not None else f"{a}<->{b}"
         return conn
 
     def _on_data(self, conn_id, src: Endpoint, dst: Endpoint, data: bytes, ts: float) -> None:
@@ -937,11 +937,18 @@ class Dissector:
         conv = info.conversation
         splitter = conn.splitters[src]
         from_client = src == info.client
-        on_frame = self.on_frame
-        # the ordinary frames in C (stream/_cconv.c); it stops at the first event it leaves
-        # to the Python below (frame hooks see every frame: then Python takes them all)
-        walk = conversation.compiled_frames if on_frame is None else None
         events = splitter.events()
+        if self.on_frame is not None:
+            # the hook sees every frame of the batch first, then they are decoded (a hook
+            # keeps frames; it must not cost the frames their compiled path below)
+            on_frame, stream = self.on_frame, conv.stream
+            direction = "request" if from_client else "response"
+            for ev in events:
+                if type(ev) is Frame:
+                    on_frame(stream, direction, ev[0])
+        # the ordinary frames in C (stream/_cconv.c); it stops at the first event it leaves
+        # to the Python below
+        walk = conversation.compiled_frames
         i, n = 0, len(events)
         while i < n:
             if walk is not None:
@@ -955,8 +962,6 @@ class Dissector:
             if type(ev) is Frame:
                 data, _offset, ts_first, ts_last, pkt_first, pkt_last = ev
                 conv.frame_packets = (pkt_first, pkt_last)
-                if on_frame is not None:
-                    on_frame(conv.stream, "request" if from_client else "response", data)
                 if from_client:
                     conv.on_request(data, ts_first, ts_last)
                     if conv.last_correlation_id is not None:
@@ -1002,7 +1007,8 @@ class Dissector:
             self._set_kind(conn, verdict.kind, ts, verdict.message)
         for src, splitter in conn.splitters.items():
             splitter.finish()
-            self._frames_to_conversation(conn, src)
+            if splitter.ready:  # (nothing left: the conversation has no rows pending either)
+                self._frames_to_conversation(conn, src)
             info.accounting["to_broker" if src == info.client else "to_client"] = splitter.accounting()
         if info.conversation is not None:
             info.conversation.close(ts, self.stats.packets)
