@@ -13,7 +13,7 @@ from setuptools.command.build_ext import build_ext
 EXTENSIONS = [
     Extension("kwinspect.capture._cpackets", ["kwinspect/capture/_cpackets.c"],
               depends=["kwinspect/capture/_cparse.h"], extra_compile_args=["-O2", "-std=c99"]),
-    Extension("kwinspect.protocol._cdecode", ["kwinspect/protocol/_cdecode.c"],
+    Extension("kwinspect.protocol._cdecode", ["kwinspect/protocol/_cdecode.c"], depends=["kwinspect/protocol/_crc32c.h"],
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.stream._clabels", ["kwinspect/stream/_clabels.c"],
               extra_compile_args=["-O2", "-std=c99"]),
@@ -27,6 +27,8 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-std=c99"]),
     Extension("kwinspect.analyze._crows", ["kwinspect/analyze/_crows.c"], depends=["kwinspect/_cattrs.h"],
               extra_compile_args=["-O2", "-std=c99"]),
+    # the --jobs reader's routing loop (run/split.py)
+    Extension("kwinspect.run._csplit", ["kwinspect/run/_csplit.c"], extra_compile_args=["-O2", "-std=c99"]),
 ]
 
 

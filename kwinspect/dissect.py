@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, MutableSet
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kwinspect import core
 from kwinspect.capture import fastpath
@@ -35,7 +35,6 @@ from kwinspect.capture.tcp import (
     StreamOpened,
     TcpReassembler,
 )
-from kwinspect.capture.tls import TlsSession
 from kwinspect.model import (
     NOT_KAFKA,
     TCP_GAP,
@@ -59,6 +58,9 @@ from kwinspect.stream.framing import (
     ResponseValidator,
     Skipped,
 )
+
+if TYPE_CHECKING:  # imported where a TLS connection is first decrypted: cryptography costs every start ~14 ms
+    from kwinspect.capture.tls import TlsSession
 
 _new = tuple.__new__  # a TcpSegment without the namedtuple's Python-level __new__
 _cdriver = core.load("kwinspect._cdriver")
@@ -606,7 +608,7 @@ class Dissector:
 
     def _open(self, ev: StreamOpened) -> _ConnectionState:
         a, b = ev.a, ev.b
-        info = ConnectionInfo(stream=f"{a}<->{b}", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen,
+        info = ConnectionInfo(stream="", a=a, b=b, first_ts=ev.ts, syn_seen=ev.syn_seen,
                               tcp_stream=ev.tcp_stream)
         conn = _ConnectionState(info)
         self._conns[ev.conn_id] = conn
@@ -622,8 +624,8 @@ class Dissector:
             elif a.port in ports and b.port not in ports:
                 client, server = b, a
         info.client, info.broker = client, server
-        if server is not None:
-            info.stream = stream_name(client, server)
+        # (named once: the two endpoints' texts cost more than the rest of an open)
+        info.stream = stream_name(client, server) if server is not None else f"{a}<->{b}"
         return conn
 
     def _on_data(self, conn_id, src: Endpoint, dst: Endpoint, data: bytes, ts: float) -> None:
@@ -796,6 +798,9 @@ class Dissector:
         if client != info.client or server != info.broker:
             info.client, info.broker = client, server
             info.stream = stream_name(client, server)
+        # here, not at the top (see TYPE_CHECKING above)
+        from kwinspect.capture.tls import TlsSession
+
         conn.tls = TlsSession(self.tls_keys)
         conn.tls_client = client
         info.tls = "TLS"
@@ -937,13 +942,20 @@ class Dissector:
         info = conn.info
         conv = info.conversation
         from_client = src == info.client
-        on_frame = self.on_frame
-        # the ordinary frames in C (stream/_cconv.c); it stops at the first event it leaves
-        # to the Python below (frame hooks see every frame: then Python takes them all)
-        walk = conversation.compiled_frames if on_frame is None else None
-        walked = events is not None  # the walk just stopped at events[i]: Python's
-        if events is None:
+        walked = events is not None  # the compiled loop's walk just stopped at events[i]: Python's
+        if events is None:  # (the compiled loop hands events over only without a hook)
             events = conn.splitters[src].events()
+            if self.on_frame is not None:
+                # the hook sees every frame of the batch first, then they are decoded (a hook
+                # keeps frames; it must not cost the frames their compiled path below)
+                on_frame, stream = self.on_frame, conv.stream
+                direction = "request" if from_client else "response"
+                for ev in events:
+                    if type(ev) is Frame:
+                        on_frame(stream, direction, ev[0])
+        # the ordinary frames in C (stream/_cconv.c); it stops at the first event it leaves
+        # to the Python below
+        walk = conversation.compiled_frames
         n = len(events)
         while i < n:
             if walk is not None and not walked:
@@ -958,8 +970,6 @@ class Dissector:
             if type(ev) is Frame:
                 data, _offset, ts_first, ts_last, pkt_first, pkt_last = ev
                 conv.frame_packets = (pkt_first, pkt_last)
-                if on_frame is not None:
-                    on_frame(conv.stream, "request" if from_client else "response", data)
                 if from_client:
                     conv.on_request(data, ts_first, ts_last)
                     if conv.last_correlation_id is not None:
@@ -1005,7 +1015,8 @@ class Dissector:
             self._set_kind(conn, verdict.kind, ts, verdict.message)
         for src, splitter in conn.splitters.items():
             splitter.finish()
-            self._frames_to_conversation(conn, src)
+            if splitter.ready:  # (nothing left: the conversation has no rows pending either)
+                self._frames_to_conversation(conn, src)
             info.accounting["to_broker" if src == info.client else "to_client"] = splitter.accounting()
         if info.conversation is not None:
             info.conversation.close(ts, self.stats.packets)

@@ -592,3 +592,172 @@ def test_partial_summaries_need_no_fallback_on_any_capture():
             pass
         assert isinstance(run.dissector, MergedDissector), path
         assert len(run.dissector.partials) == 2, path
+
+
+def _reshaped_capture(path: str, *, byteorder: str, nano: bool, gz: bool = False) -> str:
+    """A shipped capture's segments written again: in ``byteorder`` with ``nano`` timestamps,
+    the second half an hour later (every connection is flushed as idle there and its next
+    packet opens it again, without a SYN, in the middle of the reader's runs), every
+    seventh segment behind a VLAN tag (the reader's Python path between runs), every
+    eleventh cut by the snaplen; ``gz``: gzipped (the workers cannot read it themselves)."""
+    from dataclasses import replace
+
+    from kwinspect.capture.packets import PacketParser
+    from kwinspect.capture.readers import open_capture
+    from tests.helpers.pcapgen import build_frames, write_pcap
+
+    parser = PacketParser()
+    src = open_capture(os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap"))
+    segs = [seg for raw in src if (seg := parser.parse(raw)) is not None]
+    frames = []
+    for k, seg in enumerate(segs):
+        if k >= len(segs) // 2:
+            seg = seg._replace(ts=seg.ts + 3600.0)
+        (frame,) = build_frames([seg], vlan=(7,) if k % 7 == 3 else ())
+        if k % 11 == 5 and len(frame.data) > 80:
+            frame = replace(frame, data=frame.data[:-10])
+        frames.append(frame)
+    write_pcap(path, frames, byteorder=byteorder, nano=nano, gz=gz)
+    return path
+
+
+@pytest.mark.parametrize("routing", ["compiled", "python"])
+@pytest.mark.parametrize(("byteorder", "nano", "gz"), [("<", False, False), (">", True, False), ("<", True, True)])
+def test_reader_runs_of_plain_packets_give_one_process_output(routing, byteorder, nano, gz, tmp_path, monkeypatch,
+                                                              capsys):
+    """The reader's compiled routing (runs of plain pcap records fed to each worker's
+    compiled packet loop) and its Python routing give the output of one process, on a
+    capture whose connections are flushed as idle and reopened mid-run, with VLAN-tagged
+    and snaplen-cut packets among the plain ones, big- and little-endian, micro- and
+    nanosecond timestamps, read again by the workers (a file) or copied to them (gzip)."""
+    from kwinspect.run import split
+
+    if routing == "python":
+        monkeypatch.setattr(split, "_csplit", None)
+    elif split._csplit is None:
+        pytest.skip("the compiled core is not built")
+    path = _reshaped_capture(str(tmp_path / ("reshaped.pcap" + (".gz" if gz else ""))), byteorder=byteorder,
+                             nano=nano, gz=gz)
+    for table in ("exchanges", "records", "errors"):
+        one, two = tmp_path / f"{table}1.jsonl", tmp_path / f"{table}2.jsonl"
+        assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+        assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+        assert one.read_bytes() == two.read_bytes(), table
+        assert one.read_bytes().count(b"\n") > 10
+    assert cli.main(["summary", "-q", "-F", "json", path]) == 0
+    want = capsys.readouterr().out
+    assert cli.main(["summary", "-q", "-F", "json", "-j", "2", path]) == 0
+    assert capsys.readouterr().out == want
+
+
+def test_compiled_reader_sends_plain_packets_as_runs_of_records(tmp_path):
+    """Every packet goes to exactly one worker, and the plain ones travel as runs of pcap
+    records (not one item each): what the workers' compiled packet loop is fed."""
+    import pickle
+
+    from kwinspect.run import split
+
+    if split._csplit is None:
+        pytest.skip("the compiled core is not built")
+    path = _reshaped_capture(str(tmp_path / "reshaped.pcap"), byteorder="<", nano=False)
+
+    class Out:
+        def __init__(self) -> None:
+            self.msgs: list = []
+
+        def send_bytes(self, data: bytes) -> None:
+            self.msgs.append(pickle.loads(data))
+
+    outs = [Out(), Out()]
+    splitter = split.Splitter(None, 2, "balance", outs, 50_000)
+    splitter.run([path])
+    seen: list[int] = []
+    offsets_seen: list[int] = []
+    in_runs = 0
+    with open(path, "rb") as f:
+        file_bytes = f.read()
+    for out in outs:
+        for msg in out.msgs:
+            if msg[0] != split.MSG_BATCH:
+                continue
+            # a regular file: the runs are at offsets of the file itself
+            assert msg[4] == path
+            records, numbers = file_bytes, memoryview(msg[5]).cast("i")
+            for it in msg[3]:
+                if it[0] == split.TAG_RUN:
+                    _tag, first, count, offset, record, nbytes = it
+                    seen.extend(range(first, first + count))
+                    in_runs += count
+                    # the run's records are whole pcap records at that offset, the
+                    # packets first .. first + count - 1 of the file
+                    end = offset + nbytes
+                    for _ in range(count):
+                        caplen = int.from_bytes(records[offset + 8:offset + 12], "little")
+                        offsets_seen.append(offset)
+                        offset += 16 + caplen
+                    assert offset == end
+                    assert record + count <= len(numbers)
+                elif it[0] in (split.TAG_PACKET, split.TAG_SEGMENT):
+                    seen.append(it[1])
+    assert sorted(seen) == list(range(1, splitter.pos + 1))  # each packet once (all are TCP here)
+    assert in_runs > splitter.pos // 2
+    # the offsets are the file's records (walked here from its header on)
+    offsets, at = [], 24
+    while at < len(file_bytes):
+        offsets.append(at)
+        at += 16 + int.from_bytes(file_bytes[at + 8:at + 12], "little")
+    assert set(offsets_seen) <= set(offsets) and len(set(offsets_seen)) == in_runs
+
+
+@pytest.mark.parametrize("table", ["exchanges", "records"])
+def test_rows_a_worker_labelled_with_its_own_topic_names_are_checked(table, tmp_path, monkeypatch):
+    """A worker that found a name for every topic id it looked up renders the row itself
+    and the main process checks those names against the global ones: with the answers as
+    found, the output is one process's; with a worker's answers made wrong (as if another
+    connection had named the id differently), the check fails and the capture is read
+    again by one process, with one process's output still."""
+    path = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    one, two = tmp_path / "j1.jsonl", tmp_path / "j2.jsonl"
+    assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+    assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+    assert one.read_bytes() == two.read_bytes()
+
+    checked, fallbacks = [], []
+    real_settle, real_found = MergedDissector.settle, parallel._Worker._found
+
+    def settle(self, batch):
+        checked.extend(ev for ev, _k, _m in batch if type(ev) is tuple and ev[0] == "chk")
+        try:
+            return real_settle(self, batch)
+        except parallel._Fallback as exc:
+            fallbacks.append(str(exc))
+            raise
+
+    def wrong_names(self, lookups):  # (in the forked workers)
+        return real_found(self, [(tid, None if name is None else name + "-elsewhere") for tid, name in lookups])
+
+    monkeypatch.setattr(MergedDissector, "settle", settle)
+    monkeypatch.setattr(parallel._Worker, "_found", wrong_names)
+    two.unlink()
+    assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+    assert checked, "no row was labelled by a worker"
+    assert fallbacks and "named differently" in fallbacks[0]
+    assert one.read_bytes() == two.read_bytes()
+    assert b"-elsewhere" not in two.read_bytes()
+
+
+def test_runs_fed_one_packet_at_a_time_without_the_compiled_packet_loop(tmp_path, monkeypatch):
+    """A worker whose Dissector has no compiled packet loop (the driver's extension not
+    built, the reader's routing loop built) feeds a run's records as RawPackets, one by
+    one: the output is still one process's."""
+    from kwinspect import dissect
+    from kwinspect.run import split
+
+    if split._csplit is None:
+        pytest.skip("the compiled core is not built")
+    path = _reshaped_capture(str(tmp_path / "reshaped.pcap"), byteorder=">", nano=True)
+    one, two = tmp_path / "j1.jsonl", tmp_path / "j2.jsonl"
+    assert cli.main(["exchanges", "-q", "-F", "jsonl", "-o", str(one), path]) == 0
+    monkeypatch.setattr(dissect, "chunk_fastpath", None)  # read by the workers' Dissector
+    assert cli.main(["exchanges", "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
+    assert one.read_bytes() == two.read_bytes()

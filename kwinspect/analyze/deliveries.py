@@ -72,18 +72,6 @@ GROUP_APIS = frozenset(int(k) for k in (
     ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.OFFSET_COMMIT,
     ApiKey.OFFSET_FETCH, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.TXN_OFFSET_COMMIT))
 
-DELIVERY_COLUMNS = (
-    "topic", "partition", "offset", "key", "key_encoding", "value_digest", "value_size",
-    "producer_client_id", "producer_id", "producer_epoch", "sequence", "produce_ts", "ack_ts",
-    "produce_attempts", "error", "times_fetched", "first_fetch_ts", "fetch_clients", "fetch_groups",
-    "fetch_streams", "fetch_correlation_ids", "fetch_after_ms", "commit_group", "commit_offset",
-    "commit_ts", "produce_to_ack_ms", "ack_to_first_fetch_ms", "end_to_end_ms", "committed_after_ms",
-    "produce_stream", "produce_correlation_id",
-)
-DELIVERY_TIMESTAMP_COLUMNS = frozenset({"produce_ts", "ack_ts", "first_fetch_ts", "commit_ts"})
-DELIVERY_LIST_COLUMNS = frozenset({"fetch_clients", "fetch_groups", "fetch_streams", "fetch_correlation_ids",
-                                   "fetch_after_ms"})
-
 # Records tracked at most (about 550 bytes each); later acknowledged records are only counted.
 MAX_TRACKED_RECORDS = 200_000
 # Fetches listed per record (times_fetched counts them all).

@@ -324,8 +324,16 @@ _ROW_SLOTS = tuple(f.name for f in dataclasses.fields(RecordRow))
 # where the C puts each record's own values (model.RecordRow's field order)
 _C_SLOTS = {"offset": 3, "timestamp": 4, "key": 6, "key_encoding": 7, "value": 8, "value_encoding": 9,
             "headers": 10, "sequence": 16}
-if _crows is not None and any(_ROW_SLOTS[i] != name for name, i in _C_SLOTS.items()):
-    _crows = None  # RecordRow was reordered: the Python path until the C is told
+# the order _compiled_rows writes a batch's template in (a tuple display, not a dict and a
+# generator per batch: those were a tenth of `records` on captures of one-record batches)
+_TEMPLATE_ORDER = ("direction", "topic", "partition", "offset", "timestamp", "timestamp_type", "key",
+                   "key_encoding", "value", "value_encoding", "headers", "compression", "magic", "crc_ok",
+                   "producer_id", "producer_epoch", "sequence", "is_transactional", "is_control",
+                   "control_type", "correlation_id", "stream", "frame", "response_frame", "tcp_stream",
+                   "key_schema_id", "value_schema_id", "value_format")
+if _crows is not None and (any(_ROW_SLOTS[i] != name for name, i in _C_SLOTS.items())
+                           or _ROW_SLOTS != _TEMPLATE_ORDER):
+    _crows = None  # RecordRow was reordered: the Python path until the C and the template are told
 
 
 def _producer_of(batch) -> tuple[int | None, int | None]:
@@ -351,14 +359,10 @@ def _compiled_rows(direction, topic, partition, batch, correlation_id, stream, v
     data, pos, end = area
     pid, epoch = _producer_of(batch)
     frame, response_frame, tcp_stream = xref
-    fixed = {
-        "direction": direction, "topic": topic, "partition": partition, "timestamp_type": batch.timestamp_type,
-        "compression": batch.compression, "magic": batch.magic, "crc_ok": batch.crc_ok, "producer_id": pid,
-        "producer_epoch": epoch, "is_transactional": batch.is_transactional, "is_control": False,
-        "control_type": None, "correlation_id": correlation_id, "stream": stream, "frame": frame,
-        "response_frame": response_frame, "tcp_stream": tcp_stream,
-    }
-    template = tuple(fixed.get(name) for name in _ROW_SLOTS)
+    # in _TEMPLATE_ORDER; None where the C puts each record's own value, and the schema columns
+    template = (direction, topic, partition, None, None, batch.timestamp_type, None, None, None, None, None,
+                batch.compression, batch.magic, batch.crc_ok, pid, epoch, None, batch.is_transactional, False,
+                None, correlation_id, stream, frame, response_frame, tcp_stream, None, None, None)
     base_seq = batch.base_sequence
     return _crows.v2_rows(
         data, pos, end, batch.record_count or 0, batch.limits.max_records_per_batch, RecordRow, _ROW_SLOTS,

@@ -25,9 +25,7 @@ import base64
 import json
 import os
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,6 +301,10 @@ class RegistrySchemas:
         return obj
 
     def _request(self, path: str) -> bytes:
+        # here, not at the top: urllib.request (and http.client, email) cost every start ~5 ms
+        import urllib.error
+        import urllib.request
+
         req = urllib.request.Request(self.url + path, headers={
             "Accept": "application/vnd.schemaregistry.v1+json, application/json"})
         if self.auth:

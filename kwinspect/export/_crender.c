@@ -155,15 +155,41 @@ static int put_str(Buf *b, PyObject *v) {
     return rc < 0 ? -1 : 1;
 }
 
+/* the decimal digits of x at o; returns the end (snprintf's "%llu" without its cost:
+ * vfprintf was 4% of `exchanges` on a capture of small produces) */
+static char *digits(char *o, unsigned long long x) {
+    char t[20];
+    int n = 0;
+    do {
+        t[n++] = (char)('0' + x % 10);
+        x /= 10;
+    } while (x);
+    while (n)
+        *o++ = t[--n];
+    return o;
+}
+
+/* v (0..99) as two digits */
+static char *two(char *o, unsigned v) {
+    *o++ = (char)('0' + v / 10);
+    *o++ = (char)('0' + v % 10);
+    return o;
+}
+
 static int put_int(Buf *b, PyObject *v) {
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (x == -1 && PyErr_Occurred())
         return -1;
     if (!overflow) {
-        char tmp[32];
-        int n = snprintf(tmp, sizeof tmp, "%lld", x);
-        return put(b, tmp, n) < 0 ? -1 : 1;
+        char tmp[32], *o = tmp;
+        unsigned long long u = (unsigned long long)x;
+        if (x < 0) {
+            *o++ = '-';
+            u = 0 - u; /* LLONG_MIN too */
+        }
+        o = digits(o, u);
+        return put(b, tmp, o - tmp) < 0 ? -1 : 1;
     }
     PyObject *text = PyLong_Type.tp_repr(v);
     if (!text)
@@ -252,9 +278,28 @@ static int put_timestamp(Buf *b, PyObject *v) {
     unsigned month, day;
     civil_from_days(days, &year, &month, &day);
     char tmp[48];
-    int n = snprintf(tmp, sizeof tmp, "\"%04d-%02u-%02uT%02d:%02d:%02d.%06dZ\"", (int)year, month, day,
-                     (int)(sod / 3600), (int)(sod / 60 % 60), (int)(sod % 60), (int)micros);
-    return put(b, tmp, n) < 0 ? -1 : 1;
+    /* "YYYY-MM-DDTHH:MM:SS.ffffffZ", quoted, digit by digit (TS_LOW..TS_HIGH: years 1-9999) */
+    char *o = tmp;
+    *o++ = '"';
+    o = two(o, (unsigned)(year / 100));
+    o = two(o, (unsigned)(year % 100));
+    *o++ = '-';
+    o = two(o, month);
+    *o++ = '-';
+    o = two(o, day);
+    *o++ = 'T';
+    o = two(o, (unsigned)(sod / 3600));
+    *o++ = ':';
+    o = two(o, (unsigned)(sod / 60 % 60));
+    *o++ = ':';
+    o = two(o, (unsigned)(sod % 60));
+    *o++ = '.';
+    o = two(o, (unsigned)(micros / 10000));
+    o = two(o, (unsigned)(micros / 100 % 100));
+    o = two(o, (unsigned)(micros % 100));
+    *o++ = 'Z';
+    *o++ = '"';
+    return put(b, tmp, o - tmp) < 0 ? -1 : 1;
 }
 
 /* writers._j_header: {"key": .., "value": .., "value_encoding": ..} */

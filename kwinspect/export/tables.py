@@ -13,16 +13,15 @@ Parquet and terminal tables with the conventions below.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kwinspect.analyze.deliveries import (
+from kwinspect.analyze.delivery_columns import (
     DELIVERY_COLUMNS,
     DELIVERY_LIST_COLUMNS,
     DELIVERY_TIMESTAMP_COLUMNS,
 )
 from kwinspect.analyze.latency import LATENCY_COLUMNS
 from kwinspect.analyze.record_rows import records_from_exchange
-from kwinspect.analyze.schema_values import SchemaValues
 from kwinspect.analyze.stats import STATS_COLUMNS
 from kwinspect.model import (
     ERROR_COLUMNS,
@@ -33,6 +32,9 @@ from kwinspect.model import (
     RecordRow,
 )
 from kwinspect.protocol.schema.api_keys import ApiKey
+
+if TYPE_CHECKING:  # imported by the commands that read schemas, not by every start
+    from kwinspect.analyze.schema_values import SchemaValues
 
 # The capture tables, plus `latency`, `stats` and `deliveries` (not capture tables:
 # the rows of `kwinspect latency`, `stats` and `deliveries`, made from the exchanges)

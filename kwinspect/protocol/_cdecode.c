@@ -30,6 +30,10 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
+
+#include "../_cattrs.h" /* slot_offset */
+#include "_crc32c.h"
 
 /* Field operations; the numbers are protocol/compiled.py's OPS. */
 enum {
@@ -71,6 +75,13 @@ typedef struct {
 } St;
 
 static PyObject *g_message, *g_read_tagged, *g_parse_records;
+/* Message's fields in __init__'s order, and their slot offsets when each is a plain object
+ * slot: a Message is then made in place (its dataclass __init__, run by the interpreter, was
+ * a tenth of decoding a small produce exchange); else 0 and Message(...) is called */
+static const char *const MESSAGE_FIELDS[9] = {"is_request", "api_key", "api_version", "header", "body",
+                                              "issues", "raw_body", "size", "decoded_version"};
+static Py_ssize_t g_message_offsets[9];
+static int g_message_in_place;
 static const char CAPSULE[] = "kwinspect.protocol._cdecode.Program";
 
 /* ---- building and freeing programs ---------------------------------------------------- */
@@ -264,6 +275,15 @@ static PyObject *configure(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOO", &message, &read_tagged, &parse))
         return NULL;
     Py_XSETREF(g_message, Py_NewRef(message));
+    g_message_in_place = PyType_Check(message);
+    for (int i = 0; i < 9 && g_message_in_place; i++) {
+        PyObject *name = PyUnicode_InternFromString(MESSAGE_FIELDS[i]);
+        if (name == NULL)
+            return NULL;
+        g_message_offsets[i] = slot_offset((PyTypeObject *)message, name);
+        Py_DECREF(name);
+        g_message_in_place = g_message_offsets[i] > 0;
+    }
     Py_XSETREF(g_read_tagged, Py_NewRef(read_tagged));
     Py_XSETREF(g_parse_records, Py_NewRef(parse));
     Py_RETURN_NONE;
@@ -298,6 +318,19 @@ enum { LOG_OVERHEAD = 12, V2_HEADER_SIZE = 61 };
 #define DECLARE(n) static PyObject *s_##n;
 BATCH_SLOTS(DECLARE)
 #undef DECLARE
+/* RecordBatch's own slots (BATCH_SLOTS but raw and batches, which are RecordSet's) */
+#define RECORD_BATCH_SLOTS(X) X(position) X(size) X(base_offset) X(length) X(partition_leader_epoch) \
+    X(magic) X(crc) X(crc_ok) X(attributes) X(codec) X(compression) X(timestamp_type) X(is_transactional) \
+    X(is_control) X(has_delete_horizon) X(last_offset_delta) X(base_timestamp) X(max_timestamp) \
+    X(producer_id) X(producer_epoch) X(base_sequence) X(record_count) X(issues) X(buffer) X(body_start) \
+    X(end) X(limits) X(origin) X(sink) X(reported) X(legacy_key) X(batch_index)
+/* their offsets in a RecordBatch, when every one is a plain object slot (then a new batch's
+ * fields are stored in place: 33 setattr calls, with their type and descriptor lookups, were
+ * a fifth of a small produce request's decoding); else 0 and setattr is used */
+#define OFFSET(n) static Py_ssize_t o_##n;
+RECORD_BATCH_SLOTS(OFFSET)
+#undef OFFSET
+static int g_batch_in_place;
 
 static int intern_names(void)
 {
@@ -331,6 +364,10 @@ static PyObject *configure_records(PyObject *self, PyObject *args)
         return NULL;
     Py_XSETREF(g_record_set, Py_NewRef(rs));
     Py_XSETREF(g_record_batch, Py_NewRef(rb));
+    g_batch_in_place = 1;
+#define RESOLVE(n) if ((o_##n = slot_offset((PyTypeObject *)rb, s_##n)) == 0) g_batch_in_place = 0;
+    RECORD_BATCH_SLOTS(RESOLVE)
+#undef RESOLVE
     Py_XSETREF(g_crc32c, Py_NewRef(crc));
     Py_XSETREF(g_codecs, Py_NewRef(codecs));
     Py_XSETREF(g_ts_create, Py_NewRef(create));
@@ -341,9 +378,12 @@ static PyObject *configure_records(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* CRC-32C of data[from:to] by the same function the Python parser calls; -1: an error */
+/* CRC-32C of data[from:to]: in C where the CPU has the instruction (_crc32c.h), else by
+ * the same function the Python parser calls; -1: an error */
 static int crc_matches(PyObject *data, Py_ssize_t from, Py_ssize_t to, uint32_t stored)
 {
+    if (crc32c_hw_available())
+        return crc32c_hw((const unsigned char *)PyBytes_AS_STRING(data) + from, (size_t)(to - from)) == stored;
     PyObject *view = PyMemoryView_FromMemory(PyBytes_AS_STRING(data) + from, to - from, PyBUF_READ);
     if (view == NULL)
         return -1;
@@ -357,6 +397,16 @@ static int crc_matches(PyObject *data, Py_ssize_t from, Py_ssize_t to, uint32_t 
         return -1;
     return v == stored;
 }
+
+/* a fresh object's empty slot at offset = v (stolen; NULL: a failed allocation, passed on) */
+static inline int set_fresh(PyObject *obj, Py_ssize_t offset, PyObject *v)
+{
+    if (v == NULL)
+        return -1;
+    *(PyObject **)((char *)obj + offset) = v;
+    return 0;
+}
+#define SETB(n, v) (g_batch_in_place ? set_fresh(b, o_##n, (v)) : put(b, s_##n, (v)))
 
 /* One v2 batch at pos (its size checked to hold the header and fit), as _v2_batch makes it. */
 static PyObject *v2_batch(PyObject *data, PyObject *sink, Py_ssize_t pos, int64_t size, Py_ssize_t index)
@@ -373,29 +423,29 @@ static PyObject *v2_batch(PyObject *data, PyObject *sink, Py_ssize_t pos, int64_
     if (b == NULL)
         return NULL;
     int codec = attrs & 7;
-    if (put(b, s_position, PyLong_FromSsize_t(pos)) || put(b, s_size, PyLong_FromLongLong(LOG_OVERHEAD + size))
-        || put(b, s_base_offset, PyLong_FromLongLong(be(p, 8))) || put(b, s_length, PyLong_FromLongLong(size))
-        || put(b, s_partition_leader_epoch, PyLong_FromLong((int32_t)(uint32_t)be(p + 12, 4)))
-        || put(b, s_magic, Py_NewRef(g_two)) || put(b, s_crc, PyLong_FromUnsignedLong(crc))
-        || put(b, s_crc_ok, Py_NewRef(Py_True)) || put(b, s_attributes, PyLong_FromLong(attrs))
-        || put(b, s_codec, PyLong_FromLong(codec))
-        || put(b, s_compression, Py_NewRef(PyTuple_GET_ITEM(g_codecs, codec)))
-        || put(b, s_timestamp_type, Py_NewRef(attrs & 0x08 ? g_ts_append : g_ts_create))
-        || put(b, s_is_transactional, PyBool_FromLong(attrs & 0x10))
-        || put(b, s_is_control, PyBool_FromLong(attrs & 0x20))
-        || put(b, s_has_delete_horizon, PyBool_FromLong(attrs & 0x40))
-        || put(b, s_last_offset_delta, PyLong_FromLong((int32_t)(uint32_t)be(p + 23, 4)))
-        || put(b, s_base_timestamp, PyLong_FromLongLong(be(p + 27, 8)))
-        || put(b, s_max_timestamp, PyLong_FromLongLong(be(p + 35, 8)))
-        || put(b, s_producer_id, PyLong_FromLongLong(be(p + 43, 8)))
-        || put(b, s_producer_epoch, PyLong_FromLong((int16_t)(uint16_t)be(p + 51, 2)))
-        || put(b, s_base_sequence, PyLong_FromLong((int32_t)(uint32_t)be(p + 53, 4)))
-        || put(b, s_record_count, PyLong_FromLong((int32_t)(uint32_t)be(p + 57, 4)))
-        || put(b, s_issues, PyList_New(0)) || put(b, s_buffer, Py_NewRef(data))
-        || put(b, s_body_start, PyLong_FromSsize_t(pos + V2_HEADER_SIZE)) || put(b, s_end, PyLong_FromSsize_t(end))
-        || put(b, s_limits, Py_NewRef(g_limits)) || put(b, s_origin, Py_NewRef(g_zero))
-        || put(b, s_sink, Py_NewRef(sink)) || put(b, s_reported, Py_NewRef(Py_False))
-        || put(b, s_legacy_key, Py_NewRef(Py_None)) || put(b, s_batch_index, PyLong_FromSsize_t(index))) {
+    if (SETB(position, PyLong_FromSsize_t(pos)) || SETB(size, PyLong_FromLongLong(LOG_OVERHEAD + size))
+        || SETB(base_offset, PyLong_FromLongLong(be(p, 8))) || SETB(length, PyLong_FromLongLong(size))
+        || SETB(partition_leader_epoch, PyLong_FromLong((int32_t)(uint32_t)be(p + 12, 4)))
+        || SETB(magic, Py_NewRef(g_two)) || SETB(crc, PyLong_FromUnsignedLong(crc))
+        || SETB(crc_ok, Py_NewRef(Py_True)) || SETB(attributes, PyLong_FromLong(attrs))
+        || SETB(codec, PyLong_FromLong(codec))
+        || SETB(compression, Py_NewRef(PyTuple_GET_ITEM(g_codecs, codec)))
+        || SETB(timestamp_type, Py_NewRef(attrs & 0x08 ? g_ts_append : g_ts_create))
+        || SETB(is_transactional, PyBool_FromLong(attrs & 0x10))
+        || SETB(is_control, PyBool_FromLong(attrs & 0x20))
+        || SETB(has_delete_horizon, PyBool_FromLong(attrs & 0x40))
+        || SETB(last_offset_delta, PyLong_FromLong((int32_t)(uint32_t)be(p + 23, 4)))
+        || SETB(base_timestamp, PyLong_FromLongLong(be(p + 27, 8)))
+        || SETB(max_timestamp, PyLong_FromLongLong(be(p + 35, 8)))
+        || SETB(producer_id, PyLong_FromLongLong(be(p + 43, 8)))
+        || SETB(producer_epoch, PyLong_FromLong((int16_t)(uint16_t)be(p + 51, 2)))
+        || SETB(base_sequence, PyLong_FromLong((int32_t)(uint32_t)be(p + 53, 4)))
+        || SETB(record_count, PyLong_FromLong((int32_t)(uint32_t)be(p + 57, 4)))
+        || SETB(issues, PyList_New(0)) || SETB(buffer, Py_NewRef(data))
+        || SETB(body_start, PyLong_FromSsize_t(pos + V2_HEADER_SIZE)) || SETB(end, PyLong_FromSsize_t(end))
+        || SETB(limits, Py_NewRef(g_limits)) || SETB(origin, Py_NewRef(g_zero))
+        || SETB(sink, Py_NewRef(sink)) || SETB(reported, Py_NewRef(Py_False))
+        || SETB(legacy_key, Py_NewRef(Py_None)) || SETB(batch_index, PyLong_FromSsize_t(index))) {
         Py_DECREF(b);
         return NULL;
     }
@@ -741,6 +791,18 @@ static int start(St *s, PyObject *buf, const Program *p)
     return 0;
 }
 
+/* Message(*fields) with its slots set in place (borrowed fields) */
+static PyObject *new_message(PyObject *const *fields)
+{
+    PyTypeObject *type = (PyTypeObject *)g_message;
+    PyObject *msg = type->tp_alloc(type, 0);
+    if (msg == NULL)
+        return NULL;
+    for (int i = 0; i < 9; i++)
+        *(PyObject **)((char *)msg + g_message_offsets[i]) = Py_NewRef(fields[i]);
+    return msg;
+}
+
 static PyObject *decode_message(const Program *p, PyObject *buf, PyObject *key, PyObject *version)
 {
     St s;
@@ -768,7 +830,7 @@ static PyObject *decode_message(const Program *p, PyObject *buf, PyObject *key, 
     if (issues != NULL && size != NULL) {
         PyObject *args[9] = {p->kind == KIND_REQUEST ? Py_True : Py_False, key, version, h, body, issues,
                              Py_None, size, version};
-        msg = PyObject_Vectorcall(g_message, args, 9, NULL);
+        msg = g_message_in_place ? new_message(args) : PyObject_Vectorcall(g_message, args, 9, NULL);
     }
     Py_XDECREF(issues);
     Py_XDECREF(size);
@@ -818,7 +880,24 @@ static PyObject *decode_struct(PyObject *self, PyObject *const *args, Py_ssize_t
     return d;
 }
 
+/* crc32c(data) -> int | None: the C CRC-32C (None where the CPU lacks the instruction and
+ * the decoder calls the Python one); for the tests that hold it equal to the crc32c package */
+static PyObject *crc32c_c(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    Py_buffer view;
+    if (!crc32c_hw_available())
+        Py_RETURN_NONE;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc = crc32c_hw((const unsigned char *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 static PyMethodDef methods[] = {
+    {"crc32c", crc32c_c, METH_O,
+     "crc32c(data) -> int | None: the decoder's own CRC-32C (None: it calls the Python one)"},
     {"configure", configure, METH_VARARGS,
      "configure(Message, read_tagged, parse_records): the Python objects decoding builds and calls."},
     {"configure_records", configure_records, METH_VARARGS,

@@ -14,8 +14,9 @@ correct, so decoding never depends on an optional wheel.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
-__all__ = ["crc32", "crc32c", "CRC32C_NATIVE"]
+__all__ = ["crc32", "crc32c"]
 
 
 def crc32(data: bytes | bytearray | memoryview) -> int:
@@ -47,17 +48,27 @@ def _crc32c_py(data: bytes | bytearray | memoryview) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-try:  # the fast path: the crc32c wheel (hardware accelerated where possible)
-    import crc32c as _crc32c_mod
+def _fastest_crc32c() -> Callable[[bytes | bytearray | memoryview], int]:
+    """The crc32c wheel's function (hardware accelerated where possible), else the table."""
+    try:
+        import crc32c as crc32c_wheel
+    except ImportError:  # pragma: no cover - exercised only without the wheel
+        return _crc32c_py
+    if crc32c_wheel.crc32c(b"\xff" * 4) == 0xFFFFFFFF:  # unsigned already: no wrapper
+        return crc32c_wheel.crc32c
+    return lambda data: crc32c_wheel.crc32c(data) & 0xFFFFFFFF  # pragma: no cover
 
-    def crc32c(data: bytes | bytearray | memoryview) -> int:
-        """CRC-32C (Castagnoli) as an unsigned 32-bit int."""
-        return _crc32c_mod.crc32c(data) & 0xFFFFFFFF
 
-    if _crc32c_mod.crc32c(b"\xff" * 4) == 0xFFFFFFFF:  # unsigned already: no wrapper call per batch
-        crc32c = _crc32c_mod.crc32c  # noqa: F811
+_crc32c_impl: Callable[[bytes | bytearray | memoryview], int] | None = None
 
-    CRC32C_NATIVE = True
-except ImportError:  # pragma: no cover - exercised only without the wheel
-    crc32c = _crc32c_py
-    CRC32C_NATIVE = False
+
+def crc32c(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli) as an unsigned 32-bit int.
+
+    The wheel is imported at the first call, not with this module: its import (which
+    reads package metadata) cost every start ~17 ms, and the compiled decoder computes
+    batch CRCs in C where the CPU allows, so most runs never call this."""
+    global _crc32c_impl
+    if _crc32c_impl is None:
+        _crc32c_impl = _fastest_crc32c()
+    return _crc32c_impl(data)

@@ -171,8 +171,10 @@ def _new_fast_struct_decoder(name: str, version: int):
 
 
 def clear_caches() -> None:
-    """Forget every compiled reader and generated decoder (benchmarks of the first decode)."""
+    """Forget every compiled reader, generated decoder and repeated response (benchmarks of
+    the first decode)."""
     _compiled.clear()
+    _repeated.clear()
     _fast_requests.clear()
     _fast_responses.clear()
     _fast_structs.clear()
@@ -314,7 +316,68 @@ def decode_response(frame: bytes, api_key: int, api_version: int) -> Message:
                 msg = None
             if msg is not None:
                 return msg
+        if 4 <= len(frame) <= REPEAT_MAX_FRAME and type(api_key) is int and type(api_version) is int:
+            return _decode_response_repeated(frame, api_key, api_version)
     return decode_response_reference(frame, api_key, api_version)
+
+
+# ---------------------------------------------------------------------------
+# Repeated unusual responses
+# ---------------------------------------------------------------------------
+
+# A response the fast decoders decline (issues, or a layout they cannot express) is
+# decoded by the reference, ~50x slower. Small ones repeat byte for byte on many
+# connections (a broker's ApiVersions rejection to every client of a newer version,
+# a mock broker's Metadata with a trailing byte), differing only in the correlation
+# id: the reference result depends on nothing else (its offsets count from the frame
+# start, and the id is a fixed 4 bytes), so it is decoded once and copied.
+REPEAT_MAX_FRAME = 1024  # bytes; larger frames rarely repeat and cost more to keep
+REPEAT_MAX_ENTRIES = 256  # bounded: the oldest entry goes first
+_repeated: dict[tuple, tuple] = {}
+_PLAIN = (str, int, float, bool, bytes, type(None))
+
+
+def _plain_copy(value: Any) -> Any:
+    """A copy of a decoded value as fresh dicts and lists; raises TypeError for anything
+    else (a value the memo must not share)."""
+    t = type(value)
+    if t is dict:
+        return {k: _plain_copy(v) for k, v in value.items()}
+    if t is list:
+        return [_plain_copy(v) for v in value]
+    if t in _PLAIN:
+        return value
+    raise TypeError(t)
+
+
+def _decode_response_repeated(frame: bytes, api_key: int, api_version: int) -> Message:
+    """decode_response_reference's result, from the memo when the same bytes after the
+    correlation id were decoded before (key and version plain ints: the Message carries
+    the caller's objects, which the memo does not keep)."""
+    key = (api_key, api_version, frame[4:])
+    hit = _repeated.get(key)
+    cid = int.from_bytes(frame[:4], "big", signed=True)  # (frames of 4 bytes or more)
+    if hit is None:
+        msg = decode_response_reference(frame, api_key, api_version)
+        header = msg.header
+        if (len(header) != 1 or header.get("correlation_id") != cid
+                or any(i.kind == INTERNAL_ERROR for i in msg.issues)):
+            return msg
+        try:
+            body = _plain_copy(msg.body)
+        except TypeError:
+            return msg  # e.g. decoded records: not shared
+        issues = tuple((i.kind, i.message, i.offset, i.path, i.severity) for i in msg.issues)
+        if len(_repeated) >= REPEAT_MAX_ENTRIES:
+            try:
+                del _repeated[next(iter(_repeated))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                pass
+        _repeated[key] = (body, issues, msg.raw_body, msg.size, msg.decoded_version)
+        return msg
+    body, issues, raw_body, size, decoded_version = hit
+    return Message(False, api_key, api_version, {"correlation_id": cid}, _plain_copy(body),
+                   [Issue(*i) for i in issues], raw_body, size, decoded_version)
 
 
 def decode_response_reference(frame: bytes, api_key: int, api_version: int) -> Message:

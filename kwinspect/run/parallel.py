@@ -12,6 +12,17 @@ rows (malformed packets, to worker 0). The parser's counters (not TCP, unparseab
 fragments) are the reader's, whole. Each worker reassembles, frames and decodes its
 own connections with its own ``Dissector``, driven here through its public API.
 
+The workers run the code one process runs: the reader sends the plain packets of a
+pcap file (most of them) as runs of consecutive packets, as the file's own records
+(for a regular file, their offsets: the worker reads them from the file), and a worker
+feeds a run to its Dissector's compiled packet loop (``Dissector.feed_chunk``, which
+stops at each packet that leaves rows) numbered from the run's first packet; only the
+rest travels one item per packet. On two cores the reader, the workers and the main
+process share the cores, so what the parallel path adds to one process's CPU (the
+reader's pass over the file, the workers' tagging and pickling of their rows, the
+merge) is what decides the speed-up (docs/benchmarks.md, "--jobs with the compiled
+workers").
+
 The main process merges the workers' events by (packet position, phase, first packet
 of the connection, worker order): the order one process emits them in. Phases: events
 of the packet's own connection, then idle flushes, then at the end of input the
@@ -27,7 +38,12 @@ What crosses connections, and how the result stays identical to ``--jobs 1``:
   order (their bodies always travel), and re-checks each recorded answer against it.
   When one differs (the name was learned on another worker's connection), the main
   process rebuilds that exchange and its error rows with ``Conversation.emit`` and
-  the global state: the same code, with the state one process would have had.
+  the global state: the same code, with the state one process would have had. Only
+  lookups the worker could not answer need that (an exchange travels with its bodies
+  then): when every id had a name in the worker, the worker renders (or folds) the row
+  itself and sends the lookups, which the main process checks (``"chk"``); a topic id
+  is unique in a cluster, so a name that differs (an id named differently on another
+  connection) sends the run to one process.
   The consumer sees ``run.dissector.shared`` as of the events it is handed, as with
   one process (all events of a packet are settled before any is handed on).
 - ``broker_id`` (``SharedState.brokers``) is recomputed in the main process for every
@@ -55,6 +71,7 @@ import heapq
 import multiprocessing as mp
 import os
 import pickle
+import struct
 import threading
 import traceback
 from collections import deque
@@ -63,7 +80,7 @@ from operator import itemgetter
 from typing import Any
 
 from kwinspect.capture.packets import TcpSegment
-from kwinspect.capture.readers import RawPacket, open_capture
+from kwinspect.capture.readers import RawPacket, RecordChunk, open_capture
 from kwinspect.capture.tcp import StreamOpened
 from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
@@ -78,6 +95,7 @@ from kwinspect.run.split import (
     TAG_MARK,
     TAG_PACKET,
     TAG_ROWS,
+    TAG_RUN,
     TAG_SECRETS,
     TAG_SEGMENT,
     read_and_split,
@@ -203,12 +221,22 @@ class _WorkerDissector(Dissector):
         super().__init__(config, shared=SharedState(topic_names=_TrackingNames()), known_brokers=known,
                          conversation_class=_TrackedConversation)
         known.dissector = self
-        self.pos = 0
+        self._pos: Any = 0
         self.phase = PHASE_PACKET
         self.first_pos: dict[Any, int] = {}
         self.tags: list[tuple[int, int]] = []
         self._depth = 0
         self.finish_rows: list = []  # the reader's parser rows at the end of input (worker 0)
+
+    @property
+    def pos(self) -> Any:
+        """The packet being handled (or END): while a run of packets is fed through the
+        compiled packet loop (``pos`` set to None), the one it is at (``stats.packets``)."""
+        return self._pos if self._pos is not None else self.stats.packets
+
+    @pos.setter
+    def pos(self, value: Any) -> None:
+        self._pos = value
 
     def note(self, item: tuple) -> None:
         """A record for the main process among the events (see _RecordingSet)."""
@@ -429,14 +457,21 @@ def _worker(inp, out, config: DissectConfig | None, jobs: int, me: int, bodies: 
 class _GivenStreams:
     """The tcp.stream numbers of a worker's TcpReassembler: the reader numbers every packet
     of the capture (run/split.py) and sends the number with it; ``see`` is only ever asked
-    about the packet being fed."""
+    about the packet being fed. In a run of packets (TAG_RUN), the number of the packet
+    ``stats.packets`` is at ``run_record + stats.packets - run_first`` in ``numbers``."""
 
-    __slots__ = ("number",)
+    __slots__ = ("number", "numbers", "run_first", "run_record", "stats")
 
-    def __init__(self) -> None:
+    def __init__(self, stats: Any) -> None:
         self.number: int | None = None
+        self.numbers: Any = None  # a run's numbers (int32, -1 for None) while one is fed
+        self.run_first = self.run_record = 0
+        self.stats = stats
 
     def see(self, _key: Any, _side: int, _flags: int, _seq: int) -> int | None:
+        if self.numbers is not None:
+            number = self.numbers[self.run_record + self.stats.packets - self.run_first]
+            return None if number < 0 else number
         return self.number
 
 
@@ -452,16 +487,20 @@ class _Worker:
         self.me, self.jobs, self.out_pipe, self.bodies, self.render = me, jobs, out, bodies, render
         self.fold = fold
         self.broker_last: dict[str, tuple] = {}  # broker -> merge key of its last folded exchange
-        self.streams = _GivenStreams()
+        self.streams = _GivenStreams(d.stats)
         d.tcp.streams = self.streams  # type: ignore[assignment]
         self.load = [0] * jobs  # the router's bytes per worker, as of the last batch
         self.items: list = []
         self.seq = 0
         self.keep = 0  # events still to ship with their bodies (a group the main process may rebuild)
+        # topic-id lookups (id, name) answered here, for the main process to check after the
+        # event being handled (see _found)
+        self.check: tuple = ()
         self.progress = 0
         self.fed = 0  # packets (segments) the reader gave this worker
+        self.fd: int | None = None  # the capture file, when the reader sends file offsets
 
-    def batch(self, items: list) -> None:
+    def batch(self, items: list, records: bytes = b"", numbers: bytes = b"", layout: tuple | None = None) -> None:
         d = self.d
         stats = d.stats
         feed_packet, feed_segment = d.feed_packet, d.feed_segment
@@ -469,10 +508,18 @@ class _Worker:
         streams = self.streams
         known = d.known_brokers
         new = tuple.__new__
+        chunked = d.takes_chunks
+        nums = memoryview(numbers).cast("i") if numbers else None
+        base = 0
+        if type(records) is str:  # the runs are at these offsets of the capture file
+            records, base = self._read_runs(records, items)
         for it in items:
             tag = it[0]
             d.pos = pos = it[1]
             d.phase = PHASE_PACKET
+            if tag == TAG_RUN:
+                self.feed_run(pos, it[2], records, it[3] - base, nums, it[4], it[5], layout, chunked)
+                continue
             if tag == TAG_PACKET:
                 stats.packets = pos - 1  # feed_packet counts it: the packet's number in the capture
                 streams.number = it[7]
@@ -505,6 +552,68 @@ class _Worker:
             if pending:
                 self.collect()
 
+    def _read_runs(self, path: str, items: list) -> tuple[bytes, int]:
+        """The stretch of the capture file that holds this batch's runs, and its offset."""
+        runs = [it for it in items if it[0] == TAG_RUN]
+        if not runs:
+            return b"", 0
+        if self.fd is None:
+            self.fd = os.open(path, os.O_RDONLY)
+        lo, hi = runs[0][3], runs[-1][3] + runs[-1][5]
+        data = os.pread(self.fd, hi - lo, lo)
+        if len(data) != hi - lo:
+            raise RuntimeError(f"--jobs: {path} is shorter than when it was read ({len(data)} of "
+                               f"{hi - lo} bytes at offset {lo})")
+        return data, lo
+
+    def feed_run(self, first: int, count: int, records: bytes, offset: int, numbers: Any, record: int,
+                 nbytes: int, layout: tuple, chunked: bool) -> None:
+        """Packets ``first`` .. ``first + count - 1``, pcap records at ``offset`` of ``records``:
+        through the compiled packet loop (Dissector.feed_chunk), which stops at each packet
+        that leaves rows (collected there), exactly as feed_packet would take them."""
+        d = self.d
+        stats = d.stats
+        pending = d.pending
+        streams = self.streams
+        chunk = RecordChunk(records, offset, layout, first - 1)
+        stats.packets = first - 1  # counted by the loop: each packet's number in the capture
+        streams.numbers, streams.run_first, streams.run_record = numbers, first, record
+        d.pos = None  # the packet the loop is at (stats.packets)
+        try:
+            if not chunked:  # (no compiled packet loop: one RawPacket each)
+                self._feed_records(chunk, count)
+            left = count if chunked else 0
+            while left:
+                taken = d.feed_chunk(chunk, left)
+                if not taken:
+                    raise RuntimeError(f"--jobs: a run of {count} packets from {first} was cut")
+                left -= taken
+                if pending:
+                    self.collect()
+                d.phase = PHASE_PACKET  # (an idle flush inside the loop set it)
+        finally:
+            streams.numbers = None
+        if chunked and chunk.pos != offset + nbytes:
+            raise RuntimeError(f"--jobs: the run of {count} packets from {first} is not where the reader saw it")
+        self.fed += count
+
+    def _feed_records(self, chunk: RecordChunk, count: int) -> None:
+        """feed_run without the compiled core: the records as RawPackets, one by one."""
+        d = self.d
+        _kind, big, nano, rec_len, linktype = chunk.layout
+        unpack = struct.Struct((">" if big else "<") + "IIII").unpack_from
+        div = 1e9 if nano else 1e6
+        buf, pos = chunk.buf, chunk.pos
+        for i in range(count):
+            sec, frac, caplen, wire = unpack(buf, pos)
+            data = buf[pos + rec_len:pos + rec_len + caplen]
+            pos += rec_len + caplen
+            d.feed_packet(RawPacket(sec + frac / div, linktype, data, max(wire, caplen),
+                                    chunk.index + i + 1))
+            if d.pending:
+                self.collect()
+            d.phase = PHASE_PACKET
+
     def _fold(self, ev: Any, names: _TrackingNames, key: tuple, row_key: int) -> bool:
         """True when the fold took the event (it did not look up a topic id: its part
         of the result is the same with the main process's names)."""
@@ -513,13 +622,26 @@ class _Worker:
             plan = self.fold.prepare(ev, names, row_key)
         finally:
             names.log = None
-        if plan is None or log:
+        if plan is None or (log and not self._found(log)):
             return False
         self.fold.commit(plan)
         if type(ev) is Exchange:
             last = self.broker_last.get(ev.broker)
             if last is None or key > last:
                 self.broker_last[ev.broker] = key
+        return True
+
+    def _found(self, lookups: list | tuple) -> bool:
+        """True (and the lookups kept for the main process to check) when every topic id
+        looked up had a name here. Topic ids are unique in a cluster, so the global names
+        give the same answers; if they do not (an id named differently on another
+        connection), the main process goes on in one process. A lookup this worker could
+        not answer may have been learned on another worker's connection: that event goes
+        to the main process as it is (it may be relabelled there)."""
+        for _tid, answer in lookups:
+            if answer is None:
+                return False
+        self.check += tuple(lookups)
         return True
 
     def _left_out(self, pos: Any, phase: int, order: int, seq: int, row_key: Any) -> None:
@@ -541,7 +663,12 @@ class _Worker:
             self.seq += 1
             seq = self.seq
             row_key = getattr(ev, "order", 0) or pos  # where the row sorts (stream/row_order.py)
+            if self.check:  # after the exchange of a group whose lookups were all answered
+                items.append(((pos, phase, order, seq), ("chk", self.check), row_key))
+                self.check = ()
             if type(ev) is tuple and ev[0] == "grp":
+                if self._found(ev[2]):
+                    continue  # its events go on as any other, checked by the main process
                 self.keep = ev[1]
             elif self.keep:
                 self.keep -= 1
@@ -562,7 +689,7 @@ class _Worker:
                     text = render(ev, names, bodies is True or load[me] * jobs <= sum(load) * RENDER_SHARE)
                 finally:
                     names.log = None
-                if log:
+                if log and not self._found(log):
                     text = None
                 if text is DROP:
                     self._left_out(pos, phase, order, seq, row_key)
@@ -571,6 +698,9 @@ class _Worker:
             else:
                 ev = _lighten(ev, bodies)
             items.append(((pos, phase, order, seq), ev, row_key))
+        if self.check:  # the last event's: checked in the same packet's batch, before its rows go
+            items.append(((pos, phase, order, seq), ("chk", self.check), row_key))
+            self.check = ()
 
     def mark(self, ts: float) -> None:
         # nothing more at or before pos; no row still to come sorts below the watermark
@@ -596,6 +726,16 @@ def _work(pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int, bo
           render: Any = None, fold: Any = None) -> None:
     d = _WorkerDissector(config)
     worker = _Worker(d, jobs, me, out, bodies, render, fold)
+    try:
+        _work_on(worker, pump, out, config, jobs, me, fold)
+    finally:
+        if worker.fd is not None:
+            os.close(worker.fd)
+
+
+def _work_on(worker: _Worker, pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int,
+             fold: Any) -> None:
+    d = worker.d
     loads = pickle.loads
     while True:
         data = pump.get()
@@ -604,8 +744,8 @@ def _work(pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int, bo
         msg = loads(data)
         kind = msg[0]
         if kind == MSG_BATCH:
-            _kind, worker.load, worker.progress, items = msg
-            worker.batch(items)
+            _kind, worker.load, worker.progress, items, records, numbers, layout = msg
+            worker.batch(items, records, numbers, layout)
             if d.tcp.open_connections() > MAX_OPEN_CONNECTIONS:
                 out.send(("fallback", f"more than {MAX_OPEN_CONNECTIONS:,} TCP connections open at once "
                                       f"(worker {me})"))
@@ -804,6 +944,11 @@ class MergedDissector:
                 elif tag == "kb?":
                     if (ev[1] in self._known) != ev[2]:
                         raise _Fallback(f"known broker {ev[1]}")
+                elif tag == "chk":  # topic names a worker used, as the global state must have them
+                    names = self.shared.topic_names
+                    for tid, answer in ev[1]:
+                        if names.get(tid) != answer:
+                            raise _Fallback(f"topic id {tid} named differently on two connections")
                 else:  # "grp": an exchange (and its error rows) labelled with topic-id lookups
                     _tag, count, lookups, client, broker, args, tcp_stream = ev
                     group = [g for g, _k, _m in batch[i:i + count]]

@@ -32,6 +32,17 @@ Batches go out every ``BATCH_PACKETS`` packets to every worker (a worker with no
 in a batch still gets its marks), pickled, one message per worker per batch. Each worker
 drains its pipe on a thread (run/parallel.py ``_Pump``), so this process is held back
 only when a worker is that far behind.
+
+**Runs.** For one pcap file the loop over the packets is compiled (``_csplit.c``,
+``split_chunk``): it takes the *plain* packet (the common Ethernet/IPv4/TCP packet of a
+connection already routed, numbered and decided, not a SYN, no idle check due: after a
+connection's first packets, nearly all of them) without any Python, and hands each
+worker its plain packets as runs of consecutive packet numbers (``TAG_RUN``): the
+file's own records, which the worker feeds to its Dissector's compiled packet loop as
+one process does. Everything else stops the C loop and takes ``route`` (the Python
+above, one item per packet), in its place. For a regular uncompressed file a run is
+its file offset (the worker reads the records from the file, so no packet goes
+through a pipe); otherwise the records are copied into the batch.
 """
 
 from __future__ import annotations
@@ -43,8 +54,9 @@ import zlib
 from typing import Any
 
 from kwinspect.capture.packets import SYN
-from kwinspect.capture.readers import open_capture
+from kwinspect.capture.readers import RawPacket, RecordChunk, open_capture
 from kwinspect.capture.tcp import TcpStreamNumbers, endpoint_key
+from kwinspect.core import load as load_extension
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.run.files import _merged
 from kwinspect.stream.row_order import WATERMARK_EVERY
@@ -54,6 +66,9 @@ MAX_ROUTES = 1_000_000  # 4-tuples whose owner is remembered (~150 bytes each, b
 LOAD_GUARD, GUARD_BYTES = 1.25, 1 << 20  # a worker this far ahead of the lightest misses its turn
 IDLE_CHECK_EVERY = 60.0  # Dissector.flush_idle: the next check a minute after the last
 NO_NUMBER = object()  # a direction whose tcp.stream number must be asked for
+_csplit = load_extension("kwinspect.run._csplit")  # the compiled routing loop, or None
+PCAP_HEADER = 24  # bytes before a pcap file's first record
+CSPLIT_MAX_JOBS = 256  # workers the compiled loop keeps runs for (MAX_JOBS in _csplit.c); more: Python
 
 # items of a batch, each (tag, packet number, ...), in packet order
 TAG_PACKET = 0  # (tag, pos, ts, linktype, data, wire_len, index, tcp_stream): a RawPacket's fields
@@ -63,9 +78,16 @@ TAG_MARK = 3  # (tag, pos, ts): every WATERMARK_EVERY packets
 TAG_BROKER = 4  # (tag, pos, endpoint): a broker endpoint proven on some connection
 TAG_ROWS = 5  # (tag, pos, [ErrorRow]): the packet parser's issues at this packet (worker 0)
 TAG_SECRETS = 6  # (tag, pos, secrets type, data): a pcapng Decryption Secrets Block
+# (tag, first pos, count, byte offset, first record, bytes): packets first..first+count-1,
+# plain pcap records (that many bytes) at that offset of the batch's record buffer (or of
+# the capture file), their tcp.stream numbers from that record on in the batch's number
+# buffer (native int32, -1 for None)
+TAG_RUN = 7
 
 # messages to a worker
-MSG_BATCH = 0  # (msg, router load per worker, bytes read so far, items)
+# (msg, router load per worker, bytes read so far, items, records (bytes, or the path of the
+# file the runs' offsets are in), numbers, pcap record layout)
+MSG_BATCH = 0
 MSG_END = 1  # (msg, last TCP time, packets, parser rows at the end, readers' issues, counters)
 MSG_FALLBACK = 2  # (msg, why): go on in one process
 MSG_ERROR = 3  # (msg, traceback)
@@ -175,6 +197,13 @@ class Splitter:
         self.decided: set[bytes] = set()
         self.streams = _StreamNumbers()
         self.batches: list[list] = [[] for _ in range(jobs)]
+        # the compiled routing loop: each worker's plain packets as pcap records (bytes as
+        # in the file), their tcp.stream numbers, and the file's record layout
+        self.split = _csplit.split_chunk if _csplit is not None and jobs <= CSPLIT_MAX_JOBS else None
+        self.records: list[bytearray] | None = [bytearray() for _ in range(jobs)]
+        self.numbers: list[bytearray] = [bytearray() for _ in range(jobs)]
+        self.layout: tuple | None = None
+        self.path: str | None = None  # a regular file the workers read their runs from
         self.pos = 0
         self.last_ts: float | None = None
         self.next_check = 0.0  # the idle check schedule every Dissector follows
@@ -202,8 +231,17 @@ class Splitter:
         load = list(self.router.load)
         done = sum(s.stats.file_bytes for s in self.sources)
         for w, batch in enumerate(self.batches):
-            self._send(w, (MSG_BATCH, load, done, batch))
+            numbers = self.numbers[w]
+            if self.records is None:
+                records: bytes | str = self.path
+            else:
+                records = bytes(self.records[w])
+                if records:
+                    self.records[w] = bytearray()
+            self._send(w, (MSG_BATCH, load, done, batch, records, bytes(numbers), self.layout))
             self.batches[w] = []
+            if numbers:
+                self.numbers[w] = bytearray()
         return True
 
     def to_shadow(self, raw, key: bytes, rkey: bytes, seg=None, packets: int = 1) -> None:
@@ -243,78 +281,151 @@ class Splitter:
         else:
             self.to_shadow(raw, key, rkey, seg, packets)
 
+    def route(self, raw, pos: int) -> None:
+        """One packet, numbered ``pos``: to its owner's batch, with what it costs the
+        parser's books, the tcp.stream numbers, the idle schedule and the shadow."""
+        router, batches, streams = self.router, self.batches, self.streams
+        parsing = self.parsing
+        pst = parsing.parser.stats
+        data = raw.data
+        # The parser's fast path (Ethernet, IPv4 without options or fragments,
+        # TCP): the owner comes from the header bytes, the worker parses it.
+        n = len(data)
+        if (raw.linktype == 1 and n >= 54 and data[12] == 8 and data[13] == 0
+                and data[14] == 0x45 and data[23] == 6 and not (data[20] & 0x3F or data[21])
+                and 40 <= (total := (data[16] << 8) | data[17]) <= n - 14
+                and 20 <= (data[46] >> 4) * 4 <= total - 20):
+            key = data[26:38]
+            w = router.owners.get(key)
+            rkey = None
+            if w is None:
+                rkey = data[30:34] + data[26:30] + data[36:38] + data[34:36]
+                w = router.assign(key, rkey)
+            if self.balance:
+                router.load[w] += n
+            pst.packets += 1
+            pst.tcp += 1
+            flags = data[47]
+            ts = raw.ts
+            # StreamNumbers.of, inlined for the common packet (no SYN, direction known)
+            number = streams.known.get(key, NO_NUMBER) if not flags & SYN else NO_NUMBER
+            if number is NO_NUMBER:
+                number = streams.of(key, flags, int.from_bytes(data[38:42], "big"))
+            batches[w].append((TAG_PACKET, pos, ts, 1, data, raw.wire_len, raw.index, number))
+            # what every TCP packet costs besides its own item (as _segment, inlined)
+            self.last_ts = ts
+            if ts >= self.next_check:
+                self._idle_check(w, pos, ts)
+            if key in self.decided and not flags & SYN:  # SYN: the 4-tuple starts over
+                shadow = self.shadow
+                if ts >= shadow.next_idle_check:
+                    shadow.advance(ts)
+            else:
+                self.to_shadow(raw, key, rkey if rkey is not None else _reverse_key(key))
+        else:
+            parsing.stats.packets = pos  # the packet number of its issues' rows
+            tcp_before = pst.tcp
+            seg = parsing.parser.parse(raw)
+            parsing.report_parser_issues(raw.ts)
+            if parsing.pending:
+                batches[0].append((TAG_ROWS, pos, parsing.drain()))
+            if seg is not None:
+                key, rkey = _seg_keys(seg)
+                w = router.owners.get(key)
+                if w is None:
+                    w = router.assign(key, rkey)
+                if self.balance:
+                    router.load[w] += n
+                packets = max(1, pst.tcp - tcp_before)  # a reassembled datagram: its fragments
+                batches[w].append((TAG_SEGMENT, pos, tuple(seg), packets,
+                                   streams.of(key, seg.flags, seg.seq)))
+                self._segment(w, pos, raw, seg, key, rkey, packets)
+
+    def _run_records(self, src, path: str) -> int:
+        """The packets of one pcap file, the plain ones routed in C (``_csplit.split_chunk``:
+        a connection already routed, numbered and decided, no SYN, no idle check due),
+        the rest by ``route``. The number of the last packet, or -1 when the run must go
+        on in one process.
+
+        A regular uncompressed file is read again by the workers, each the stretch of the
+        file that holds its runs (sent as file offsets), instead of its packets being copied
+        through a pipe: on (c) that copy cost the reader more CPU than routing. The offsets
+        are counted here from the records' lengths and checked against the file at each
+        buffer the reader fills."""
+        split, route, to_all = self.split, self.route, self.to_all
+        fd = None
+        if not src.compressed and os.path.isfile(path):
+            fd = os.open(path, os.O_RDONLY)
+            self.records, self.path = None, path
+        try:
+            state = (self.router.owners, self.streams.known, self.decided,
+                     self.router.load if self.balance else None, self.records, self.numbers, self.batches,
+                     RawPacket, TAG_RUN)
+            pst = self.parsing.parser.stats
+            shadow = self.shadow
+            pos = 0
+            offset = PCAP_HEADER  # of the next record in the file
+            rec_len = 16
+            for item in src.records():
+                if type(item) is not RecordChunk:  # a record the reader's Python path read
+                    offset += rec_len + len(item.data)
+                    self.pos = pos = pos + 1
+                    route(item, pos)
+                    if pos % WATERMARK_EVERY == 0:
+                        to_all((TAG_MARK, pos, item.ts))
+                        if pos % BATCH_PACKETS == 0 and not self.flush():
+                            return -1
+                    continue
+                if self.layout is None:
+                    self.layout = item.layout
+                    rec_len = item.layout[3]
+                if fd is not None:
+                    _check_offset(fd, offset, item, rec_len)
+                while True:
+                    taken, raw, last_ts, offset = split(state, item, WATERMARK_EVERY - pos % WATERMARK_EVERY,
+                                                        self.next_check, shadow.next_idle_check, offset)
+                    if taken:
+                        pos += taken
+                        pst.packets += taken
+                        pst.tcp += taken
+                        self.last_ts = last_ts
+                    if raw is not None:
+                        pos += 1
+                        self.pos = pos
+                        route(raw, pos)
+                    elif not taken:
+                        break  # no whole record left in the chunk
+                    self.pos = pos
+                    if pos % WATERMARK_EVERY == 0:
+                        to_all((TAG_MARK, pos, item.ts))
+                        if pos % BATCH_PACKETS == 0 and not self.flush():
+                            return -1
+            return pos
+        finally:
+            if fd is not None:
+                os.close(fd)
+
     def run(self, paths: list[str]) -> None:
         sources = self.sources = [open_capture(p) for p in paths]
         for src in sources:
             src.on_secrets = self.on_secrets
-        router, batches, streams = self.router, self.batches, self.streams
-        owners, load, balance = router.owners, router.load, self.balance
-        parsing = self.parsing
-        parser = parsing.parser
-        pst = parser.stats
-        known_numbers, decided, shadow = streams.known, self.decided, self.shadow
         pos = 0
         try:
-            for raw in _merged(sources):
-                self.pos = pos = pos + 1
-                data = raw.data
-                # The parser's fast path (Ethernet, IPv4 without options or fragments,
-                # TCP): the owner comes from the header bytes, the worker parses it.
-                n = len(data)
-                if (raw.linktype == 1 and n >= 54 and data[12] == 8 and data[13] == 0
-                        and data[14] == 0x45 and data[23] == 6 and not (data[20] & 0x3F or data[21])
-                        and 40 <= (total := (data[16] << 8) | data[17]) <= n - 14
-                        and 20 <= (data[46] >> 4) * 4 <= total - 20):
-                    key = data[26:38]
-                    w = owners.get(key)
-                    rkey = None
-                    if w is None:
-                        rkey = data[30:34] + data[26:30] + data[36:38] + data[34:36]
-                        w = router.assign(key, rkey)
-                    if balance:
-                        load[w] += n
-                    pst.packets += 1
-                    pst.tcp += 1
-                    flags = data[47]
-                    ts = raw.ts
-                    # StreamNumbers.of, inlined for the common packet (no SYN, direction known)
-                    number = known_numbers.get(key, NO_NUMBER) if not flags & SYN else NO_NUMBER
-                    if number is NO_NUMBER:
-                        number = streams.of(key, flags, int.from_bytes(data[38:42], "big"))
-                    batches[w].append((TAG_PACKET, pos, ts, 1, data, raw.wire_len, raw.index, number))
-                    # what every TCP packet costs besides its own item (as _tcp, inlined)
-                    self.last_ts = ts
-                    if ts >= self.next_check:
-                        self._idle_check(w, pos, ts)
-                    if key in decided and not flags & SYN:  # SYN: the 4-tuple starts over
-                        if ts >= shadow.next_idle_check:
-                            shadow.advance(ts)
-                    else:
-                        self.to_shadow(raw, key, rkey if rkey is not None else _reverse_key(key))
-                else:
-                    parsing.stats.packets = pos  # the packet number of its issues' rows
-                    tcp_before = pst.tcp
-                    seg = parser.parse(raw)
-                    parsing.report_parser_issues(raw.ts)
-                    if parsing.pending:
-                        batches[0].append((TAG_ROWS, pos, parsing.drain()))
-                    if seg is not None:
-                        key, rkey = _seg_keys(seg)
-                        w = owners.get(key)
-                        if w is None:
-                            w = router.assign(key, rkey)
-                        if balance:
-                            load[w] += n
-                        packets = max(1, pst.tcp - tcp_before)  # a reassembled datagram: its fragments
-                        batches[w].append((TAG_SEGMENT, pos, tuple(seg), packets,
-                                           streams.of(key, seg.flags, seg.seq)))
-                        self._segment(w, pos, raw, seg, key, rkey, packets)
-                if pos % WATERMARK_EVERY == 0:
-                    self.to_all((TAG_MARK, pos, raw.ts))
-                    if pos % BATCH_PACKETS == 0 and not self.flush():
-                        return
+            if self.split is not None and len(sources) == 1 and sources[0].format == "pcap":
+                pos = self._run_records(sources[0], paths[0])
+            else:
+                for raw in _merged(sources):
+                    self.pos = pos = pos + 1
+                    self.route(raw, pos)
+                    if pos % WATERMARK_EVERY == 0:
+                        self.to_all((TAG_MARK, pos, raw.ts))
+                        if pos % BATCH_PACKETS == 0 and not self.flush():
+                            return
+            if pos < 0:  # the run goes on in one process
+                return
             if not self.flush():
                 return
+            parsing = self.parsing
             # the end: the parser's last issues (incomplete fragments), as Dissector.finish makes them
             parsing.stats.packets = pos
             if self.last_ts is not None:
@@ -330,6 +441,13 @@ class Splitter:
         finally:
             for src in sources:
                 src.close()
+
+
+def _check_offset(fd: int, offset: int, chunk: RecordChunk, rec_len: int) -> None:
+    """The record at ``chunk.pos`` is the file's at ``offset`` (the workers read it there)."""
+    want = chunk.buf[chunk.pos:chunk.pos + rec_len]
+    if want and os.pread(fd, len(want), offset) != want:
+        raise RuntimeError(f"--jobs: the capture file changed while it was read (record at offset {offset})")
 
 
 def read_and_split(paths: list[str], config: DissectConfig | None, jobs: int, mode: str, outs: list,

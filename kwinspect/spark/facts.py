@@ -34,8 +34,6 @@ from typing import Any
 import pyarrow as pa
 
 from kwinspect.analyze.deliveries import (
-    DELIVERY_COLUMNS,
-    DELIVERY_TIMESTAMP_COLUMNS,
     GROUP_APIS,
     OFFSET_COMMIT,
     TXN_OFFSET_COMMIT,
@@ -49,6 +47,7 @@ from kwinspect.analyze.deliveries import (
     produce_errors,
     raw_value,
 )
+from kwinspect.analyze.delivery_columns import DELIVERY_COLUMNS, DELIVERY_TIMESTAMP_COLUMNS
 from kwinspect.analyze.lag import LagTracker, OffsetFact, lag_facts
 from kwinspect.analyze.record_rows import INTERNAL_TOPICS, records_from_exchange
 from kwinspect.analyze.schemas import ARROW_TYPES

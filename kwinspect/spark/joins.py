@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kwinspect.analyze.deliveries import DELIVERY_TIMESTAMP_COLUMNS, MIRROR_WINDOW_S
+from kwinspect.analyze.deliveries import MIRROR_WINDOW_S
+from kwinspect.analyze.delivery_columns import DELIVERY_TIMESTAMP_COLUMNS
 from kwinspect.spark.facts import (
     COMMIT_SCHEMA,
     DELIVERIES_STAGE_SCHEMA,

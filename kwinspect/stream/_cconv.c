@@ -36,6 +36,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <structmember.h>
 
@@ -77,6 +78,25 @@ static Py_ssize_t g_exchange_off[EXCHANGE_FIELDS], g_pending_off[PENDING_FIELDS]
 
 /* ---- attribute access: kwinspect/_cattrs.h, shared with _cdriver.c ------------------- */
 #include "../_cattrs.h"
+
+/* Python's round(x, 3) (the decimal value of x rounded half to even, as the nearest double)
+ * without its decimal conversion (1.8% of `exchanges` on small produces): when x * 1000 is
+ * below 1e9 its product is off by under 2e-7, so if it is not within 1e-6 of a half the
+ * rounded integer r is the exact value's, and r / 1000 (one correctly rounded division) is
+ * the double nearest r * 10^-3, which is what round() gives; a zero keeps x's sign as
+ * round() does. 0: the caller asks round() itself (near a half, huge, or not finite). */
+static int round3(double x, double *out)
+{
+    double y = x * 1000.0;
+    if (!(fabs(y) < 1e9))
+        return 0;
+    double lower = floor(y), frac = y - lower;
+    if (fabs(frac - 0.5) < 1e-6)
+        return 0;
+    double r = frac < 0.5 ? lower : lower + 1.0;
+    *out = r == 0.0 ? copysign(0.0, x) : r / 1000.0;
+    return 1;
+}
 
 /* a small int object attribute (+1): the counters the methods increment */
 static int bump(PyObject *obj, PyObject *name, Slot *c, long long by, long long *now)
@@ -524,12 +544,17 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         throttle = Py_None;
     /* round((resp_first - req_last) * 1000.0, 3), the same float expression and round() */
     {
-        PyObject *ms = PyFloat_FromDouble((PyFloat_AS_DOUBLE(ts_first) - PyFloat_AS_DOUBLE(req_last)) * 1000.0);
-        if (ms == NULL)
-            goto done;
-        PyObject *rargs[2] = {ms, g_three};
-        latency = PyObject_Vectorcall(g_round, rargs, 2, NULL);
-        Py_DECREF(ms);
+        double ms_value = (PyFloat_AS_DOUBLE(ts_first) - PyFloat_AS_DOUBLE(req_last)) * 1000.0, r;
+        if (round3(ms_value, &r)) {
+            latency = PyFloat_FromDouble(r);
+        } else {
+            PyObject *ms = PyFloat_FromDouble(ms_value);
+            if (ms == NULL)
+                goto done;
+            PyObject *rargs[2] = {ms, g_three};
+            latency = PyObject_Vectorcall(g_round, rargs, 2, NULL);
+            Py_DECREF(ms);
+        }
         if (latency == NULL)
             goto done;
     }
@@ -849,7 +874,21 @@ static PyObject *clear_decoders(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* round3(x) -> float | None: the C round(x, 3) above (None: it asks round()); for the
+ * tests that hold it equal to round() */
+static PyObject *round3_py(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    double x = PyFloat_AsDouble(arg), r;
+    if (x == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!round3(x, &r))
+        Py_RETURN_NONE;
+    return PyFloat_FromDouble(r);
+}
+
 static PyMethodDef methods[] = {
+    {"round3", round3_py, METH_O, "round3(x) -> float | None: round(x, 3) as the C computes it (None: asks round())"},
     {"configure", configure, METH_VARARGS,
      "configure(Conversation, SharedState, _Pending, Exchange, Frame, _Pending's fields, Exchange's fields,\n"
      "exchange_decoder, labels module, fetch_carried_records, round, API_NAMES, SECRET_APIS,\n"

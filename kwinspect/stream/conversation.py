@@ -420,11 +420,14 @@ class Conversation:
             return
         if req.api_key == API_VERSIONS and body.get("error_code") == 0:
             # a body cut short by a decode error holds partial entries: keep the complete ones
-            self.advertised = {
-                k["api_key"]: (k["min_version"], k["max_version"]) for k in body.get("api_keys") or []
-                if isinstance(k, dict)
-                and all(isinstance(k.get(f), int) for f in ("api_key", "min_version", "max_version"))
-            }
+            # (a loop, not a generator per entry: every connection's first answer)
+            advertised = {}
+            for k in body.get("api_keys") or ():
+                if isinstance(k, dict):
+                    key, lo, hi = k.get("api_key"), k.get("min_version"), k.get("max_version")
+                    if isinstance(key, int) and isinstance(lo, int) and isinstance(hi, int):
+                        advertised[key] = (lo, hi)
+            self.advertised = advertised
         elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
             self._sasl_raw = True
         if self.redact and req.api_key in SECRET_APIS:  # redact_message's own first test

@@ -293,6 +293,12 @@ def _size_class(max_frame_size: int) -> bytes:
     return rb"[\x00-" + re.escape(bytes([top])) + rb"]"
 
 
+@functools.lru_cache(maxsize=64)
+def _prefilter(max_frame_size: int, frag: bytes) -> re.Pattern[bytes]:
+    """The hunt's candidate regex (made once: every connection makes two splitters)."""
+    return re.compile(_size_class(max_frame_size) + rb"(?=[\s\S]{3}" + frag + rb")")
+
+
 class FrameSplitter:
     """Split one direction's ordered bytes into size-delimited frames.
 
@@ -351,7 +357,7 @@ class FrameSplitter:
         # followed by what the validator says a payload starts with (a leading
         # character class lets the regex engine skip bytes fast; runs of zeros
         # are jumped over in _hunt)
-        self._prefilter = re.compile(_size_class(max_frame_size) + rb"(?=[\s\S]{3}" + frag + rb")")
+        self._prefilter = _prefilter(max_frame_size, bytes(frag))
         self._prefilter_len = 4 + flen
 
         self._buf = bytearray()

@@ -140,6 +140,6 @@ def test_help_links_the_columns_page(command, capsys):
 
 
 def test_every_deliveries_column_is_defined():
-    from kwinspect.analyze.deliveries import DELIVERY_COLUMNS
+    from kwinspect.analyze.delivery_columns import DELIVERY_COLUMNS
 
     assert not [c for c in DELIVERY_COLUMNS if c not in _section("deliveries")]

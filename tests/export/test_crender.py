@@ -55,6 +55,7 @@ _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=4
     alphabet=st.sampled_from(['"', "\\", "\n", "\r", "\t", "\b", "\f", "\x00", "\x1b", "\x1f", "\x7f",
                               "é", "日", "\U0001f600", "\u2028", "a", " "]), max_size=300)
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=-(1 << 90), max_value=1 << 90),
+                     st.sampled_from([0, -1, 9, 10, -10, (1 << 63) - 1, -(1 << 63), 1 << 63, -(1 << 63) - 1]),
                      st.floats(allow_nan=True, allow_infinity=True), _text, st.binary(max_size=12))
 _header = st.fixed_dictionaries({"key": _scalars, "value": _scalars,
                                  "value_encoding": st.one_of(st.none(), st.sampled_from(["utf8", "hex"]))})

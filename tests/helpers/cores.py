@@ -8,7 +8,8 @@ version, direction) and cache it, so the caches are emptied on the way in and ou
 labels (kwinspect.stream.labels) read their compiled walks at each call, the driver reads
 the compiled conversation (kwinspect.stream.conversation) per batch of frames; a writer reads
 kwinspect.export.fastrender when it renders its first jsonl row; the records table
-reads kwinspect.analyze.record_rows._crows for every record batch.
+reads kwinspect.analyze.record_rows._crows for every record batch; the --jobs reader
+reads kwinspect.run.split._csplit when it is made.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kwinspect.analyze import record_rows
 from kwinspect.capture import fastpath
 from kwinspect.export import fastrender
 from kwinspect.protocol import compiled, decode
+from kwinspect.run import split
 from kwinspect.stream import conversation, labels
 
 _NAMES = ("scan_pcap", "scan_pcapng", "tcp_segment")
@@ -37,7 +39,7 @@ def compiled_available() -> bool:
         fastrender.JsonlRow is not None and \
         dissect.segment_fastpath is not None and dissect.chunk_fastpath is not None and \
         conversation.compiled_frames is not None and \
-        record_rows._crows is not None
+        record_rows._crows is not None and split._csplit is not None
 
 
 def require_compiled() -> None:
@@ -65,7 +67,9 @@ def python_core() -> Iterator[None]:
     saved_labels = {n: getattr(labels, n) for n in _LABEL_NAMES}
     saved_render = fastrender.JsonlRow
     saved_rows = record_rows._crows
+    saved_split = split._csplit
     try:
+        split._csplit = None  # read when the --jobs reader is made
         fastrender.JsonlRow = None  # read when a writer renders its first row
         record_rows._crows = None  # read for every record batch
         for n in _NAMES:
@@ -89,6 +93,7 @@ def python_core() -> Iterator[None]:
             setattr(labels, n, v)
         fastrender.JsonlRow = saved_render
         record_rows._crows = saved_rows
+        split._csplit = saved_split
         decode.clear_caches()
 
 

@@ -568,3 +568,59 @@ def test_every_attribute_bit_of_a_batch_matches():
     for attrs in [1 << bit for bit in range(15)] + [-(1 << 15), 0, 0x7F, -1, 0x30, 0x18]:
         frame = _produce_v3(_batch_with((5, 1, attrs, 2, 1, 2, 9, 1, 0, 3)))
         assert check_request(frame)
+
+
+# ---------------------------------------------------------------------------
+# Repeated unusual responses: the reference's result, decoded once and copied
+# ---------------------------------------------------------------------------
+
+
+def test_repeated_unusual_responses_match_the_reference_and_share_nothing(monkeypatch):
+    """A small response the fast path declines (a mock broker's ApiVersions rejection that
+    fits no layout, a rejection in the v0 layout real brokers use, a Metadata with a
+    trailing byte) is the reference's answer on every repeat, whatever its correlation id,
+    and each answer is its own (changing one changes no other)."""
+    D.clear_caches()
+    mock_rejection = bytes.fromhex("00230100120000000200000000")  # error 35, then no v0 nor v3 layout
+    v0_rejection = struct.pack(">hi", 35, 2) + struct.pack(">hhh", 0, 0, 9) + struct.pack(">hhh", 18, 0, 3)
+    metadata = None
+    rnd = random.Random(7)
+    while metadata is None:  # a clean Metadata v12 response, then one trailing byte
+        enc = Encoder(rnd)
+        frame = header_bytes(False, 3, 12, enc) + body_bytes(False, 3, 12, enc)
+        if not D.decode_response_reference(frame, 3, 12).issues and len(frame) < 900:
+            metadata = frame[4:] + b"\x00"
+    cases = [(18, 3, mock_rejection), (18, 3, v0_rejection), (18, 4, v0_rejection), (3, 12, metadata)]
+    frames = [(struct.pack(">i", cid) + rest, key, version)
+              for cid in (1, 2, -7, 1, 2 ** 31 - 1) for key, version, rest in cases]
+    wants = [D.decode_response_reference(*f) for f in frames]
+    assert all(want.issues for want in wants)  # (the fast path declines these)
+    reference_calls = []
+    real = D.decode_response_reference
+
+    def counted(*args):
+        reference_calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(D, "decode_response_reference", counted)
+    answers = [D.decode_response(*f) for f in frames]
+    for got, want, f in zip(answers, wants, frames, strict=True):
+        assert canon_msg(got) == canon_msg(want), f
+    assert len(reference_calls) == len(cases)  # each decoded once by the reference
+    first, again = answers[0], answers[len(cases)]
+    first.body["error_code"] = 0
+    first.issues.clear()
+    assert again.body["error_code"] == 35 and again.issues
+    assert D.decode_response(struct.pack(">i", 9) + mock_rejection, 18, 3).body == {"error_code": 35}
+
+
+def test_the_repeated_responses_memo_is_bounded():
+    D.clear_caches()
+    for n in range(D.REPEAT_MAX_ENTRIES + 50):
+        frame = struct.pack(">ih", 1, 35) + n.to_bytes(4, "big")  # a rejection cut short: issues
+        got = D.decode_response(frame, 18, 3)
+        assert canon_msg(got) == canon_msg(D.decode_response_reference(frame, 18, 3))
+    assert len(D._repeated) == D.REPEAT_MAX_ENTRIES
+    big = struct.pack(">ih", 1, 35) + bytes(D.REPEAT_MAX_FRAME)
+    assert canon_msg(D.decode_response(big, 18, 3)) == canon_msg(D.decode_response_reference(big, 18, 3))
+    assert (18, 3, big[4:]) not in D._repeated  # too big to keep

@@ -383,16 +383,20 @@ def test_decode_issues_and_error_codes():
     assert c_calls == {"on_request": 2, "on_response": 5}
 
 
-def test_learning_apis_and_frame_hooks_are_python_s():
+def test_learning_apis_are_python_s_and_frame_hooks_see_every_frame():
     msgs = handshake() + [("c", framed(request_of("metadata", 1))), ("s", framed(response_of("metadata", 1))),
                           ("c", framed(request_of("produce", 2))), ("s", framed(response_of("produce", 2)))]
     rows, c_calls, _ = both(msgs)
     assert [e["broker_id"] for e in exchanges(rows)] == [None, 1, 1]  # learnt from the Metadata answer
     assert c_calls == {"on_request": 1, "on_response": 2}
+    # a frame hook (the TUI's frame tap) sees every frame, and costs the ordinary ones
+    # (the Produce) not their compiled path: the same rows, the same Python calls
     seen = []
-    rows, c_calls, _ = both(msgs, on_frame=lambda stream, direction, frame: seen.append(direction))
-    assert c_calls == {"on_request": 3, "on_response": 3}
-    assert seen == ["request", "response"] * 3 * 2  # (both runs)
+    hooked_rows, c_calls, _ = both(msgs, on_frame=lambda stream, direction, frame: seen.append((direction, frame)))
+    assert hooked_rows == rows
+    assert c_calls == {"on_request": 1, "on_response": 2}
+    sent = [("request" if side == "c" else "response", frame[4:]) for side, frame in msgs]
+    assert seen == sent * 2  # (both runs)
 
 
 # -- everything mixed: hypothesis ---------------------------------------------------------------

@@ -27,7 +27,6 @@ from kwinspect.analyze.diagnose.core import (
     Evidence,
     Finding,
     FindingTable,
-    as_int,
     as_list,
     client_label,
     evidence_of,
@@ -43,6 +42,9 @@ UNSUPPORTED_VERSION = 35
 OLD_VERSION_GAP = 3
 # Bounded state: connections and brokers remembered.
 MAX_STREAMS = 100_000
+# Distinct advertised-version maps kept to be shared: every connection to a broker gets
+# the same ~60 ranges, and a map per connection (by_stream) was ~3 KB each.
+MAX_RANGE_MAPS = 1_000
 
 
 class NegotiationAnalyzer(FindingTable):
@@ -56,6 +58,7 @@ class NegotiationAnalyzer(FindingTable):
         self.used: dict[tuple[str, str, int], tuple[int, Evidence]] = {}  # (client, broker, api) -> max version
         self.broker_max: dict[tuple[str, int], int] = {}
         self.negotiated: set[tuple[str, str]] = set()  # (client, broker) with a successful ApiVersions
+        self._range_maps: dict[tuple, dict[int, tuple[int, int]]] = {}  # its items -> the one shared map
 
     def on_exchange(self, ex: Exchange) -> None:
         if ex.api_key is None or ex.api_version is None or ex.request is None:
@@ -106,11 +109,19 @@ class NegotiationAnalyzer(FindingTable):
         code = body.get("error_code")
         ranges = {}
         for k in as_list(body.get("api_keys")):
-            if isinstance(k, dict) and as_int(k.get("api_key")) is not None:
-                lo, hi = as_int(k.get("min_version")), as_int(k.get("max_version"))
-                if lo is not None and hi is not None:
-                    ranges[k["api_key"]] = (lo, hi)
+            if isinstance(k, dict):
+                # as_int's test written out: ~60 entries on every connection
+                key, lo, hi = k.get("api_key"), k.get("min_version"), k.get("max_version")
+                if (isinstance(key, int) and isinstance(lo, int) and isinstance(hi, int)
+                        and not isinstance(key, bool) and not isinstance(lo, bool) and not isinstance(hi, bool)):
+                    ranges[key] = (lo, hi)
         if code == 0 and ranges:
+            # the maps are only read: connections given the same ranges share one
+            shared = self._range_maps.get(items := tuple(ranges.items()))
+            if shared is not None:
+                ranges = shared
+            elif len(self._range_maps) < MAX_RANGE_MAPS:
+                self._range_maps[items] = ranges
             if len(self.by_stream) < MAX_STREAMS:
                 self.by_stream[ex.stream] = ranges
             self.by_broker[ex.broker] = ranges
