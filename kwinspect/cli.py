@@ -543,10 +543,15 @@ def _event_batches(args, run: FileRun, render: Callable[[Any], Any] | None = Non
                                         progress=lambda done, _total: progress.update(done))
 
 
-def _consume(args, run: FileRun, handle: Callable[[Any], Any], fold: Any = None) -> bool:
-    """Feed every event of the inputs to handle(); True when Ctrl-C cut the input short."""
+def _consume(args, run: FileRun, handle: Callable[[Any], Any], fold: Any = None,
+             handle_batch: Callable[[list], Any] | None = None) -> bool:
+    """Feed every event of the inputs to handle() (or each batch of them to
+    handle_batch()); True when Ctrl-C cut the input short."""
     try:
         for batch in _event_batches(args, run, fold=fold):
+            if handle_batch is not None:
+                handle_batch(batch)
+                continue
             for ev in batch:
                 handle(ev)
     except KeyboardInterrupt:
@@ -752,7 +757,19 @@ def cmd_summary(args) -> int:
             return
         builder.add_event(ev, run.dissector.shared.topic_names if run.dissector else None)
 
-    interrupted = _consume(args, run, add, fold=SummaryFold() if restart is not None else None)
+    def add_batch(batch: list) -> None:
+        # the common case per batch, not per event: one process (no restart), and the
+        # dissector's topic names (the same dict all along) looked up once
+        if restart is not None or run.dissector is None:
+            for ev in batch:
+                add(ev)
+            return
+        add_event, names = builder.add_event, run.dissector.shared.topic_names
+        for ev in batch:
+            add_event(ev, names)
+
+    interrupted = _consume(args, run, add, fold=SummaryFold() if restart is not None else None,
+                           handle_batch=add_batch)
     for partial, broker_ids in getattr(run.dissector, "partials", ()):
         builder.merge_partial(partial, broker_ids)
     summary = builder.build(sources=args.pcap, interrupted=interrupted,
