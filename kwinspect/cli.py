@@ -14,7 +14,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from kwinspect import core
@@ -513,6 +513,18 @@ EVENT_BATCH = 256  # --jobs rows handed on together (one process: the packet loo
 ROW_BATCH = 256  # table rows made from events handed to the writer together, at most
 
 
+def _in_lists(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """items, a list of at most ``size`` at a time."""
+    out: list[Any] = []
+    for item in items:
+        out.append(item)
+        if len(out) >= size:
+            yield out
+            out = []
+    if out:
+        yield out
+
+
 def _event_batches(args, run: FileRun, render: Callable[[Any], Any] | None = None,
                    fold: Any = None) -> Iterator[list[Any]]:
     """_events a list at a time."""
@@ -528,16 +540,10 @@ def _event_batches(args, run: FileRun, render: Callable[[Any], Any] | None = Non
             # counts and sizes: do not ship the rest between processes
             bodies = {"exchanges": False, "errors": getattr(args, "records", False), "latency": False,
                       "summary": "summary"}.get(args.command, True)
-            batch: list[Any] = []
-            for ev in dissect_files_parallel(args.pcap, _config(args), run=run,
-                                             progress=lambda done, _total: progress.update(done),
-                                             jobs=args.jobs, bodies=bodies, render=render, fold=fold):
-                batch.append(ev)
-                if len(batch) >= EVENT_BATCH:
-                    yield batch
-                    batch = []
-            if batch:
-                yield batch
+            yield from _in_lists(dissect_files_parallel(args.pcap, _config(args), run=run,
+                                                        progress=lambda done, _total: progress.update(done),
+                                                        jobs=args.jobs, bodies=bodies, render=render, fold=fold),
+                                 EVENT_BATCH)
             return
         yield from dissect_file_batches(args.pcap, _config(args), run=run,
                                         progress=lambda done, _total: progress.update(done))
@@ -674,14 +680,8 @@ def _row_batches(args, table: str, run: FileRun, fmt: str | None = None) -> Iter
             if len(out) == len(batch):
                 yield out
                 continue
-        out = []  # at most ROW_BATCH rows at a time (an exchange may make thousands of records)
-        for row in rows(batch):
-            out.append(row)
-            if len(out) >= ROW_BATCH:
-                yield out
-                out = []
-        if out:
-            yield out
+        # at most ROW_BATCH rows at a time (an exchange may make thousands of records)
+        yield from _in_lists(rows(batch), ROW_BATCH)
 
 
 def _output_format(args, default_table: str = "table") -> str:
