@@ -284,14 +284,29 @@ class SummaryBuilder:
         """What ``kwinspect summary`` adds per event: the event, and for Produce requests
         and Fetch responses the records and bytes of their record sets, counted from the
         batch headers (``topic_names``: topic id -> name, for bodies naming topics by id)."""
-        if type(item) is Exchange:  # nearly every event: no dispatch, no volumes call for most
-            self.add_exchange(item)
-            if item.api_key != PRODUCE and item.api_key != FETCH:
-                return
-        else:
+        if type(item) is not Exchange:
             self.add(item)
-        for volume in record_set_volumes(item, topic_names):
-            self.add_topic_volume(*volume)
+            for volume in record_set_volumes(item, topic_names):
+                self.add_topic_volume(*volume)
+            return
+        # nearly every event: no dispatch, and for Produce/Fetch the volumes counted here
+        # (what record_set_volumes and add_topic_volume do, without a tuple per record set)
+        self.add_exchange(item)
+        api_key = item.api_key
+        if api_key != PRODUCE and api_key != FETCH:
+            return
+        produce = api_key == PRODUCE
+        msg = item.request if produce else item.response
+        accs = self._topics
+        for topic, _part, rs in iter_record_sets(api_key, msg.body if msg else None, topic_names):
+            acc = accs[topic]
+            records = rs.record_count
+            if produce:
+                acc.produce_records += records
+            else:
+                acc.fetch_records += records
+            acc.bytes += rs.size
+            self._records += records
 
     def add_all(self, items: Iterable[Exchange | ErrorRow | RecordRow]) -> SummaryBuilder:
         for item in items:
