@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import sys
 
 import pytest
 
@@ -761,3 +762,52 @@ def test_runs_fed_one_packet_at_a_time_without_the_compiled_packet_loop(tmp_path
     monkeypatch.setattr(dissect, "chunk_fastpath", None)  # read by the workers' Dissector
     assert cli.main(["exchanges", "-q", "-j", "2", "-F", "jsonl", "-o", str(two), path]) == 0
     assert one.read_bytes() == two.read_bytes()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_helper_process_dies_with_the_process_that_started_it(tmp_path):
+    """run/procs.die_with_parent, as the --jobs reader and workers call it first thing: a
+    forked helper that would sleep for a minute ends within seconds of its parent's SIGKILL
+    (without it, it slept on: the daemon flag only helps a parent that exits normally)."""
+    import signal
+    import subprocess
+    import time
+
+    pidfile = tmp_path / "helper.pid"
+    code = (
+        "import os, time\n"
+        "from kwinspect.run.procs import die_with_parent\n"
+        "parent = os.getpid()\n"
+        "if os.fork() == 0:\n"
+        "    die_with_parent(parent)\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while not pidfile.exists() or not pidfile.read_text():
+            assert time.monotonic() < deadline, "the helper never started"
+            time.sleep(0.05)
+        helper = int(pidfile.read_text())
+        assert _alive(helper)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 5
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(helper):
+        os.kill(helper, signal.SIGKILL)
+        pytest.fail("the helper outlived its parent")
+
+
+def _alive(pid: int) -> bool:
+    """pid runs (a zombie waiting for a reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
+    except FileNotFoundError:
+        return False

@@ -86,6 +86,7 @@ from kwinspect.dissect import ConnectionInfo, DissectConfig, Dissector, Event
 from kwinspect.model import STATUS_PAIRED, Endpoint, ErrorRow, Exchange
 from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.run.files import FileRun, ProgressFn, dissect_files
+from kwinspect.run.procs import die_with_parent
 from kwinspect.run.split import (
     MSG_BATCH,
     MSG_END,
@@ -441,7 +442,9 @@ def _lighten(ev: Any, bodies: bool | str) -> Any:
 
 
 def _worker(inp, out, config: DissectConfig | None, jobs: int, me: int, bodies: bool | str,
-            render: Any = None, fold: Any = None) -> None:
+            render: Any = None, fold: Any = None, parent_pid: int | None = None) -> None:
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     pump = None
     try:
         pump = _Pump(inp, INPUT_BYTES)
@@ -1095,7 +1098,8 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
         for i in range(jobs):
             r_in, w_in = ctx.Pipe(duplex=False)
             r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_worker, args=(r_in, w, config, jobs, i, bodies, render, fold), daemon=True,
+            p = ctx.Process(target=_worker, args=(r_in, w, config, jobs, i, bodies, render, fold, os.getpid()),
+                            daemon=True,
                             name=f"kwinspect-job-{i}")
             p.start()
             r_in.close()
@@ -1103,7 +1107,8 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
             procs.append(p)
             pipes.append(r)
             inputs.append(w_in)
-        reader = ctx.Process(target=read_and_split, args=(paths, config, jobs, mode, inputs, MAX_OPEN_CONNECTIONS),
+        reader = ctx.Process(target=read_and_split,
+                             args=(paths, config, jobs, mode, inputs, MAX_OPEN_CONNECTIONS, os.getpid()),
                              daemon=True, name="kwinspect-job-reader")
         reader.start()
         procs.append(reader)

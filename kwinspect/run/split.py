@@ -59,6 +59,7 @@ from kwinspect.capture.tcp import TcpStreamNumbers, endpoint_key
 from kwinspect.core import load as load_extension
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.run.files import _merged
+from kwinspect.run.procs import die_with_parent
 from kwinspect.stream.row_order import WATERMARK_EVERY
 
 BATCH_PACKETS = 2048  # packets between two batches (a multiple of WATERMARK_EVERY)
@@ -451,8 +452,10 @@ def _check_offset(fd: int, offset: int, chunk: RecordChunk, rec_len: int) -> Non
 
 
 def read_and_split(paths: list[str], config: DissectConfig | None, jobs: int, mode: str, outs: list,
-                   max_open: int) -> None:
+                   max_open: int, parent_pid: int | None = None) -> None:
     """The reader process's body; a failure goes to every worker, which reports it."""
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     try:
         splitter = Splitter(config, jobs, mode, outs, max_open)
         splitter.run(paths)
