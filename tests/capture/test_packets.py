@@ -247,3 +247,29 @@ def test_fast_path_equals_general_path(public_captures):
 
 
 MSGS_FAST = [("c", b"q" * 5000), ("s", b"r" * 100)]
+
+
+def test_endpoints_are_the_parsers_own_after_its_cache_is_cleared_or_replaced():
+    """The compiled parse remembers the last endpoints it found (capture/_cparse.h); an
+    endpoint it hands out is always the object in the parser's dict at that moment, also
+    after the parser clears the dict (as it does past 100,000 endpoints) or gets a new one."""
+    seg = conversation(*V4, [("c", b"x")], handshake=False, close=None, acks=False)[0]
+    fr = build_frames([seg], 1)[0]
+    parser = PacketParser()
+
+    def parsed():
+        out = parser.parse(RawPacket(fr.ts, 1, fr.data, fr.wire_len, 1))
+        assert out is not None
+        assert out.src is next(ep for ep in parser.endpoints.values() if ep == out.src)
+        assert out.dst is next(ep for ep in parser.endpoints.values() if ep == out.dst)
+        return out
+
+    first = parsed()
+    again = parsed()  # the compiled path, from the dict or its memo
+    assert again.src is first.src
+    parser.endpoints.clear()
+    cleared = parsed()
+    assert cleared.src is not first.src and cleared.src == first.src
+    parser.endpoints = {k: model.Endpoint(v.ip, v.port) for k, v in parser.endpoints.items()}
+    replaced = parsed()
+    assert replaced.src is not cleared.src and replaced.src == cleared.src
