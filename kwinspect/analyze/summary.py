@@ -284,13 +284,12 @@ class SummaryBuilder:
         """What ``kwinspect summary`` adds per event: the event, and for Produce requests
         and Fetch responses the records and bytes of their record sets, counted from the
         batch headers (``topic_names``: topic id -> name, for bodies naming topics by id)."""
-        if type(item) is not Exchange:
+        if not isinstance(item, Exchange):  # error rows carry no record sets
             self.add(item)
-            for volume in record_set_volumes(item, topic_names):
-                self.add_topic_volume(*volume)
             return
         # nearly every event: no dispatch, and for Produce/Fetch the volumes counted here
-        # (what record_set_volumes and add_topic_volume do, without a tuple per record set)
+        # (what record_set_volumes and add_topic_volume do for SummaryFold's plans, without
+        # a tuple per record set)
         self.add_exchange(item)
         api_key = item.api_key
         if api_key != PRODUCE and api_key != FETCH:
