@@ -811,3 +811,21 @@ def _alive(pid: int) -> bool:
             return not any(line.startswith("State:") and "Z" in line.split()[1] for line in fh)
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.parametrize("cut", [7, 0])
+def test_a_capture_cut_inside_its_last_record_gives_one_process_output(cut, tmp_path):
+    """The reader maps a regular file instead of reading it: a file whose last record is cut
+    by the end of the file (``cut`` bytes short) is read to the same packets, with the same
+    issue, as one process reads it."""
+    src = os.path.join(ROOT, "captures", "confluent-mock-produce-consume.pcap")
+    with open(src, "rb") as f:
+        data = f.read()
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data[:len(data) - cut])
+    for table in ("exchanges", "errors"):
+        one, two = tmp_path / f"{table}1.jsonl", tmp_path / f"{table}2.jsonl"
+        assert cli.main([table, "-q", "-F", "jsonl", "-o", str(one), str(path)]) == 0
+        assert cli.main([table, "-q", "-j", "2", "-F", "jsonl", "-o", str(two), str(path)]) == 0
+        assert one.read_bytes() == two.read_bytes(), table
+    assert (b"capture ends inside" in one.read_bytes()) == (cut > 0)

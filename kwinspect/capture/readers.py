@@ -26,7 +26,9 @@ its writers produce the test files (tests/helpers/pcapgen.py).
 from __future__ import annotations
 
 import io
+import mmap
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -224,6 +226,7 @@ class PacketSource:
         self._reader = _ChunkReader(f, prefix)
         self._started = False
         self._chunks = False  # records(): RecordChunks instead of the scanners' RawPackets
+        self._mapped = False  # records(mapped=True): the chunk is the map of the whole file
         self.format = fmt
         self.compressed = compressed
         # pcap: the file's link type (known at open); pcapng: the first interface's,
@@ -261,14 +264,40 @@ class PacketSource:
         self._started = True
         return self._iterate()
 
-    def records(self) -> Iterator[RawPacket | RecordChunk]:
+    def records(self, mapped: bool = False) -> Iterator[RawPacket | RecordChunk]:
         """Iterate (once, instead of ``iter()``) giving RecordChunks where the reader has whole
         records in its buffer and RawPackets for the rest (cut records, other blocks): for a
         consumer that reads records itself (run.loop.PacketLoop with the compiled core). The
         packets, their numbers, the counters and ``position()`` are those of ``iter()``.
-        Without the compiled core (or for a format without chunks) it is ``iter()``."""
+        Without the compiled core (or for a format without chunks) it is ``iter()``.
+
+        ``mapped=True``, for a consumer that reads a chunk's buffer through the buffer
+        protocol (the ``--jobs`` reader): a regular uncompressed pcap file is mapped
+        (``mmap``) instead of read, and a chunk's ``buf`` is the map of the whole file
+        (``pos`` is then the file offset), so the file's bytes are not copied; ``position()``
+        is the file's size from the start. Anything else is read as without it."""
         self._chunks = fastpath.scan_pcap is not None
+        self._mapped = mapped and self._chunks
         return iter(self)
+
+    def _map(self) -> mmap.mmap | None:
+        """The map of the whole file for ``records(mapped=True)``, the file positioned at its
+        end (so the buffered reader finds nothing more), or None (read it instead)."""
+        if not self._mapped or self.compressed or self._f is not self._raw:
+            return None
+        try:
+            fd = self._f.fileno()
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a pipe, a device: read as it comes
+                return None
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            return None
+        try:
+            mm.madvise(mmap.MADV_SEQUENTIAL)
+        except (OSError, AttributeError):  # (no madvise on this platform)
+            pass
+        self._f.seek(0, io.SEEK_END)
+        return mm
 
     def _iterate(self) -> Iterator[RawPacket]:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -328,6 +357,9 @@ class _PcapSource(PacketSource):
         buf = r.rest()
         blen = len(buf)
         pos = 0
+        mapped = self._map() if not buf else None
+        if mapped is not None:  # records(mapped=True): the whole file is the buffer
+            buf, blen, base, pos = mapped, len(mapped), 0, 24
         bytes_wire = trunc = 0
         # The compiled core takes the records wholly inside the buffer, a batch at a time;
         # the record crossing the chunk's end (and everything odd) takes the loop below.

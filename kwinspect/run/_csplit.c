@@ -81,6 +81,7 @@ static int end_run(PyObject *state, Py_ssize_t w, long long *run)
 }
 
 #define MAX_JOBS 256
+#define SEEN 4 /* connections remembered per call */
 
 static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -137,7 +138,20 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     PyObject *buf = PyObject_GetAttr(chunk, S_buf);
+    Py_buffer view = {0};
+    int have_view = 0;
     long long pos, index, cap_total, wire_total, trunc_total;
+    /* the last connections looked up in this call (no Python runs during it, so the dicts
+     * cannot change): most packets are of one of a few busy connections */
+    struct {
+        unsigned char key[12];
+        long w;
+        long long number;
+        int plain;
+    } seen[SEEN];
+    int n_seen = 0, next_seen = 0;
+    long long load_add[MAX_JOBS];
+    memset(load_add, 0, sizeof(long long) * (size_t)jobs);
     PyObject *result = NULL, *raw = NULL, *last_ts = NULL, *chunk_ts = NULL, *key = NULL;
     long long runs[MAX_JOBS][5]; /* per worker: first packet, count, byte offset, first record, bytes */
     memset(runs, 0, sizeof(long long) * 5 * (size_t)jobs);
@@ -145,12 +159,16 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
         || get_ll(chunk, S_bytes_captured, &cap_total) < 0 || get_ll(chunk, S_bytes_wire, &wire_total) < 0
         || get_ll(chunk, S_truncated, &trunc_total) < 0)
         goto done;
-    if (!PyBytes_CheckExact(buf) || pos < 0 || pos > PyBytes_GET_SIZE(buf)) {
-        PyErr_SetString(PyExc_ValueError, "split_chunk: the chunk's buffer must be bytes, its position inside");
+    /* bytes, or the map of the whole file (readers.py records(mapped=True)) */
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0)
+        goto done;
+    have_view = 1;
+    if (pos < 0 || pos > view.len) {
+        PyErr_SetString(PyExc_ValueError, "split_chunk: the chunk's position must be inside its buffer");
         goto done;
     }
-    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(buf);
-    const Py_ssize_t blen = PyBytes_GET_SIZE(buf);
+    const unsigned char *b = (const unsigned char *)view.buf;
+    const Py_ssize_t blen = view.len;
     const double div = nano ? 1e9 : 1e6;
     long long taken = 0;
     double last_plain = 0.0;
@@ -186,6 +204,21 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
             && !((d[20] & 0x3F) || d[21]) && !(d[47] & 0x02) && ts < next_check && ts < shadow_next) {
             unsigned total = ((unsigned)d[16] << 8) | d[17], hl = (unsigned)(d[46] >> 4) * 4;
             if (total >= 40 && (Py_ssize_t)total <= n - 14 && hl >= 20 && hl + 20 <= total) {
+                int hit = -1;
+                for (int i = 0; i < n_seen; i++) {
+                    if (memcmp(seen[i].key, d + 26, 12) == 0) {
+                        hit = i;
+                        break;
+                    }
+                }
+                if (hit >= 0) {
+                    if (seen[hit].plain) {
+                        w = seen[hit].w;
+                        number = seen[hit].number;
+                        plain = 1;
+                    }
+                    goto looked_up;
+                }
                 key = PyBytes_FromStringAndSize((const char *)d + 26, 12);
                 if (key == NULL) {
                     failed = 1;
@@ -210,8 +243,16 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
                     }
                 }
                 Py_CLEAR(key);
+                memcpy(seen[next_seen].key, d + 26, 12);
+                seen[next_seen].w = w;
+                seen[next_seen].number = number;
+                seen[next_seen].plain = plain;
+                next_seen = (next_seen + 1) % SEEN;
+                if (n_seen < SEEN)
+                    n_seen++;
             }
         }
+    looked_up:
         if (!plain) { /* the caller's Python routes it */
             PyObject *data = PyBytes_FromStringAndSize((const char *)d, n);
             if (data == NULL) {
@@ -272,24 +313,25 @@ static PyObject *split_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
         run[4] += rec_len + n;
         memcpy(PyByteArray_AS_STRING(nb) + nrec * 4, &nv32, 4);
         run[1]++;
-        if (load != Py_None) {
-            PyObject *old = PyList_GET_ITEM(load, w);
-            PyObject *add = PyLong_FromSsize_t(n);
-            PyObject *sum = add == NULL ? NULL : PyNumber_Add(old, add);
-            Py_XDECREF(add);
-            if (sum == NULL) {
-                failed = 1;
-                break;
-            }
-            PyList_SET_ITEM(load, w, sum);
-            Py_DECREF(old);
-        }
+        load_add[w] += n;
         last_plain = ts;
         any_plain = 1;
     }
     for (Py_ssize_t w = 0; w < jobs; w++) {
         if (end_run(state, w, runs[w]) < 0)
             failed = 1;
+        if (load != Py_None && load_add[w] && !failed) { /* the worker's load, added once per call */
+            PyObject *old = PyList_GET_ITEM(load, w);
+            PyObject *add = PyLong_FromLongLong(load_add[w]);
+            PyObject *sum = add == NULL ? NULL : PyNumber_Add(old, add);
+            Py_XDECREF(add);
+            if (sum == NULL) {
+                failed = 1;
+            } else {
+                PyList_SET_ITEM(load, w, sum);
+                Py_DECREF(old);
+            }
+        }
     }
     if (!failed) {
         if (chunk_ts == NULL && any_plain)
@@ -310,12 +352,65 @@ done:
     Py_XDECREF(raw);
     Py_XDECREF(last_ts);
     Py_XDECREF(chunk_ts);
+    if (have_view)
+        PyBuffer_Release(&view);
     Py_XDECREF(buf);
     Py_DECREF(layout);
     return result;
 }
 
+/* gather(buffer, spans) -> bytes: the spans ((offset, length) pairs) of buffer, one after the
+ * other: a worker's runs out of the map of the capture file, copied once (the runs of the
+ * other workers between them are not read). */
+static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "gather(buffer, spans: list of (offset, length))");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *spans = args[1], *out = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(spans), total = 0;
+    for (int pass = 0; pass < 2; pass++) { /* sizes and bounds first, then the copy */
+        char *dst = pass ? PyBytes_AS_STRING(out) : NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *t = PyList_GET_ITEM(spans, i);
+            long long off, len;
+            if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) {
+                PyErr_SetString(PyExc_TypeError, "gather: each span is (offset, length)");
+                goto fail;
+            }
+            off = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 0));
+            len = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 1));
+            if (PyErr_Occurred())
+                goto fail;
+            if (off < 0 || len < 0 || off > view.len || len > view.len - off) {
+                PyErr_SetString(PyExc_ValueError, "gather: a span outside the buffer");
+                goto fail;
+            }
+            if (pass) {
+                memcpy(dst, (const char *)view.buf + off, (size_t)len);
+                dst += len;
+            } else {
+                total += (Py_ssize_t)len;
+            }
+        }
+        if (!pass && (out = PyBytes_FromStringAndSize(NULL, total)) == NULL)
+            goto fail;
+    }
+    PyBuffer_Release(&view);
+    return out;
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
+     "gather(buffer, spans) -> bytes: the (offset, length) spans of buffer, one after the other."},
     {"split_chunk", (PyCFunction)(void (*)(void))split_chunk, METH_FASTCALL,
      "split_chunk(state, chunk, limit, next_check, shadow_next) -> (plain records taken,\n"
      "RawPacket | None, last plain timestamp | None): see the module's source."},

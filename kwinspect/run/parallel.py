@@ -101,6 +101,8 @@ from kwinspect.run.split import (
     TAG_SEGMENT,
     read_and_split,
 )
+from kwinspect.run.split import gather_spans as _gather
+from kwinspect.run.split import map_file as _map_file
 from kwinspect.stream.conversation import (
     DESCRIBE_CLUSTER,
     FIND_COORDINATOR,
@@ -138,14 +140,25 @@ RENDER_SHARE = 1.15
 # ---------------------------------------------------------------------------
 
 
-class _TrackingNames(dict):
-    """topic id -> name that logs each lookup (id, answer) while ``log`` is a list."""
+MISS = type("_Miss", (), {"__slots__": ()})()  # a topic id the compiled walk must not label (not a str)
 
-    __slots__ = ("log",)
+
+class _TrackingNames(dict):
+    """topic id -> name that logs each lookup (id, answer) while ``log`` is a list (the
+    Python ``emit``, a render, a fold).
+
+    Otherwise the lookup is the compiled conversation walk's (stream/_cconv.c, through the
+    labels' own ``get``): a name found is logged in ``walk`` (the worker has the main
+    process check it), and a miss answers ``MISS``, which is not a str, so the compiled
+    labels decline the exchange and it goes through ``emit`` (logged, and sent to the main
+    process to be labelled with the global names)."""
+
+    __slots__ = ("log", "walk")
 
     def __init__(self) -> None:
         super().__init__()
         self.log: list | None = None
+        self.walk: list = []
 
     def __bool__(self) -> bool:  # `topic_names or {}` must keep this dict even when empty
         return True
@@ -154,11 +167,15 @@ class _TrackingNames(dict):
         value = dict.get(self, tid)
         if self.log is not None:
             self.log.append((tid, value))
+        elif value is None:
+            return MISS
+        else:
+            self.walk.append((tid, value))
         return value
 
     def get(self, tid: Any, default: Any = None) -> Any:
         value = self._look(tid)
-        return default if value is None else value
+        return default if value is None else value  # (MISS is kept: the walk must decline)
 
     def __getitem__(self, tid: Any) -> Any:
         value = self._look(tid)
@@ -170,23 +187,30 @@ class _TrackingNames(dict):
         return self._look(tid) is not None
 
 
-class _TrackedConversation(Conversation):
-    """Marks each exchange whose labels looked up topic ids: ("grp", n, lookups, ...)."""
+def _tracked_conversation(*args: Any, **kwargs: Any) -> Conversation:
+    """A worker's Conversation: a plain one (its exchanges take the compiled walk, which only
+    takes a Conversation of that very class), whose Python ``emit`` marks each exchange
+    whose labels looked up topic ids: ("grp", n, lookups, ...)."""
+    conv = Conversation(*args, **kwargs)
+    plain_emit = conv.emit
 
-    def emit(self, req, resp, req_first, req_last, resp_first, resp_last, status, api_label=None,
-              packets=(0, 0, 0, 0)) -> None:
-        names = self.shared.topic_names
+    def emit(req, resp, req_first, req_last, resp_first, resp_last, status, api_label=None,
+             packets=(0, 0, 0, 0)) -> None:
+        names = conv.shared.topic_names
         log: list = []
         names.log = log
-        n = len(self._events)
+        n = conv.events_held()
         try:
-            super().emit(req, resp, req_first, req_last, resp_first, resp_last, status, api_label, packets)
+            plain_emit(req, resp, req_first, req_last, resp_first, resp_last, status, api_label, packets)
         finally:
             names.log = None
         if log:
-            self._events.insert(n, ("grp", len(self._events) - n, tuple(log), self.client, self.broker,
-                                    (req_first, req_last, resp_first, resp_last, status, api_label, packets),
-                                    self.tcp_stream))
+            conv.insert_event(n, ("grp", conv.events_held() - n, tuple(log), conv.client, conv.broker,
+                                  (req_first, req_last, resp_first, resp_last, status, api_label, packets),
+                                  conv.tcp_stream))
+
+    conv.emit = emit  # type: ignore[method-assign]
+    return conv
 
 
 class _RecordingSet(set):
@@ -220,7 +244,7 @@ class _WorkerDissector(Dissector):
     def __init__(self, config: DissectConfig | None) -> None:
         known = _RecordingSet()
         super().__init__(config, shared=SharedState(topic_names=_TrackingNames()), known_brokers=known,
-                         conversation_class=_TrackedConversation)
+                         conversation_class=_tracked_conversation)  # type: ignore[arg-type]
         known.dissector = self
         self._pos: Any = 0
         self.phase = PHASE_PACKET
@@ -501,7 +525,7 @@ class _Worker:
         self.check: tuple = ()
         self.progress = 0
         self.fed = 0  # packets (segments) the reader gave this worker
-        self.fd: int | None = None  # the capture file, when the reader sends file offsets
+        self.map: Any = None  # the map of the capture file, when the reader sends file offsets
 
     def batch(self, items: list, records: bytes = b"", numbers: bytes = b"", layout: tuple | None = None) -> None:
         d = self.d
@@ -513,15 +537,16 @@ class _Worker:
         new = tuple.__new__
         chunked = d.takes_chunks
         nums = memoryview(numbers).cast("i") if numbers else None
-        base = 0
+        offsets = None
         if type(records) is str:  # the runs are at these offsets of the capture file
-            records, base = self._read_runs(records, items)
+            records, offsets = self._read_runs(records, items)
         for it in items:
             tag = it[0]
             d.pos = pos = it[1]
             d.phase = PHASE_PACKET
             if tag == TAG_RUN:
-                self.feed_run(pos, it[2], records, it[3] - base, nums, it[4], it[5], layout, chunked)
+                offset = it[3] if offsets is None else next(offsets)
+                self.feed_run(pos, it[2], records, offset, nums, it[4], it[5], layout, chunked)
                 continue
             if tag == TAG_PACKET:
                 stats.packets = pos - 1  # feed_packet counts it: the packet's number in the capture
@@ -555,19 +580,26 @@ class _Worker:
             if pending:
                 self.collect()
 
-    def _read_runs(self, path: str, items: list) -> tuple[bytes, int]:
-        """The stretch of the capture file that holds this batch's runs, and its offset."""
-        runs = [it for it in items if it[0] == TAG_RUN]
-        if not runs:
-            return b"", 0
-        if self.fd is None:
-            self.fd = os.open(path, os.O_RDONLY)
-        lo, hi = runs[0][3], runs[-1][3] + runs[-1][5]
-        data = os.pread(self.fd, hi - lo, lo)
-        if len(data) != hi - lo:
-            raise RuntimeError(f"--jobs: {path} is shorter than when it was read ({len(data)} of "
-                               f"{hi - lo} bytes at offset {lo})")
-        return data, lo
+    def _read_runs(self, path: str, items: list) -> tuple[bytes, Iterator[int]]:
+        """This batch's runs, one after the other, and where each is in them: copied once
+        out of the map of the capture file (``gather``), only this worker's records (the
+        other workers' runs between them are not read; a ``pread`` of the stretch that
+        holds them read every worker's)."""
+        spans = [(it[3], it[5]) for it in items if it[0] == TAG_RUN]
+        if not spans:
+            return b"", iter(())
+        if self.map is None:
+            self.map = _map_file(path)
+        end = max(off + n for off, n in spans)
+        if end > len(self.map):
+            raise RuntimeError(f"--jobs: {path} is shorter than when it was read ({len(self.map)} bytes, "
+                               f"a record ends at {end})")
+        offsets = []
+        at = 0
+        for _off, n in spans:
+            offsets.append(at)
+            at += n
+        return _gather(self.map, spans), iter(offsets)
 
     def feed_run(self, first: int, count: int, records: bytes, offset: int, numbers: Any, record: int,
                  nbytes: int, layout: tuple, chunked: bool) -> None:
@@ -701,6 +733,10 @@ class _Worker:
             else:
                 ev = _lighten(ev, bodies)
             items.append(((pos, phase, order, seq), ev, row_key))
+        walked = names.walk
+        if walked and events:  # names the compiled walk found: checked after this packet's events
+            self.check += tuple(walked)
+            walked.clear()
         if self.check:  # the last event's: checked in the same packet's batch, before its rows go
             items.append(((pos, phase, order, seq), ("chk", self.check), row_key))
             self.check = ()
@@ -729,11 +765,7 @@ def _work(pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int, bo
           render: Any = None, fold: Any = None) -> None:
     d = _WorkerDissector(config)
     worker = _Worker(d, jobs, me, out, bodies, render, fold)
-    try:
-        _work_on(worker, pump, out, config, jobs, me, fold)
-    finally:
-        if worker.fd is not None:
-            os.close(worker.fd)
+    _work_on(worker, pump, out, config, jobs, me, fold)
 
 
 def _work_on(worker: _Worker, pump: _Pump, out, config: DissectConfig | None, jobs: int, me: int,

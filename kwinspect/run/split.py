@@ -47,6 +47,7 @@ through a pipe); otherwise the records are copied into the batch.
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import traceback
@@ -367,7 +368,7 @@ class Splitter:
             pos = 0
             offset = PCAP_HEADER  # of the next record in the file
             rec_len = 16
-            for item in src.records():
+            for item in src.records(mapped=fd is not None):
                 if type(item) is not RecordChunk:  # a record the reader's Python path read
                     offset += rec_len + len(item.data)
                     self.pos = pos = pos + 1
@@ -380,7 +381,9 @@ class Splitter:
                 if self.layout is None:
                     self.layout = item.layout
                     rec_len = item.layout[3]
-                if fd is not None:
+                if type(item.buf) is mmap.mmap:  # the map of the whole file: pos is the offset
+                    offset = item.pos
+                elif fd is not None:
                     _check_offset(fd, offset, item, rec_len)
                 while True:
                     taken, raw, last_ts, offset = split(state, item, WATERMARK_EVERY - pos % WATERMARK_EVERY,
@@ -442,6 +445,23 @@ class Splitter:
         finally:
             for src in sources:
                 src.close()
+
+
+def map_file(path: str) -> mmap.mmap:
+    """The capture file, mapped read-only (the workers take their runs out of it)."""
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def gather_spans(buf: Any, spans: list[tuple[int, int]]) -> bytes:
+    """The (offset, length) spans of ``buf``, one after the other (copied once, in C when built)."""
+    if _csplit is not None:
+        return _csplit.gather(buf, spans)
+    view = memoryview(buf)
+    try:
+        return b"".join([view[off:off + n] for off, n in spans])
+    finally:
+        view.release()
 
 
 def _check_offset(fd: int, offset: int, chunk: RecordChunk, rec_len: int) -> None:

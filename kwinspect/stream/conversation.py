@@ -235,6 +235,15 @@ class Conversation:
     def pending_correlation_ids(self) -> set[int]:
         return set(self._pending)
 
+    def events_held(self) -> int:
+        """Events emitted and not yet taken by pop_events."""
+        return len(self._events)
+
+    def insert_event(self, index: int, item: Any) -> None:
+        """Put ``item`` among the events not yet taken, at ``index`` (a ``--jobs`` worker marks
+        the exchanges whose labels looked up topic ids, run/parallel.py)."""
+        self._events.insert(index, item)
+
     def pop_events(self) -> list[Exchange | ErrorRow]:
         # (stream/_cconv.c does this when every event is an Exchange and _closed is False)
         events, self._events = self._events, []

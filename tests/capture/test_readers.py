@@ -308,3 +308,68 @@ def test_format_constants_are_dpkts():
     code = "import sys, kwinspect.run.files; print('dpkt' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
+
+
+def _taking_every_other_chunk(src) -> tuple[list[RawPacket], set[int]]:
+    """``records(mapped=True)`` read by a consumer that takes the records of every other
+    chunk itself (as the --jobs reader's compiled loop does) and leaves the rest to the
+    reader (its Python path, over the map)."""
+    out: list[RawPacket] = []
+    sizes = set()  # of the chunks' buffers
+    for n, item in enumerate(src.records(mapped=True)):
+        if isinstance(item, RawPacket):
+            out.append(item)
+            continue
+        view = memoryview(item.buf)
+        sizes.add(len(view))
+        big, nano, rec_len, linktype = item.layout[1:]
+        rec = struct.Struct((">" if big else "<") + "IIII")
+        while n % 2 == 0 and len(view) - item.pos >= rec_len:
+            sec, frac, caplen, wire = rec.unpack_from(view, item.pos)
+            if caplen > len(view) - item.pos - rec_len:
+                break
+            data = bytes(view[item.pos + rec_len:item.pos + rec_len + caplen])
+            item.index += 1
+            item.pos += rec_len + caplen
+            item.bytes_wire += max(wire, caplen)
+            item.truncated += wire > caplen
+            out.append(RawPacket(sec + frac / (1e9 if nano else 1e6), linktype, data, max(wire, caplen), item.index))
+        view.release()
+    return out, sizes
+
+
+@pytest.mark.parametrize("byteorder", ["<", ">"])
+@pytest.mark.parametrize("shape", ["whole", "cut", "corrupt", "snaplen", "modified"])
+def test_mapped_records_read_as_the_file_is_read(shape, byteorder, tmp_path):
+    """``records(mapped=True)`` (the --jobs reader: the file mapped, not read) gives a regular
+    file's packets, counters and issues as iter() does: whole files, a record cut by the end
+    of the file, a corrupt length, snaplen-cut packets, 24-byte record headers."""
+    segs = _segs()
+    if shape == "snaplen":
+        segs = [s._replace(payload=s.payload[:10], missing=len(s.payload) - 10) if len(s.payload) > 10 else s
+                for s in segs]
+    frames = pcapgen.build_frames(segs, pcapgen.LINKTYPE_ETHERNET)
+    data = bytearray(to_bytes(write_pcap, frames, byteorder=byteorder))
+    if shape == "modified":
+        out = bytearray(struct.pack(byteorder + "IHHiIII", 0xA1B2CD34, 2, 4, 0, 0, 65535, 1))
+        for f in frames:
+            sec = int(f.ts)
+            out += struct.pack(byteorder + "IIII", sec, round((f.ts - sec) * 1e6), len(f.data), f.wire_len)
+            out += b"\0" * 8 + f.data
+        data = out
+    elif shape == "cut":
+        data = data[:-7]
+    elif shape == "corrupt":
+        off = 24 + sum(16 + len(f.data) for f in frames[:5])
+        data[off + 8:off + 12] = struct.pack(byteorder + "I", 0x7FFFFFFF)
+    path = tmp_path / "c.pcap"
+    path.write_bytes(bytes(data))
+    with open_capture(str(path)) as src:
+        want = list(src)
+    with open_capture(str(path)) as mapped:
+        got, sizes = _taking_every_other_chunk(mapped)
+    assert got == want and len(want) >= 5
+    assert sizes == {len(data)}  # one buffer: the whole file
+    assert mapped.stats == src.stats
+    assert mapped.issues == src.issues
+    assert bool(src.issues) == (shape in ("cut", "corrupt", "snaplen"))
