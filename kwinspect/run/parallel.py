@@ -1192,6 +1192,12 @@ def dissect_files_parallel(paths, config: DissectConfig | None = None, run: File
             pump.close()
     if progress is not None:
         progress(run.total_bytes, run.total_bytes)
+    if os.environ.get("KWINSPECT_JOBS_DEBUG"):
+        import resource
+        import sys
+
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        print(f"kwinspect main: cpu {ru.ru_utime + ru.ru_stime:.2f} s (start-up included)", file=sys.stderr)
 
 
 def _released(items: list, count: list[int]) -> Iterator[Any]:
