@@ -17,11 +17,13 @@ pcap file (most of them) as runs of consecutive packets, as the file's own recor
 (for a regular file, their offsets: the worker reads them from the file), and a worker
 feeds a run to its Dissector's compiled packet loop (``Dissector.feed_chunk``, which
 stops at each packet that leaves rows) numbered from the run's first packet; only the
-rest travels one item per packet. On two cores the reader, the workers and the main
-process share the cores, so what the parallel path adds to one process's CPU (the
-reader's pass over the file, the workers' tagging and pickling of their rows, the
-merge) is what decides the speed-up (docs/benchmarks.md, "--jobs with the compiled
-workers").
+rest travels one item per packet. Its conversations are plain ``Conversation``s, so
+their exchanges take the compiled walk as one process's do (the topic-id lookups the
+main process checks are logged by the names mapping, ``_TrackingNames``). On two cores
+the reader, the workers and the main process share the cores, so what the parallel
+path adds to one process's CPU (the reader's pass over the file, the workers' tagging
+and pickling of their rows, the merge) is what decides the speed-up
+(docs/benchmarks.md, "--jobs (stage 6)").
 
 The main process merges the workers' events by (packet position, phase, first packet
 of the connection, worker order): the order one process emits them in. Phases: events

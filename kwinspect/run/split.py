@@ -40,9 +40,11 @@ connection's first packets, nearly all of them) without any Python, and hands ea
 worker its plain packets as runs of consecutive packet numbers (``TAG_RUN``): the
 file's own records, which the worker feeds to its Dissector's compiled packet loop as
 one process does. Everything else stops the C loop and takes ``route`` (the Python
-above, one item per packet), in its place. For a regular uncompressed file a run is
-its file offset (the worker reads the records from the file, so no packet goes
-through a pipe); otherwise the records are copied into the batch.
+above, one item per packet), in its place. For a regular uncompressed file the reader
+maps the file (``records(mapped=True)``: no copy of it into read buffers) and a run is
+its file offset (the worker copies its own runs out of its map of the file,
+``gather_spans``, so no packet goes through a pipe); otherwise the records are copied
+into the batch.
 """
 
 from __future__ import annotations
