@@ -224,7 +224,10 @@ def _index_capture(paths: list[str], sources: list, tap: FrameTap, d: Dissector,
     """The rows of the capture files in capture order, as the commands give them
     (run.loop.PacketLoop), each labelled with its frames the moment it completes
     (the taps hand them out in completion order); ``tick`` True abandons."""
-    loop = PacketLoop(d, label=label, tick=tick, name=", ".join(paths))
+    # (label_batches: the compiled loop labels a batch's rows at its end, in completion
+    # order; the taps hand frames out first in, first out per connection and correlation
+    # id, so each row still gets its own)
+    loop = PacketLoop(d, label=label, tick=tick, name=", ".join(paths), label_batches=True)
     merged = sources[0] if len(sources) == 1 else heapq.merge(*sources, key=lambda raw: raw.ts)
     yield from loop.run(merged)
 
