@@ -165,9 +165,15 @@ class Delivery:
         """Count a Fetch that returned the record (listed up to MAX_FETCHES_LISTED); False for
         a Fetch already listed from the other leg of a proxy (same client and correlation
         id on another connection, within MIRROR_WINDOW_S)."""
-        if self.fetches and any(f.client_id == fetch.client_id and f.correlation_id == fetch.correlation_id
-                                and f.stream != fetch.stream and _near(f.ts, fetch.ts) for f in self.fetches):
-            return False
+        fetches = self.fetches
+        if fetches:
+            # (_near written out in a plain loop: with the list full, this ran a generator and
+            # a call per listed fetch for every record a Fetch returned again)
+            cid, client_id, stream, ts = fetch.correlation_id, fetch.client_id, fetch.stream, fetch.ts
+            for f in fetches:
+                if (f.correlation_id == cid and f.client_id == client_id and f.stream != stream
+                        and ts is not None and f.ts is not None and abs(f.ts - ts) <= MIRROR_WINDOW_S):
+                    return False
         self.times_fetched += 1
         if self.fetches is None:
             self.fetches = []
@@ -448,7 +454,9 @@ class DeliveryTracker:
                 if before is not None and start > before:
                     self._skipped(ex, topic, partition, before, start)
                 self.positions[pos_key] = start
-        for row in records_from_exchange(ex, values="hex", topic_names=names):
+        # (only offsets, topics and partitions are read: "auto" takes the compiled rows,
+        # where "hex" rendered every key and value in Python)
+        for row in records_from_exchange(ex, values="auto", topic_names=names):
             off = row.offset
             if off is None:
                 continue

@@ -12,7 +12,11 @@ observation every percentile is that observation.  This is numpy's
 
 Memory: one float per paired exchange per group (8 bytes in an ``array``),
 plus a (timestamp, latency, api) triple per exchange when the time series for
-plots is kept -- about 50 MB for a million exchanges.
+plots is kept -- about 50 MB for a million exchanges. A group past
+``COMPACT_AT`` values whose values repeat (latencies are microsecond-exact, so
+they do on long captures) becomes a count per distinct value
+(:class:`LatencyCounts`): the same exact figures, memory by distinct values, not
+by exchanges.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from __future__ import annotations
 import math
 import os
 from array import array
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +47,53 @@ GROUP_BY = ("api", "broker", "client", "topic")
 PERCENTILES = (50, 95, 99)
 LATENCY_COLUMNS = ("by", "group", "count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms", "long_polls")
 TOTAL_GROUP = "(all)"
+# a group's values are looked at for compaction past this many (see LatencyCounts), every
+# CHECK_EVERY exchanges; they are compacted when distinct values are under 1/COMPACT_GAIN of them
+COMPACT_AT = 1 << 20
+CHECK_EVERY = 1 << 16
+COMPACT_GAIN = 16
+# past this many values, the figures are worked out from a count per distinct value
+# rather than a sorted list (a Python float is 32 bytes in a list, 8 in the array)
+SORT_LIMIT = 1 << 16
+
+
+class LatencyCounts:
+    """A group's latencies as a count per distinct value (exact; ``append``/``extend``/
+    ``len``/iteration like the array it replaces, iteration in ascending order)."""
+
+    __slots__ = ("counts", "n")
+
+    def __init__(self, values: Iterable[float] = ()) -> None:
+        self.counts: Counter[float] = Counter()
+        self.n = 0
+        self.extend(values)
+
+    def append(self, value: float) -> None:
+        self.counts[value] += 1
+        self.n += 1
+
+    def extend(self, values: Any) -> None:
+        if isinstance(values, LatencyCounts):
+            self.counts.update(values.counts)
+            self.n += values.n
+        else:
+            before = self.counts.total()
+            self.counts.update(values)
+            self.n += self.counts.total() - before
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        return chain.from_iterable(repeat(v, c) for v, c in sorted(self.counts.items()))
+
+
+def _compacted(values: Any) -> Any:
+    """``values`` as LatencyCounts when that is much smaller, else unchanged."""
+    if isinstance(values, LatencyCounts):
+        return values
+    counts = LatencyCounts(values)
+    return counts if len(counts.counts) * COMPACT_GAIN <= len(values) else values
 
 
 def nearest_rank(sorted_values: Any, p: float) -> float:
@@ -79,6 +132,8 @@ class GroupStats:
 
 
 def stats_of(group: str, values: Iterable[float]) -> GroupStats:
+    if isinstance(values, LatencyCounts) or (hasattr(values, "__len__") and len(values) > SORT_LIMIT):
+        return _stats_of_counts(group, values if isinstance(values, LatencyCounts) else LatencyCounts(values))
     vals = sorted(values)
     return GroupStats(
         group=group,
@@ -89,6 +144,28 @@ def stats_of(group: str, values: Iterable[float]) -> GroupStats:
         p99_ms=nearest_rank(vals, 99),
         max_ms=vals[-1],
         min_ms=vals[0],
+    )
+
+
+def _stats_of_counts(group: str, counts: LatencyCounts) -> GroupStats:
+    """stats_of, from a count per distinct value: the same figures (fsum is exactly
+    rounded whatever the order; nearest rank found on the cumulative counts)."""
+    items = sorted(counts.counts.items())
+    n = counts.n
+    ranks = {p: min(max(math.ceil(Fraction(p) * n / 100), 1), n) for p in PERCENTILES}
+    at: dict[int, float] = {}
+    seen = 0
+    for v, c in items:
+        seen += c
+        for p, r in ranks.items():
+            if p not in at and seen >= r:
+                at[p] = v
+        if len(at) == len(ranks):
+            break
+    return GroupStats(
+        group=group, count=n,
+        mean_ms=math.fsum(chain.from_iterable(repeat(v, c) for v, c in items)) / n,
+        p50_ms=at[50], p95_ms=at[95], p99_ms=at[99], max_ms=items[-1][0], min_ms=items[0][0],
     )
 
 
@@ -114,13 +191,17 @@ class LatencyStats:
     :func:`plot_latency`.
     """
 
-    def __init__(self, by: str = "api", keep_series: bool = False) -> None:
+    def __init__(self, by: str = "api", keep_series: bool = False, keep_total: bool = True) -> None:
         if by not in GROUP_BY:
             raise ValueError(f"cannot group latency by {by!r} (expected one of {', '.join(GROUP_BY)})")
         self.by = by
         self.keep_series = keep_series
         self._groups: dict[str, array] = {}
         self._all = array("d")
+        # keep_total=False: no ``(all)`` row, and 8 bytes an exchange less (the summary)
+        self._keep_total = keep_total
+        self._counted = 0
+        self._compact_later: dict[str | None, int] = {}  # group (None: all) -> size to look again
         self._broker_ids: dict[str, int] = {}
         self.skipped = 0  # exchanges without a latency (unpaired, no response expected)
         # long polls per group key (model.LONG_POLL_FRACTION): their latency is the
@@ -163,7 +244,11 @@ class LatencyStats:
             if vals is None:
                 vals = self._groups[key] = array("d")
             vals.append(lat)
-        self._all.append(lat)
+        self._counted += 1
+        if self._keep_total:
+            self._all.append(lat)
+        if not self._counted % CHECK_EVERY:
+            self._compact()
         if self.keep_series and ex.request_ts is not None:
             if api is None:
                 api = api_label(ex)
@@ -175,6 +260,22 @@ class LatencyStats:
             self._api_idx.append(idx)
         return True
 
+    def _compact(self) -> None:
+        """Groups past COMPACT_AT values whose values repeat become counts (exact); a
+        group whose values do not repeat enough is looked at again at twice its size."""
+        later = self._compact_later
+        for key, vals in [*self._groups.items(), (None, self._all)]:
+            n = len(vals)
+            if n < later.get(key, COMPACT_AT) or isinstance(vals, LatencyCounts):
+                continue
+            vals = _compacted(vals)
+            if not isinstance(vals, LatencyCounts):
+                later[key] = 2 * n
+            elif key is None:
+                self._all = vals
+            else:
+                self._groups[key] = vals
+
     def add_all(self, exchanges: Iterable[Exchange]) -> LatencyStats:
         for ex in exchanges:
             self.add(ex)
@@ -183,19 +284,27 @@ class LatencyStats:
     def parts(self) -> tuple:
         """The values counted so far (per group, all, long polls, skipped), for
         :meth:`merge_parts` of another accumulator (--jobs workers' partial summaries)."""
-        return (self._groups, self._all, self._long_polls, self.long_polls, self.skipped, self._broker_ids)
+        return (self._groups, self._all, self._long_polls, self.long_polls, self.skipped, self._broker_ids,
+                self._counted)
 
     def merge_parts(self, parts: tuple) -> None:
         """Add another accumulator's :meth:`parts` (the percentiles are of all the values:
         exact; the series for plots are not merged)."""
-        groups, values, long_polls, n_long_polls, skipped, broker_ids = parts
+        groups, values, long_polls, n_long_polls, skipped, broker_ids, counted = parts
         for key, vals in groups.items():
             mine = self._groups.get(key)
             if mine is None:
-                self._groups[key] = array("d", vals)
+                self._groups[key] = LatencyCounts(vals) if isinstance(vals, LatencyCounts) else array("d", vals)
+            elif isinstance(vals, LatencyCounts) and not isinstance(mine, LatencyCounts):
+                self._groups[key] = LatencyCounts(mine)
+                self._groups[key].extend(vals)
             else:
                 mine.extend(vals)
-        self._all.extend(values)
+        if self._keep_total:
+            if isinstance(values, LatencyCounts) and not isinstance(self._all, LatencyCounts):
+                self._all = LatencyCounts(self._all)
+            self._all.extend(values)
+        self._counted += counted
         for key, n in long_polls.items():
             self._long_polls[key] = self._long_polls.get(key, 0) + n
         self.long_polls += n_long_polls
@@ -205,7 +314,7 @@ class LatencyStats:
 
     @property
     def count(self) -> int:
-        return len(self._all)
+        return self._counted
 
     def group_label(self, key: str) -> str:
         bid = self._broker_ids.get(key)

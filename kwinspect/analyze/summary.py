@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kwinspect.analyze.connection_counts import NOT_KAFKA, SEEN, TLS, ConnectionCounts, host_of
+from kwinspect.analyze.connection_counts import TLS_DECRYPTED as TLS_DECRYPTED_BIT
 from kwinspect.analyze.latency import LatencyStats, api_label
 from kwinspect.analyze.richtables import fit_to_width
 from kwinspect.analyze.termsafe import term_safe
@@ -131,16 +133,6 @@ def _iso(ts: float | None) -> str | None:
         return None
 
 
-def _host(addr: str | None) -> str:
-    """'10.0.0.1:5000' -> '10.0.0.1'; '[::1]:5000' -> '::1'."""
-    if not addr:
-        return "(unknown)"
-    if addr.startswith("["):
-        end = addr.find("]")
-        return addr[1:end] if end > 0 else addr
-    return addr.rsplit(":", 1)[0] if addr.count(":") == 1 else addr
-
-
 @dataclass
 class Summary:
     first_ts: float | None = None
@@ -243,24 +235,17 @@ class SummaryBuilder:
         self._last: float | None = None
         self._exchanges = 0
         self._statuses: Counter[str] = Counter()
-        self._streams: set[str] = set()
-        self._tls: set[str] = set()
-        self._tls_decrypted: set[str] = set()
-        self._not_kafka: set[str] = set()
-        self._broker_conns: dict[str, set[str]] = defaultdict(set)
-        self._conn_keys: dict[tuple, tuple[str | None, str]] = {}  # see add_exchange
+        # each connection's broker, clients, client software, TLS: a few bytes a connection
+        self._conns = ConnectionCounts()
         self._broker_reqs: Counter[str] = Counter()
         self._broker_ids: dict[str, int] = {}
         self._advertised: dict[int, str] = {}  # node id -> "host:port" from Metadata
-        self._client_conns: dict[tuple[str | None, str], set[str]] = defaultdict(set)
         self._client_reqs: Counter[tuple[str | None, str]] = Counter()
-        self._stream_software: dict[str, tuple[str | None, str | None]] = {}
-        self._stream_clients: dict[str, set[tuple[str | None, str]]] = defaultdict(set)
         self._api_counts: Counter[str] = Counter()
         self._api_versions: dict[str, set[int]] = defaultdict(set)
         self._api_errors: Counter[str] = Counter()
         self._api_unanswered: Counter[str] = Counter()
-        self._latency = LatencyStats("api")
+        self._latency = LatencyStats("api", keep_total=False)  # (the summary shows no total row)
         self._kafka_errors: dict[tuple[str | None, int | None], dict[str, Any]] = {}
         self._anomalies: dict[str, dict[str, Any]] = {}
         self._topics: dict[str, _TopicAcc] = defaultdict(_TopicAcc)
@@ -332,7 +317,7 @@ class SummaryBuilder:
         api = api_label(ex)
         topics = ex.topics
         erred = bool(ex.error_codes and any(ex.error_codes))
-        key = (ex.status, ex.stream, ex.broker, ex.client_id, ex.client, api, ex.api_version, erred,
+        key = (ex.status, ex.tcp_stream, ex.stream, ex.broker, ex.client_id, ex.client, api, ex.api_version, erred,
                tuple(topics) if topics else ())
         group = self._groups.get(key)
         if group is not None:
@@ -356,20 +341,8 @@ class SummaryBuilder:
         self._exchanges += 1
         status = ex.status
         self._statuses[status] += 1
-        stream = ex.stream
         broker = ex.broker or "(unknown)"
-        client_id = ex.client_id
-        # The sets below only grow: an exchange on a (stream, broker, client) already
-        # seen adds nothing to them, so skip them and _host's parsing.
-        conn = (stream, broker, client_id, ex.client)
-        ckey = self._conn_keys.get(conn)
-        if ckey is None:
-            ckey = self._conn_keys[conn] = (client_id, _host(ex.client))
-            if stream:
-                self._streams.add(stream)
-            self._broker_conns[broker].add(stream)
-            self._client_conns[ckey].add(stream)
-            self._stream_clients[stream].add(ckey)
+        ckey = self._conns.exchange(ex.tcp_stream, ex.stream, broker, ex.client_id, ex.client)
         self._broker_reqs[broker] += 1
         self._client_reqs[ckey] += 1
         self._api_counts[api] += 1
@@ -420,7 +393,7 @@ class SummaryBuilder:
             name = req.body.get("client_software_name")
             version = req.body.get("client_software_version")
             if name:
-                self._stream_software[ex.stream] = (str(name), str(version) if version else None)
+                self._conns.software(ex.tcp_stream, ex.stream, str(name), str(version) if version else None)
         resp = ex.response
         if ex.api_key in (METADATA, DESCRIBE_CLUSTER) and resp is not None and isinstance(resp.body, dict):
             for b in resp.body.get("brokers") or ():
@@ -434,7 +407,14 @@ class SummaryBuilder:
     def add_error(self, err: ErrorRow) -> None:
         self._seen(err.ts)
         if err.stream:
-            self._streams.add(err.stream)
+            bits = SEEN
+            if err.kind == _TLS:
+                bits |= TLS
+            elif err.kind == TLS_DECRYPTED:
+                bits |= TLS_DECRYPTED_BIT
+            elif err.kind == _NOT_KAFKA:
+                bits |= NOT_KAFKA
+            self._conns.flag(err.tcp_stream, err.stream, bits)
         if err.kind == KAFKA_ERROR:
             key = (err.name, err.code)
             e = self._kafka_errors.get(key)
@@ -447,12 +427,6 @@ class SummaryBuilder:
             if err.api_name:
                 e["apis"].add(err.api_name)
             return
-        if err.kind == _TLS and err.stream:
-            self._tls.add(err.stream)
-        if err.kind == TLS_DECRYPTED and err.stream:
-            self._tls_decrypted.add(err.stream)
-        if err.kind == _NOT_KAFKA and err.stream:
-            self._not_kafka.add(err.stream)
         a = self._anomalies.get(err.kind)
         if a is None:
             a = self._anomalies[err.kind] = {
@@ -493,11 +467,8 @@ class SummaryBuilder:
         self._settle()
         return {
             "first": self._first, "last": self._last, "exchanges": self._exchanges,
-            "statuses": dict(self._statuses), "streams": self._streams, "tls": self._tls,
-            "tls_decrypted": self._tls_decrypted, "not_kafka": self._not_kafka,
-            "broker_conns": dict(self._broker_conns), "conn_keys": self._conn_keys,
-            "broker_reqs": dict(self._broker_reqs), "client_conns": dict(self._client_conns),
-            "client_reqs": dict(self._client_reqs), "stream_clients": dict(self._stream_clients),
+            "statuses": dict(self._statuses), "connections": self._conns.part(),
+            "broker_reqs": dict(self._broker_reqs), "client_reqs": dict(self._client_reqs),
             "api_counts": dict(self._api_counts), "api_versions": dict(self._api_versions),
             "api_errors": dict(self._api_errors), "api_unanswered": dict(self._api_unanswered),
             "latency": self._latency.parts(), "kafka_errors": self._kafka_errors,
@@ -516,23 +487,12 @@ class SummaryBuilder:
         self._seen(part["last"])
         self._exchanges += part["exchanges"]
         self._statuses.update(part["statuses"])
-        self._streams |= part["streams"]
-        self._tls |= part["tls"]
-        self._tls_decrypted |= part["tls_decrypted"]
-        self._not_kafka |= part["not_kafka"]
-        for broker, conns in part["broker_conns"].items():
-            self._broker_conns[broker] |= conns
-        for conn, ckey in part["conn_keys"].items():
-            self._conn_keys.setdefault(conn, ckey)
+        self._conns.merge(part["connections"])
         self._broker_reqs.update(part["broker_reqs"])
         for broker, bid in broker_ids.items():
             if bid is not None:
                 self._broker_ids[broker] = bid
-        for ckey, conns in part["client_conns"].items():
-            self._client_conns[ckey] |= conns
         self._client_reqs.update(part["client_reqs"])
-        for stream, ckeys in part["stream_clients"].items():
-            self._stream_clients[stream] |= ckeys
         self._api_counts.update(part["api_counts"])
         for api, versions in part["api_versions"].items():
             self._api_versions[api] |= versions
@@ -566,27 +526,23 @@ class SummaryBuilder:
               byte_counts: dict[str, int] | None = None) -> Summary:
         self._settle()
         id_by_addr = {addr: node for node, addr in self._advertised.items()}
+        broker_conns, client_conns, software_by_client = self._conns.per_broker_and_client()
         brokers = []
-        for addr, conns in self._broker_conns.items():
+        for addr, conns in broker_conns.items():
             bid = self._broker_ids.get(addr, id_by_addr.get(addr))
             brokers.append({
-                "address": addr, "id": bid, "connections": len(conns),
+                "address": addr, "id": bid, "connections": conns,
                 "requests": self._broker_reqs[addr], "seen": True,
             })
         for node, addr in sorted(self._advertised.items()):
-            if addr not in self._broker_conns:
+            if addr not in broker_conns:
                 brokers.append({"address": addr, "id": node, "connections": 0, "requests": 0,
                                 "seen": False})
         brokers.sort(key=lambda b: (not b["seen"], b["id"] if b["id"] is not None else 1 << 31,
                                     b["address"]))
 
-        software_by_client: dict[tuple[str | None, str], set[tuple[str | None, str | None]]] = (
-            defaultdict(set))
-        for stream, sw in self._stream_software.items():
-            for ckey in self._stream_clients.get(stream, ()):
-                software_by_client[ckey].add(sw)
         clients = []
-        for ckey, conns in self._client_conns.items():
+        for ckey, conns in client_conns.items():
             client_id, host = ckey
             sws = sorted(software_by_client.get(ckey, ()), key=lambda s: (s[0] or "", s[1] or ""))
             if sws:
@@ -596,7 +552,7 @@ class SummaryBuilder:
                 library = guess_library(None, None, client_id)
                 software = []
             clients.append({
-                "client_id": client_id, "address": host, "connections": len(conns),
+                "client_id": client_id, "address": host, "connections": conns,
                 "requests": self._client_reqs[ckey], "library": library, "software": software,
             })
         clients.sort(key=lambda c: (-c["requests"], c["client_id"] or "", c["address"]))
@@ -629,9 +585,10 @@ class SummaryBuilder:
         topics.sort(key=lambda t: (-t["bytes"], -t["records"], -t["requests"], t["topic"]))
         return Summary(
             first_ts=self._first, last_ts=self._last, exchanges=self._exchanges,
-            statuses=dict(self._statuses), connections=len(self._streams),
-            tls_connections=len(self._tls), tls_decrypted_connections=len(self._tls_decrypted),
-            not_kafka_connections=len(self._not_kafka),
+            statuses=dict(self._statuses), connections=self._conns.count(SEEN),
+            tls_connections=self._conns.count(TLS),
+            tls_decrypted_connections=self._conns.count(TLS_DECRYPTED_BIT),
+            not_kafka_connections=self._conns.count(NOT_KAFKA),
             brokers=brokers, clients=clients, apis=apis, kafka_errors=kafka_errors,
             anomalies=[dict(a) for a in anomalies], topics=topics, records=self._records,
             sources=list(sources), interrupted=interrupted,
@@ -678,7 +635,7 @@ class SummaryFold:
     def _order_keys(item: Any) -> tuple | None:
         if isinstance(item, Exchange):
             # clients with equal counts and names (None and "") keep their first occurrence's order
-            return (("status", item.status), ("client", item.client_id, _host(item.client)),
+            return (("status", item.status), ("client", item.client_id, host_of(item.client)),
                     ("api", api_label(item)))
         if isinstance(item, ErrorRow):
             if item.kind == KAFKA_ERROR:

@@ -84,6 +84,7 @@ MAX_ORPHAN_CANDIDATES = 64  # api/versions tried on a response whose request was
 # rest are counted and reported in one row when the stream ends (a flood of 500,000 broken
 # frames must not become 500,000 rows)
 MAX_ISSUES_PER_KIND = 100
+MAX_SHARED_ADVERTISED = 1024  # distinct ApiVersions answers SharedState shares (see same_advertised)
 
 
 @dataclass
@@ -99,6 +100,20 @@ class SharedState:
     # from (asked once per exchange; `brokers` may be mutated or replaced by anyone)
     _broker_ids: dict = field(default_factory=dict, repr=False, compare=False)
     _brokers_seen: dict | None = field(default=None, repr=False, compare=False)
+    # advertised-range maps (ApiVersions) by content: every connection to a broker gets
+    # the same answer, and thousands of closed connections keep theirs (see same_advertised)
+    _advertised_maps: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def same_advertised(self, advertised: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """One shared dict for every equal advertised-range map (they are never mutated);
+        up to MAX_SHARED_ADVERTISED distinct maps, then the map itself."""
+        key = tuple(advertised.items())
+        mine = self._advertised_maps.get(key)
+        if mine is not None:
+            return mine
+        if len(self._advertised_maps) < MAX_SHARED_ADVERTISED:
+            self._advertised_maps[key] = advertised
+        return advertised
 
     def broker_id_for(self, endpoint: Endpoint) -> int | None:
         brokers = self.brokers
@@ -199,8 +214,9 @@ class Conversation:
     """Request/response pairing and protocol state for one TCP connection."""
 
     def summary(self) -> ConversationSummary:
+        # (advertised is shared with other connections, never mutated: not copied)
         return ConversationSummary(self.stream, self.client_software, self.sasl_mechanism,
-                                   dict(self.advertised) if self.advertised else None, self.requests)
+                                   self.advertised or None, self.requests)
 
     def __init__(self, client: Endpoint, broker: Endpoint, *, shared: SharedState | None = None,
                  redact: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
@@ -436,7 +452,7 @@ class Conversation:
                     key, lo, hi = k.get("api_key"), k.get("min_version"), k.get("max_version")
                     if isinstance(key, int) and isinstance(lo, int) and isinstance(hi, int):
                         advertised[key] = (lo, hi)
-            self.advertised = advertised
+            self.advertised = self.shared.same_advertised(advertised)
         elif req.api_key == SASL_HANDSHAKE and req.api_version == 0 and body.get("error_code") == 0:
             self._sasl_raw = True
         if self.redact and req.api_key in SECRET_APIS:  # redact_message's own first test

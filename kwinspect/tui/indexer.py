@@ -20,11 +20,13 @@ import dataclasses
 import heapq
 import os
 import queue
+import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from kwinspect.analyze.diagnose import Diagnoser
@@ -45,6 +47,12 @@ FINDINGS_EVERY = 1.0  # seconds, at least, between two Diagnoser.findings() whil
 # Diagnoser's whole state (0.5-1 s at a million exchanges), so it costs at most 1/20 of indexing
 FINDINGS_COST_RATIO = 20
 SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+_int32_at = struct.Struct(">i").unpack_from  # a frame's correlation id (signed, as the decoder reads it)
+# An ErrorRow goes to the app as the tuple of its fields (ErrorRow(*t) there): pickling
+# the slotted dataclass runs its __getstate__/__setstate__ in Python, which cost the
+# indexing process about 2 us a row (half a million of them on a capture of 176k
+# connections) and the app as much again.
+error_fields = attrgetter(*(f.name for f in dataclasses.fields(ErrorRow)))
 
 
 class Diagnosis:
@@ -96,31 +104,40 @@ class Diagnosis:
 
 
 class _Tap:
+    """One connection's frames waiting for their exchange, by correlation id: a frame
+    alone (nearly always), or a deque of them when a correlation id is reused in flight."""
+
     __slots__ = ("req", "resp", "count")
 
     def __init__(self) -> None:
-        self.req: dict[int, deque[bytes]] = {}
-        self.resp: dict[int, deque[bytes]] = {}
+        self.req: dict[int, bytes | deque[bytes]] = {}
+        self.resp: dict[int, bytes | deque[bytes]] = {}
         self.count = 0
 
-    def put(self, side: dict[int, deque[bytes]], cid: int, frame: bytes) -> None:
+    def put(self, side: dict[int, bytes | deque[bytes]], cid: int, frame: bytes) -> None:
         if self.count >= MAX_HELD_FRAMES:
             self.req.clear()
             self.resp.clear()
             self.count = 0
-        side.setdefault(cid, deque()).append(bytes(frame))
+        held = side.get(cid)
+        if held is None:
+            side[cid] = frame
+        elif type(held) is bytes:
+            side[cid] = deque((held, frame))
+        else:
+            held.append(frame)
         self.count += 1
 
-    def take(self, side: dict[int, deque[bytes]], cid: int | None) -> bytes | None:
-        if cid is None:
+    def take(self, side: dict[int, bytes | deque[bytes]], cid: int | None) -> bytes | None:
+        held = side.pop(cid, None)
+        if held is None:
             return None
-        q = side.get(cid)
-        if not q:
-            return None
-        frame = q.popleft()
-        if not q:
-            del side[cid]
         self.count -= 1
+        if type(held) is bytes:
+            return held
+        frame = held.popleft()
+        if held:
+            side[cid] = held
         return frame
 
 
@@ -147,13 +164,19 @@ class FrameTap:
         return self.dissector
 
     def frame(self, stream: str, direction: str, frame: bytes) -> None:
+        if type(frame) is not bytes:
+            frame = bytes(frame)
         if direction == "request":
             if len(frame) >= 8:
-                tap = self.taps.get(stream) or self.taps.setdefault(stream, _Tap())
-                tap.put(tap.req, int.from_bytes(frame[4:8], "big", signed=True), frame)
+                tap = self.taps.get(stream)
+                if tap is None:
+                    tap = self.taps[stream] = _Tap()
+                tap.put(tap.req, _int32_at(frame, 4)[0], frame)
         elif len(frame) >= 4:
-            tap = self.taps.get(stream) or self.taps.setdefault(stream, _Tap())
-            tap.put(tap.resp, int.from_bytes(frame[0:4], "big", signed=True), frame)
+            tap = self.taps.get(stream)
+            if tap is None:
+                tap = self.taps[stream] = _Tap()
+            tap.put(tap.resp, _int32_at(frame, 0)[0], frame)
 
     def frames_of(self, ex: Exchange) -> tuple[bytes | None, bytes | None]:
         if ex.api_key == SASL_HANDSHAKE and ex.request is not None:
@@ -201,7 +224,10 @@ def _index_capture(paths: list[str], sources: list, tap: FrameTap, d: Dissector,
     """The rows of the capture files in capture order, as the commands give them
     (run.loop.PacketLoop), each labelled with its frames the moment it completes
     (the taps hand them out in completion order); ``tick`` True abandons."""
-    loop = PacketLoop(d, label=label, tick=tick, name=", ".join(paths))
+    # (label_batches: the compiled loop labels a batch's rows at its end, in completion
+    # order; the taps hand frames out first in, first out per connection and correlation
+    # id, so each row still gets its own)
+    loop = PacketLoop(d, label=label, tick=tick, name=", ".join(paths), label_batches=True)
     merged = sources[0] if len(sources) == 1 else heapq.merge(*sources, key=lambda raw: raw.ts)
     yield from loop.run(merged)
 
@@ -233,24 +259,29 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
     conn.send(("ready",))
     offset = 0
     rows: list[tuple] = []
-    errors: list[ErrorRow] = []
+    errors: list[tuple] = []  # error_fields of each ErrorRow
     last_send = time.monotonic()
     sent_once = False
     error = None
     cancelled = False
 
     def label(ev: Any) -> tuple[Any, Any]:
-        """Spill the frames of an event as it completes."""
+        """Spill the frames of an event as it completes: (request offset, its length,
+        response offset, its length) in the spill, -1 for a frame not kept."""
         nonlocal offset
-        refs = None
-        if isinstance(ev, Exchange):
-            refs = [-1, -1, -1, -1]
-            for n, frame in enumerate(tap.frames_of(ev)):
-                if frame is not None:
-                    spill.write(frame)
-                    refs[2 * n], refs[2 * n + 1] = offset, len(frame)
-                    offset += len(frame)
-        return ev, refs
+        if not isinstance(ev, Exchange):
+            return ev, None
+        req, resp = tap.frames_of(ev)
+        req_off = req_len = resp_off = resp_len = -1
+        if req is not None:
+            spill.write(req)
+            req_off, req_len = offset, len(req)
+            offset += req_len
+        if resp is not None:
+            spill.write(resp)
+            resp_off, resp_len = offset, len(resp)
+            offset += resp_len
+        return ev, (req_off, req_len, resp_off, resp_len)
 
     def send(final: bool = False) -> None:
         nonlocal rows, errors, last_send
@@ -285,13 +316,14 @@ def index_process_main(paths: list[str], config: DissectConfig | None, spill_pat
             if isinstance(ev, Exchange):
                 rows.append(compact(ev, refs))
             elif isinstance(ev, ErrorRow):
-                errors.append(ev)
+                errors.append(error_fields(ev))
         if cancelled:
             return
         for path, src in zip(paths, sources, strict=True):
             for issue in src.issues:
-                errors.append(ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}"))
-                diag.add(errors[-1])
+                err = ErrorRow(kind=issue.kind, message=f"{path}: {issue.message}")
+                errors.append(error_fields(err))
+                diag.add(err)
         send(final=True)
         diag.connections_ended(d.connections.values())
         send_findings()
@@ -479,7 +511,7 @@ class Indexer:
                         for t in rows:
                             store.add_compact(t)
                         for err in errors:
-                            store.add_error(err)
+                            store.add_error(ErrorRow(*err))
                         store.trim()
                         store.generation += 1
                 elif kind == "findings":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import math
 import re
 import xml.etree.ElementTree as ET
 
@@ -173,3 +174,55 @@ def test_means_in_the_cli_output_are_rounded_to_microseconds(tmp_path):
     for r in rows:
         for k in ("mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms"):
             assert round(r[k], 3) == r[k], (k, r[k])
+
+
+@pytest.mark.parametrize("by", ["api", "topic"])
+def test_long_groups_become_counts_with_the_same_figures(monkeypatch, by):
+    """Past COMPACT_AT values, a group of microsecond latencies is kept as a count per
+    distinct value: its rows still equal numpy's over every value, and --jobs' merge of a
+    compacted part with an array part gives them too."""
+    from kwinspect.analyze import latency
+
+    monkeypatch.setattr(latency, "COMPACT_AT", 2_000)
+    monkeypatch.setattr(latency, "CHECK_EVERY", 500)
+    rng = np.random.default_rng(11)
+    produce = [round(float(v), 2) for v in rng.lognormal(0, 0.3, 9_000)]  # ~200 distinct
+    fetch = [round(float(v)) + 0.001 for v in rng.lognormal(4, 0.2, 3_000)]
+    exs = [ex(v, "Produce", topics=("p",)) for v in produce] + [ex(v, "Fetch", topics=("f",)) for v in fetch]
+    rng.shuffle(exs)
+    whole = LatencyStats(by).add_all(exs)
+    assert any(isinstance(v, latency.LatencyCounts) for v in whole._groups.values())  # noqa: SLF001
+    first, second = LatencyStats(by).add_all(exs[:8_000]), LatencyStats(by).add_all(exs[8_000:])
+    first.merge_parts(second.parts())
+    truth = {"Produce": produce, "Fetch": fetch, "p": produce, "f": fetch,
+             TOTAL_GROUP: [e.latency_ms for e in exs]}
+    for s in (whole, first):
+        rows = {r["group"]: r for r in s.rows()}
+        assert set(rows) == ({"Produce", "Fetch"} if by == "api" else {"p", "f"}) | {TOTAL_GROUP}
+        for group, r in rows.items():
+            want = np_stats(truth[group])
+            want["mean_ms"] = round(math.fsum(truth[group]) / len(truth[group]), 3)  # exact, any order
+            assert {k: r[k] for k in want} == want, group
+
+
+def test_counts_keep_memory_by_distinct_values(monkeypatch):
+    import tracemalloc
+
+    from kwinspect.analyze import latency
+
+    monkeypatch.setattr(latency, "COMPACT_AT", 4_096)
+    monkeypatch.setattr(latency, "CHECK_EVERY", 1_024)
+    e = [ex(float(i % 50), "Produce") for i in range(1_000)]
+    s = LatencyStats("api", keep_total=False)
+    s.add_all(e * 10)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for _ in range(200):  # 200,000 more values, 50 distinct
+            s.add_all(e)
+        grown = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert grown < 100_000, grown  # an array would have grown by 1.6 MB
+    (row,) = s.rows(include_total=False)
+    assert (row["count"], row["p50_ms"], row["max_ms"]) == (210_000, 24.0, 49.0)

@@ -35,6 +35,35 @@ def _diagnose(pcap: str, ports: list[int]):
     return d, refs
 
 
+def _run_with_one_retake(run, tmp_path_factory, prefix):
+    """Run a rig scenario into a fresh directory; once more if the rig itself gave up.
+
+    The rig raises RuntimeError when the clients did not reach the state the scenario needs
+    (a rebalance that did not settle in 30 s on a loaded CI box): that says nothing about
+    kwinspect, so the scenario is recorded once more before the test judges anything.
+    """
+    workdir = str(tmp_path_factory.mktemp(prefix))
+    try:
+        return workdir, run(workdir)
+    except RuntimeError:
+        workdir = str(tmp_path_factory.mktemp(prefix + "-retake"))
+        return workdir, run(workdir)
+
+
+# Findings that measure the host's timing rather than the protocol: one stall of the loaded
+# CI box (an ApiVersions answered in 120 ms by the mock) is a true latency outlier of that
+# capture. A clean scenario showing only these is recorded once more and must then be quiet.
+TIMING_KINDS = {"latency_outlier", "slow_broker"}
+
+
+def _only_timing(findings) -> bool:
+    return bool(findings) and all(f.kind in TIMING_KINDS for f in findings)
+
+
+def _loud_text(name, loud) -> str:
+    return f"{name}: false alarms:\n" + "\n".join(f"  {f.severity} {f.kind}: {f.title}" for f in loud)
+
+
 @pytest.mark.parametrize("name", list(DIAG_SCENARIOS))
 def test_diagnose_scenario(rig, tmp_path_factory, name):
     import os
@@ -42,8 +71,7 @@ def test_diagnose_scenario(rig, tmp_path_factory, name):
     from rig.diagnose_scenarios import run_diag_scenario
 
     fn, expected = DIAG_SCENARIOS[name]
-    workdir = str(tmp_path_factory.mktemp("diag"))
-    m = run_diag_scenario(name, rig, workdir)
+    workdir, m = _run_with_one_retake(lambda wd: run_diag_scenario(name, rig, wd), tmp_path_factory, "diag")
     d, refs = _diagnose(os.path.join(workdir, m.pcap), m.kafka_ports)
     findings = d.findings()
     kinds = {f.kind for f in findings}
@@ -79,11 +107,20 @@ CLEAN_RIG_SCENARIOS = ["confluent-mock-produce-consume", "confluent-mock-idempot
 
 
 @pytest.mark.parametrize("name", CLEAN_RIG_SCENARIOS)
-def test_clean_rig_scenario_raises_no_warning(scenario_run, name):
+def test_clean_rig_scenario_raises_no_warning(scenario_run, rig, tmp_path_factory, name):
+    import os
+
+    from rig.scenarios import run_scenario
+
     m, pcap, _decoded = scenario_run(name)
     d, _refs = _diagnose(pcap, m.kafka_ports)
     loud = d.findings("warning")
-    assert not loud, f"{name}: false alarms:\n" + "\n".join(f"  {f.severity} {f.kind}: {f.title}" for f in loud)
+    if _only_timing(loud):
+        workdir = str(tmp_path_factory.mktemp("clean-retake"))
+        m = run_scenario(name, rig, workdir)
+        d, _refs = _diagnose(os.path.join(workdir, m.pcap), m.kafka_ports)
+        loud = d.findings("warning")
+    assert not loud, _loud_text(name, loud)
 
 
 @pytest.mark.parametrize("name", list(CLEAN_DIAG_SCENARIOS))
@@ -92,10 +129,16 @@ def test_clean_diag_scenario_raises_no_warning(rig, tmp_path_factory, name):
 
     from rig.diagnose_scenarios import run_diag_scenario
 
-    workdir = str(tmp_path_factory.mktemp("diag-clean"))
-    m = run_diag_scenario(name, rig, workdir)
+    def take(wd):
+        return run_diag_scenario(name, rig, wd)
+
+    workdir, m = _run_with_one_retake(take, tmp_path_factory, "diag-clean")
     d, _refs = _diagnose(os.path.join(workdir, m.pcap), m.kafka_ports)
     loud = d.findings("warning")
-    assert not loud, f"{name}: false alarms:\n" + "\n".join(f"  {f.severity} {f.kind}: {f.title}" for f in loud)
+    if _only_timing(loud):
+        workdir, m = _run_with_one_retake(take, tmp_path_factory, "diag-clean-retake")
+        d, _refs = _diagnose(os.path.join(workdir, m.pcap), m.kafka_ports)
+        loud = d.findings("warning")
+    assert not loud, _loud_text(name, loud)
     (g,) = [t for t in d.group_timelines() if t.group_id == m.group_ids[0]]
     assert len(g.members848) == 2 and all(info["left"] for info in g.members848.values())

@@ -118,7 +118,8 @@ class ConnectionAnalyzer(FindingTable):
         self._n = 0
 
     def on_exchange(self, ex: Exchange) -> None:
-        ev = evidence_of(ex)
+        # (the Evidence is made where it is kept: most exchanges need none, and a frozen
+        # dataclass costs ~1 us to make)
         ts = ts_of(ex)
         client = client_label(ex)
         self._n += 1
@@ -139,7 +140,8 @@ class ConnectionAnalyzer(FindingTable):
                                   "The client keeps opening new connections to this broker. Each costs a TCP "
                                   "(and TLS/SASL) handshake and ApiVersions; causes: connections closed by the "
                                   "broker (idle timeout, errors, max connections), client crash loops, or a "
-                                  "client created per message.", ev, client_id=ex.client_id, client_host=host,
+                                  "client created per message.", evidence_of(ex), client_id=ex.client_id,
+                                  client_host=host,
                                   broker=ex.broker)
                     f.title = f"{client}: connection churn to {ex.broker} ({w.best} new connections within " \
                               f"{CHURN_WINDOW_S:.0f} s)"
@@ -165,7 +167,8 @@ class ConnectionAnalyzer(FindingTable):
                       "The client cannot authenticate, so it gets no further than the handshake and keeps "
                       "reconnecting. UNSUPPORTED_SASL_MECHANISM: the broker does not enable the client's "
                       "sasl.mechanism (the response lists the ones it does); SASL_AUTHENTICATION_FAILED: wrong "
-                      "credentials or unknown user.", ev, client_id=ex.client_id, broker=ex.broker, error=err)
+                      "credentials or unknown user.", evidence_of(ex), client_id=ex.client_id, broker=ex.broker,
+                      error=err)
         # throttling
         if ex.throttle_time_ms and ex.throttle_time_ms > 0:
             t = self.throttle.setdefault((client, ex.api_name or "?"), [0, 0, 0, []])
@@ -173,10 +176,10 @@ class ConnectionAnalyzer(FindingTable):
             t[1] += ex.throttle_time_ms
             t[2] = max(t[2], ex.throttle_time_ms)
             if len(t[3]) < 20:
-                t[3].append(ev)
+                t[3].append(evidence_of(ex))
         # unanswered requests
         if ex.status == STATUS_RESPONSE_MISSING and ex.api_key != FETCH and len(self.unanswered) < MAX_KEYS:
-            self.unanswered.append((ex, ev))
+            self.unanswered.append((ex, evidence_of(ex)))
         # latency
         if ex.status == STATUS_PAIRED and ex.latency_ms is not None and ex.api_key not in NOT_JUDGED_FOR_LATENCY:
             value = ex.latency_ms
@@ -196,11 +199,10 @@ class ConnectionAnalyzer(FindingTable):
             if res is not None:
                 res.add(value)
             heap = self.slowest.setdefault(api, [])
-            item = (value, self._n, ev, ex.latency_ms)
             if len(heap) < OUTLIER_KEEP:
-                heapq.heappush(heap, item)
+                heapq.heappush(heap, (value, self._n, evidence_of(ex), ex.latency_ms))
             elif value > heap[0][0]:
-                heapq.heapreplace(heap, item)
+                heapq.heapreplace(heap, (value, self._n, evidence_of(ex), ex.latency_ms))
 
     def on_error(self, err) -> None:
         if err.kind in CAPTURE_LOSS_KINDS:

@@ -84,6 +84,9 @@ class FetchMetadataAnalyzer(FindingTable):
         return w
 
     def on_exchange(self, ex: Exchange) -> None:
+        key = ex.api_key
+        if key != METADATA and key != FETCH:
+            return  # (before making anything: most exchanges are neither)
         ev = evidence_of(ex)
         ts = ts_of(ex)
         client = client_label(ex)
@@ -128,8 +131,8 @@ class FetchMetadataAnalyzer(FindingTable):
     def on_error(self, err: ErrorRow) -> None:
         if err.kind != "kafka_error" or err.code is None:
             return
-        ev = Evidence(err.stream, err.correlation_id, err.api_name, err.ts)
         if err.code == OFFSET_OUT_OF_RANGE and err.api_name in ("Fetch", "ListOffsets"):
+            ev = Evidence(err.stream, err.correlation_id, err.api_name, err.ts)
             self._add(("offset_out_of_range", err.topic, err.partition), WARNING,
                       f"{err.api_name} of {err.topic}[{err.partition}] answered OFFSET_OUT_OF_RANGE",
                       "The consumer asked for an offset outside the log (deleted by retention, or a commit "
@@ -138,6 +141,7 @@ class FetchMetadataAnalyzer(FindingTable):
             return
         if err.code not in LEADERSHIP_ERRORS:
             return
+        ev = Evidence(err.stream, err.correlation_id, err.api_name, err.ts)
         name = err.name or error_name(err.code)
         said = error_description(err.code)
         hint = _ERROR_HINTS["isr" if err.code in ISR_ERRORS else "leadership"]

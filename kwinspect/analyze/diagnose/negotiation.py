@@ -109,10 +109,13 @@ class NegotiationAnalyzer(FindingTable):
         code = body.get("error_code")
         ranges = {}
         for k in as_list(body.get("api_keys")):
-            if isinstance(k, dict):
-                # as_int's test written out: ~60 entries on every connection
+            if type(k) is dict or isinstance(k, dict):
+                # as_int's test written out: ~60 entries on every connection (plain ints first:
+                # `type(x) is int` leaves out bool as the isinstance pair below does)
                 key, lo, hi = k.get("api_key"), k.get("min_version"), k.get("max_version")
-                if (isinstance(key, int) and isinstance(lo, int) and isinstance(hi, int)
+                if type(key) is int and type(lo) is int and type(hi) is int:
+                    ranges[key] = (lo, hi)
+                elif (isinstance(key, int) and isinstance(lo, int) and isinstance(hi, int)
                         and not isinstance(key, bool) and not isinstance(lo, bool) and not isinstance(hi, bool)):
                     ranges[key] = (lo, hi)
         if code == 0 and ranges:
