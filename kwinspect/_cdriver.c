@@ -125,10 +125,49 @@ static int scan_frames(const unsigned char *data, Py_ssize_t from, Py_ssize_t n,
     return 0;
 }
 
+/* The C methods call1 has found on a type without instance dicts (the deques' append,
+ * popleft, clear): called directly, as obj.name(...) would call them, without the
+ * attribute lookup per call.  The cache holds its types and methods. */
+#define METHOD_CACHE 6
+static struct {
+    PyTypeObject *type;
+    PyObject *name, *method;
+} method_cache[METHOD_CACHE];
+
+static PyObject *c_method(PyTypeObject *type, PyObject *name)
+{
+    for (int i = 0; i < METHOD_CACHE; i++)
+        if (method_cache[i].type == type && method_cache[i].name == name)
+            return method_cache[i].method;
+    if (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT))
+        return NULL; /* an instance dict could hold another value of that name */
+    PyObject *m = _PyType_Lookup(type, name); /* borrowed */
+    if (m == NULL || !Py_IS_TYPE(m, &PyMethodDescr_Type))
+        return NULL;
+    for (int i = 0; i < METHOD_CACHE; i++) {
+        if (method_cache[i].type == NULL) {
+            Py_INCREF(type);
+            Py_INCREF(name);
+            Py_INCREF(m);
+            method_cache[i].type = type;
+            method_cache[i].name = name;
+            method_cache[i].method = m;
+            return m;
+        }
+    }
+    return NULL;
+}
+
 /* obj.name(arg), or obj.name() when arg is NULL, its result dropped (deque append/clear/popleft) */
 static int call1(PyObject *obj, PyObject *name, PyObject *arg)
 {
-    PyObject *r = arg ? PyObject_CallMethodOneArg(obj, name, arg) : PyObject_CallMethodNoArgs(obj, name);
+    PyObject *m = c_method(Py_TYPE(obj), name), *r;
+    if (m != NULL) {
+        PyObject *args[2] = {obj, arg};
+        r = PyObject_Vectorcall(m, args, arg ? 2 : 1, NULL);
+    } else {
+        r = arg ? PyObject_CallMethodOneArg(obj, name, arg) : PyObject_CallMethodNoArgs(obj, name);
+    }
     if (r == NULL)
         return -1;
     Py_DECREF(r);

@@ -189,6 +189,13 @@ class Dissector:
       ``flush_idle(ts)`` on its own schedule (Spark: the capture-wide one).
     """
 
+    # The fields the compiled packet loop and per-segment driver (_cdriver.c) read or
+    # write at every packet are slots, read at their member offsets; the rest stays in
+    # the instance dict (kept, so subclasses and everything else work as before).
+    __slots__ = ("stats", "parser", "tcp", "on_frame", "next_idle_check", "_events", "_dirty", "_last_ts",
+                 "_conns", "_conn_by_tuple", "_hot_pair", "_hot_info", "_hot_cid", "_hot_conn",
+                 "__dict__", "__weakref__")
+
     # in-order data goes straight to _on_data, without a StreamData per segment; a
     # subclass that watches every TCP event (--jobs workers) turns this off
     direct_data = True

@@ -343,7 +343,7 @@ static int take_request(PyObject *conv, PyObject *data, PyObject *ts_first, PyOb
     if (PyObject_SetItem(pending, cid, entry) < 0)
         goto done;
     /* the driver's line after on_request: the validator follows the connection's ids */
-    if (PyObject_SetAttr(validator, S_last_correlation_id, cid) < 0)
+    if (SET(validator, S_last_correlation_id, cid) < 0)
         goto done;
     result = TAKEN;
 done:
