@@ -1070,8 +1070,17 @@ static int frames_to_conversation(PyObject *lstate, PyObject *d, PyObject *conn,
     Py_DECREF(on_frame);
     if (on_frame != Py_None) /* frame hooks see every frame: the Python method's */
         return call_py(frames_to_conv, conn, src);
-    /* read at every call, as the Python method does (tests set it to None) */
-    PyObject *walk = GET(PyTuple_GET_ITEM(lstate, 11), S_compiled_frames);
+    /* read at every call, as the Python method does (tests set it to None); from the
+     * module's dict, where module attribute access finds it first */
+    PyObject *mod = PyTuple_GET_ITEM(lstate, 11), *walk = NULL;
+    if (PyModule_CheckExact(mod)) {
+        walk = PyDict_GetItemWithError(PyModule_GetDict(mod), S_compiled_frames);
+        if (walk == NULL && PyErr_Occurred())
+            return -1;
+        Py_XINCREF(walk);
+    }
+    if (walk == NULL)
+        walk = PyObject_GetAttr(mod, S_compiled_frames);
     if (walk == NULL)
         return -1;
     if (walk == Py_None) {
