@@ -101,19 +101,48 @@ static void init_escape_table(void) {
     }
 }
 
+/* 1 when one of the 8 bytes at s needs escaping ('"', '\\', or a control below 0x20): the
+ * word tests of "Bit Twiddling Hacks" (hasless, haszero), exact as yes/no answers, so the
+ * usual text is scanned and copied 8 bytes at a time */
+static inline int word_needs_escape(const unsigned char *s) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    uint64_t w, q, bs;
+    memcpy(&w, s, 8);
+    q = w ^ (ones * '"');
+    bs = w ^ (ones * '\\');
+    return (((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((bs - ones) & ~bs)) & highs ? 1 : 0;
+}
+
 /* s[0:n] (UTF-8) as a JSON string, quotes included */
 static int put_escaped(Buf *b, const unsigned char *s, Py_ssize_t n) {
     /* the exact size first: reserving the worst case (6 bytes a byte) for a long value
      * would grow the row buffer, which is kept between rows, far past the row */
-    Py_ssize_t extra = 2;
-    for (Py_ssize_t i = 0; i < n; i++)
+    Py_ssize_t extra = 2, i = 0;
+    for (; i + 8 <= n; i += 8)
+        if (word_needs_escape(s + i))
+            for (int j = 0; j < 8; j++)
+                extra += ESCAPE_EXTRA[s[i + j]];
+    for (; i < n; i++)
         extra += ESCAPE_EXTRA[s[i]];
     if (reserve(b, n, 1, extra) < 0)
         return -1;
     char *o = b->data + b->len;
     *o++ = '"';
-    for (Py_ssize_t i = 0; i < n; i++) {
+    if (extra == 2) { /* nothing to escape */
+        memcpy(o, s, (size_t)n);
+        o += n;
+        *o++ = '"';
+        b->len = o - b->data;
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
         unsigned char c = s[i];
+        if (!(i & 7) && i + 8 <= n && !word_needs_escape(s + i)) {
+            memcpy(o, s + i, 8);
+            o += 8;
+            i += 7;
+            continue;
+        }
         if (!ESCAPE_EXTRA[c]) {
             *o++ = (char)c;
             continue;

@@ -161,3 +161,18 @@ def test_line_of_reads_a_model_row_from_its_slots():
     assert w.line(ex) == general_line("exchanges", ex, None)
     with pytest.raises(TypeError):
         c_renderer(("stream", "nope"), _no_fallback).bind(Exchange, ("stream", "nope"))
+
+
+def test_escapes_at_every_place_of_a_word():
+    """Strings are scanned and copied 8 bytes at a time where no byte needs escaping: each
+    character that must be escaped (and the bytes around the tests' thresholds), at every
+    offset of strings of 0-26 characters, with ASCII and multi-byte text around it."""
+    columns = ("v",)
+    render = c_renderer(columns, _no_fallback)
+    specials = ['"', "\\", "\n", "\x00", "\x1f", " ", "!", "#", "[", "]", "\x7f", "é", "日", "\U0001f600"]
+    for fill in ("a", "é", "~"):
+        for n in range(27):
+            for at in range(n):
+                for ch in specials:
+                    text = fill * at + ch + fill * (n - at - 1)
+                    assert render((text,)) == general_line("exchanges", {"v": text}, columns), (fill, n, at, ch)
