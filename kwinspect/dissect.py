@@ -404,7 +404,8 @@ class Dissector:
                 on_tcp(ev)
         src, dst = seg.src, seg.dst
         hot = self._hot_pair
-        if hot is not None and hot[0] is src and hot[1] is dst:
+        # (either direction: both look up the same sorted key; replies alternate with requests)
+        if hot is not None and (hot[0] is src and hot[1] is dst or hot[0] is dst and hot[1] is src):
             info = self._hot_info
         else:
             info = self._conn_by_tuple.get((src, dst) if src <= dst else (dst, src))
