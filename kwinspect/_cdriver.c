@@ -125,10 +125,80 @@ static int scan_frames(const unsigned char *data, Py_ssize_t from, Py_ssize_t n,
     return 0;
 }
 
+/* a == b for two endpoints: the parser's Endpoint and the connection's own (equal, often
+ * not the same object).  Two tuples of one exact type holding an exact str and an exact
+ * int each, whose type compares as tuple does, compare as tuple == does (item by item: str equality, int equality), without
+ * the rich comparison's dispatch; anything else takes PyObject_RichCompareBool. */
+static int endpoint_eq(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    if (Py_TYPE(a) == Py_TYPE(b) && PyTuple_Check(a) && Py_TYPE(a)->tp_richcompare == PyTuple_Type.tp_richcompare
+        && PyTuple_GET_SIZE(a) == 2 && PyTuple_GET_SIZE(b) == 2) {
+        PyObject *ia = PyTuple_GET_ITEM(a, 0), *ib = PyTuple_GET_ITEM(b, 0);
+        PyObject *pa = PyTuple_GET_ITEM(a, 1), *pb = PyTuple_GET_ITEM(b, 1);
+        if (PyUnicode_CheckExact(ia) && PyUnicode_CheckExact(ib) && PyLong_CheckExact(pa) && PyLong_CheckExact(pb)) {
+            int overflow_a = 0, overflow_b = 0;
+            long long x = PyLong_AsLongLongAndOverflow(pa, &overflow_a), y = PyLong_AsLongLongAndOverflow(pb, &overflow_b);
+            if (!overflow_a && !overflow_b && !PyErr_Occurred()) {
+                if (x != y)
+                    return 0;
+                if (ia == ib)
+                    return 1;
+                if (PyUnicode_GET_LENGTH(ia) != PyUnicode_GET_LENGTH(ib) || PyUnicode_KIND(ia) != PyUnicode_KIND(ib))
+                    return 0; /* (a str's kind is the narrowest that holds it: equal strs share it) */
+                return memcmp(PyUnicode_DATA(ia), PyUnicode_DATA(ib),
+                              (size_t)PyUnicode_GET_LENGTH(ia) * PyUnicode_KIND(ia)) == 0;
+            }
+            PyErr_Clear();
+        }
+    }
+    return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
+/* The C methods call1 has found on a type without instance dicts (the deques' append,
+ * popleft, clear): called directly, as obj.name(...) would call them, without the
+ * attribute lookup per call.  The cache holds its types and methods. */
+#define METHOD_CACHE 6
+static struct {
+    PyTypeObject *type;
+    PyObject *name, *method;
+} method_cache[METHOD_CACHE];
+
+static PyObject *c_method(PyTypeObject *type, PyObject *name)
+{
+    for (int i = 0; i < METHOD_CACHE; i++)
+        if (method_cache[i].type == type && method_cache[i].name == name)
+            return method_cache[i].method;
+    if (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT))
+        return NULL; /* an instance dict could hold another value of that name */
+    PyObject *m = _PyType_Lookup(type, name); /* borrowed */
+    if (m == NULL || !Py_IS_TYPE(m, &PyMethodDescr_Type))
+        return NULL;
+    for (int i = 0; i < METHOD_CACHE; i++) {
+        if (method_cache[i].type == NULL) {
+            Py_INCREF(type);
+            Py_INCREF(name);
+            Py_INCREF(m);
+            method_cache[i].type = type;
+            method_cache[i].name = name;
+            method_cache[i].method = m;
+            return m;
+        }
+    }
+    return NULL;
+}
+
 /* obj.name(arg), or obj.name() when arg is NULL, its result dropped (deque append/clear/popleft) */
 static int call1(PyObject *obj, PyObject *name, PyObject *arg)
 {
-    PyObject *r = arg ? PyObject_CallMethodOneArg(obj, name, arg) : PyObject_CallMethodNoArgs(obj, name);
+    PyObject *m = c_method(Py_TYPE(obj), name), *r;
+    if (m != NULL) {
+        PyObject *args[2] = {obj, arg};
+        r = PyObject_Vectorcall(m, args, arg ? 2 : 1, NULL);
+    } else {
+        r = arg ? PyObject_CallMethodOneArg(obj, name, arg) : PyObject_CallMethodNoArgs(obj, name);
+    }
     if (r == NULL)
         return -1;
     Py_DECREF(r);
@@ -504,8 +574,9 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
     hot_pair = GET(d, S_hot_pair);
     if (hot_pair == NULL)
         FAIL;
-    if (PyTuple_CheckExact(hot_pair) && PyTuple_GET_SIZE(hot_pair) == 2 && PyTuple_GET_ITEM(hot_pair, 0) == src
-        && PyTuple_GET_ITEM(hot_pair, 1) == dst) {
+    if (PyTuple_CheckExact(hot_pair) && PyTuple_GET_SIZE(hot_pair) == 2
+        && ((PyTuple_GET_ITEM(hot_pair, 0) == src && PyTuple_GET_ITEM(hot_pair, 1) == dst)
+            || (PyTuple_GET_ITEM(hot_pair, 0) == dst && PyTuple_GET_ITEM(hot_pair, 1) == src))) {
         info = GET(d, S_hot_info);
         if (info == NULL)
             FAIL;
@@ -594,7 +665,7 @@ static PyObject *segment_impl(PyObject *state, PyObject *ts, PyObject *src, PyOb
         if (broker == NULL)
             FAIL;
         if (broker != Py_None) {
-            int to_broker = dst == broker ? 1 : PyObject_RichCompareBool(dst, broker, Py_EQ);
+            int to_broker = endpoint_eq(dst, broker);
             if (to_broker < 0)
                 FAIL;
             key = to_broker ? S_to_broker : S_to_client;
@@ -1001,10 +1072,19 @@ static int incr_c(PyObject *obj, PyObject *name, Slot *c)
     PyObject *v = fast_get(obj, name, c);
     if (v == NULL)
         return -1;
-    PyObject *one = PyLong_FromLong(1);
-    PyObject *w = one == NULL ? NULL : PyNumber_Add(v, one);
+    PyObject *w;
+    long long x;
+    int overflow = 0;
+    if (PyLong_CheckExact(v) && (x = PyLong_AsLongLongAndOverflow(v, &overflow), !overflow) && x < LLONG_MAX
+        && !(x == -1 && PyErr_Occurred())) {
+        w = PyLong_FromLongLong(x + 1); /* an exact int: what int + 1 gives, without the number protocol */
+    } else {
+        PyErr_Clear();
+        PyObject *one = PyLong_FromLong(1);
+        w = one == NULL ? NULL : PyNumber_Add(v, one);
+        Py_XDECREF(one);
+    }
     Py_DECREF(v);
-    Py_XDECREF(one);
     if (w == NULL)
         return -1;
     int r = fast_set(obj, name, w, c);
@@ -1031,8 +1111,17 @@ static int frames_to_conversation(PyObject *lstate, PyObject *d, PyObject *conn,
     Py_DECREF(on_frame);
     if (on_frame != Py_None) /* frame hooks see every frame: the Python method's */
         return call_py(frames_to_conv, conn, src);
-    /* read at every call, as the Python method does (tests set it to None) */
-    PyObject *walk = GET(PyTuple_GET_ITEM(lstate, 11), S_compiled_frames);
+    /* read at every call, as the Python method does (tests set it to None); from the
+     * module's dict, where module attribute access finds it first */
+    PyObject *mod = PyTuple_GET_ITEM(lstate, 11), *walk = NULL;
+    if (PyModule_CheckExact(mod)) {
+        walk = PyDict_GetItemWithError(PyModule_GetDict(mod), S_compiled_frames);
+        if (walk == NULL && PyErr_Occurred())
+            return -1;
+        Py_XINCREF(walk);
+    }
+    if (walk == NULL)
+        walk = PyObject_GetAttr(mod, S_compiled_frames);
     if (walk == NULL)
         return -1;
     if (walk == Py_None) {
@@ -1046,7 +1135,7 @@ static int frames_to_conversation(PyObject *lstate, PyObject *d, PyObject *conn,
         || (client = GET(info, S_client)) == NULL || (validator = GET(conn, S_req_validator)) == NULL
         || (ready = GET(sp, S_ready)) == NULL || (sink = GET(d, S_events)) == NULL)
         goto out;
-    int from_client = src == client ? 1 : PyObject_RichCompareBool(src, client, Py_EQ);
+    int from_client = endpoint_eq(src, client);
     if (from_client < 0)
         goto out;
     /* splitter.events(): its ready events as a list, and none left */

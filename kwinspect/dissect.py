@@ -189,6 +189,13 @@ class Dissector:
       ``flush_idle(ts)`` on its own schedule (Spark: the capture-wide one).
     """
 
+    # The fields the compiled packet loop and per-segment driver (_cdriver.c) read or
+    # write at every packet are slots, read at their member offsets; the rest stays in
+    # the instance dict (kept, so subclasses and everything else work as before).
+    __slots__ = ("stats", "parser", "tcp", "on_frame", "next_idle_check", "_events", "_dirty", "_last_ts",
+                 "_conns", "_conn_by_tuple", "_hot_pair", "_hot_info", "_hot_cid", "_hot_conn",
+                 "__dict__", "__weakref__")
+
     # in-order data goes straight to _on_data, without a StreamData per segment; a
     # subclass that watches every TCP event (--jobs workers) turns this off
     direct_data = True
@@ -397,7 +404,8 @@ class Dissector:
                 on_tcp(ev)
         src, dst = seg.src, seg.dst
         hot = self._hot_pair
-        if hot is not None and hot[0] is src and hot[1] is dst:
+        # (either direction: both look up the same sorted key; replies alternate with requests)
+        if hot is not None and (hot[0] is src and hot[1] is dst or hot[0] is dst and hot[1] is src):
             info = self._hot_info
         else:
             info = self._conn_by_tuple.get((src, dst) if src <= dst else (dst, src))

@@ -124,6 +124,9 @@ class PacketParser:
     max_issues: issues kept in `issues` (counters keep counting beyond it).
     """
 
+    # (slots: the compiled packet loop reads them at every packet; the rest in the dict)
+    __slots__ = ("stats", "endpoints", "__dict__")
+
     def __init__(self, *, frag_timeout: float = 30.0, max_frag_datagrams: int = 1024,
                  max_frag_bytes: int = 16 << 20, max_issues: int = 1000) -> None:
         self.stats = ParserStats()

@@ -59,6 +59,9 @@ struct Node { /* one struct at one version */
     PyObject *table;  /* flexible: fastdecode.read_tagged's table */
     Py_ssize_t ndefaults;
     PyObject **dnames, **dvalues; /* flexible: absent tagged fields and their defaults */
+    PyObject *tmpl;   /* {name: None} of the regular fields in order: a struct's dict is a
+                       * copy of it (one allocation of the keys table, no resize midway) with
+                       * each value then replaced, not a dict grown one key at a time */
 };
 
 typedef struct {
@@ -99,6 +102,7 @@ static void free_node(Node *n)
         Py_XDECREF(n->dvalues[i]);
     }
     Py_XDECREF(n->table);
+    Py_XDECREF(n->tmpl);
     PyMem_Free(n->names);
     PyMem_Free(n->fields);
     PyMem_Free(n->dnames);
@@ -195,6 +199,11 @@ static Node *build_node(PyObject *t)
         if (build_field(PyTuple_GET_ITEM(fields, i), &n->fields[i]))
             goto fail;
     }
+    if ((n->tmpl = PyDict_New()) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < nf; i++)
+        if (PyDict_SetItem(n->tmpl, n->names[i], Py_None) < 0)
+            goto fail;
     for (Py_ssize_t i = 0; i < nd; i++) {
         PyObject *pair = PyTuple_GET_ITEM(defaults, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0))) {
@@ -504,8 +513,8 @@ static PyObject *record_set(PyObject *data)
         return NULL;
     if (!g_set_in_place && (put(rs, s_raw, Py_NewRef(data)) || put(rs, s_size, PyLong_FromSsize_t(n))))
         goto fail;
-    batches = PyObject_GetAttr(rs, s_batches);
-    sink = PyObject_GetAttr(rs, s_issues);
+    batches = GET(rs, s_batches); /* (at their slots: getattr without the lookups) */
+    sink = GET(rs, s_issues);
     if (batches == NULL || sink == NULL || !PyList_CheckExact(batches))
         goto fail;
     while (pos < n) {
@@ -775,7 +784,8 @@ static PyObject *read_struct(St *s, const Node *n, int nullable)
         if (s->b[s->pos++] > 127)
             Py_RETURN_NONE;
     }
-    PyObject *d = PyDict_New();
+    /* (more than 5 keys: a dict grown one key at a time would be resized on the way) */
+    PyObject *d = n->nfields > 5 ? PyDict_Copy(n->tmpl) : PyDict_New();
     if (d == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < n->nfields; i++) {

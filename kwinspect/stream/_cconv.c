@@ -79,6 +79,20 @@ static Py_ssize_t g_exchange_off[EXCHANGE_FIELDS], g_pending_off[PENDING_FIELDS]
 /* ---- attribute access: kwinspect/_cattrs.h, shared with _cdriver.c ------------------- */
 #include "../_cattrs.h"
 
+/* mod.name: a module's attribute from its dict, where getattr finds it first; other
+ * objects (and a name not in the dict) by getattr */
+static PyObject *module_attr(PyObject *mod, PyObject *name)
+{
+    if (PyModule_CheckExact(mod)) {
+        PyObject *v = PyDict_GetItemWithError(PyModule_GetDict(mod), name);
+        if (v != NULL)
+            return Py_NewRef(v);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return PyObject_GetAttr(mod, name);
+}
+
 /* Python's round(x, 3) (the decimal value of x rounded half to even, as the nearest double)
  * without its decimal conversion (1.8% of `exchanges` on small produces): when x * 1000 is
  * below 1e9 its product is off by under 2e-7, so if it is not within 1e-6 of a half the
@@ -343,7 +357,7 @@ static int take_request(PyObject *conv, PyObject *data, PyObject *ts_first, PyOb
     if (PyObject_SetItem(pending, cid, entry) < 0)
         goto done;
     /* the driver's line after on_request: the validator follows the connection's ids */
-    if (PyObject_SetAttr(validator, S_last_correlation_id, cid) < 0)
+    if (SET(validator, S_last_correlation_id, cid) < 0)
         goto done;
     result = TAKEN;
 done:
@@ -362,6 +376,48 @@ done:
 
 /* ---- responses ----------------------------------------------------------------------------- */
 
+/* brokers == seen (two exact dicts), the answer of the last comparison reused while neither
+ * dict has changed since: CPython 3.11 gives every dict a version tag, unique across all
+ * dicts and renewed by every change, and the values compared are (host, port) tuples that
+ * cannot change in place (checked before an answer is kept; on later versions, where the
+ * tag is deprecated, the dicts are compared each time).  1, 0, or -1 with an exception. */
+/* every value of d is an exact tuple of exact str and int objects: nothing a comparison of
+ * d reads can change unless d itself does */
+static int immutable_values(PyObject *d)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        if (!PyTuple_CheckExact(v))
+            return 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++) {
+            PyObject *x = PyTuple_GET_ITEM(v, i);
+            if (!PyUnicode_CheckExact(x) && !PyLong_CheckExact(x))
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static int brokers_equal(PyObject *brokers, PyObject *seen)
+{
+#if PY_VERSION_HEX < 0x030C0000
+    static uint64_t brokers_tag, seen_tag; /* of the last pair found equal (0: none) */
+    uint64_t bt = ((PyDictObject *)brokers)->ma_version_tag, st = ((PyDictObject *)seen)->ma_version_tag;
+    if (brokers_tag != 0 && bt == brokers_tag && st == seen_tag)
+        return 1;
+    int same = PyObject_RichCompareBool(brokers, seen, Py_EQ);
+    if (same == 1 && bt == ((PyDictObject *)brokers)->ma_version_tag && st == ((PyDictObject *)seen)->ma_version_tag
+        && immutable_values(brokers) && immutable_values(seen)) {
+        brokers_tag = bt; /* (not when a value's __eq__ changed either dict meanwhile) */
+        seen_tag = st;
+    }
+    return same;
+#else
+    return PyObject_RichCompareBool(brokers, seen, Py_EQ);
+#endif
+}
+
 /* shared.broker_id_for(endpoint): its cached answer read here when the cache is valid (brokers
  * equal to the copy the answers were worked out from, the endpoint asked before), else the
  * method itself (which works it out and fills the cache).  A new reference. */
@@ -373,7 +429,7 @@ static PyObject *broker_id_for(PyObject *shared, PyObject *endpoint)
     if ((seen = GET(shared, S_brokers_seen)) == NULL)
         goto done;
     if (PyDict_CheckExact(brokers) && PyDict_CheckExact(seen)) {
-        int same = PyObject_RichCompareBool(brokers, seen, Py_EQ);
+        int same = brokers_equal(brokers, seen);
         if (same < 0)
             goto done;
         if (same) {
@@ -510,7 +566,7 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         result = DECLINE;
         goto done;
     }
-    if ((names = GET(shared, S_topic_names)) == NULL || (labels_fn = PyObject_GetAttr(g_labels, S_compiled_exchange)) == NULL)
+    if ((names = GET(shared, S_topic_names)) == NULL || (labels_fn = module_attr(g_labels, S_compiled_exchange)) == NULL)
         goto done;
     if (labels_fn == Py_None) {
         result = DECLINE;

@@ -87,7 +87,7 @@ MAX_ISSUES_PER_KIND = 100
 MAX_SHARED_ADVERTISED = 1024  # distinct ApiVersions answers SharedState shares (see same_advertised)
 
 
-@dataclass
+@dataclass(slots=True)  # (slots: the compiled walk counts in it per exchange)
 class SharedState:
     """What one connection learns that labels others: broker ids and topic names."""
 
@@ -212,6 +212,13 @@ class ConversationSummary:
 
 class Conversation:
     """Request/response pairing and protocol state for one TCP connection."""
+
+    # The fields the compiled walk (_cconv.c) reads or writes at every frame are slots, read
+    # at their member offsets; the rest stays in the instance dict (kept for subclasses).
+    __slots__ = ("client", "broker", "stream", "tcp_stream", "shared", "max_in_flight", "frame_packets",
+                 "_client_text", "_broker_text", "_pending", "_events", "advertised", "_sasl_raw",
+                 "_sasl_pending", "_api_versions_seen", "last_correlation_id", "requests", "responses",
+                 "_closed", "__dict__", "__weakref__")
 
     def summary(self) -> ConversationSummary:
         # (advertised is shared with other connections, never mutated: not copied)

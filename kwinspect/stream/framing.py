@@ -190,6 +190,9 @@ class RequestValidator:
     across connections, so they may jump).
     """
 
+    # (a slot: the compiled conversation walk sets it at every request; the rest in the dict)
+    __slots__ = ("last_correlation_id", "__dict__")
+
     min_payload = MIN_REQUEST_HEADER
 
     def __init__(

@@ -161,3 +161,37 @@ def test_line_of_reads_a_model_row_from_its_slots():
     assert w.line(ex) == general_line("exchanges", ex, None)
     with pytest.raises(TypeError):
         c_renderer(("stream", "nope"), _no_fallback).bind(Exchange, ("stream", "nope"))
+
+
+def test_escapes_at_every_place_of_a_word():
+    """Strings are scanned and copied 8 bytes at a time where no byte needs escaping: each
+    character that must be escaped (and the bytes around the tests' thresholds), at every
+    offset of strings of 0-26 characters, with ASCII and multi-byte text around it."""
+    columns = ("v",)
+    render = c_renderer(columns, _no_fallback)
+    specials = ['"', "\\", "\n", "\x00", "\x1f", " ", "!", "#", "[", "]", "\x7f", "é", "日", "\U0001f600"]
+    for fill in ("a", "é", "~"):
+        for n in range(27):
+            for at in range(n):
+                for ch in specials:
+                    text = fill * at + ch + fill * (n - at - 1)
+                    assert render((text,)) == general_line("exchanges", {"v": text}, columns), (fill, n, at, ch)
+
+
+def test_floats_of_three_decimals_are_repr_s_digits():
+    """Values of at most 3 decimals (latencies) are written without repr's digit search:
+    the same text as repr, from 0.001 to near 1e11, both signs, every last-digit pattern,
+    and values just beside them (more digits: repr's own path)."""
+    import random
+
+    render = c_renderer(("v",), _no_fallback)
+    rnd = random.Random(22)
+    values = [0.001, 0.01, 0.1, 0.5, 1.0, 12.0, 0.496, 0.94, 100.25, 99999999999.999, 1e11, 1e11 - 0.001,
+              123456.789, 0.0, -0.0, 5e-324, 1e-4, 2 ** 52 + 0.5]
+    for scale in (1, 10, 1_000, 1_000_000, 10 ** 9, 10 ** 11, 10 ** 14):
+        for _ in range(3000):
+            k = rnd.randrange(-scale * 1000, scale * 1000)
+            values += [k / 1000, round(k / 1000 + rnd.random() / 1000, 3), k / 1000 + rnd.random() / 1000,
+                       float.fromhex(float.hex(k / 1000)) * (1 + 2 ** -52)]
+    for v in values:
+        assert render((v,)) == '{"v": ' + repr(v) + "}\n", v

@@ -499,3 +499,64 @@ def test_the_walk_refuses_bad_arguments_and_declines_odd_objects():
     # taken, with a sink that is not a list: the caller's pop_events does the rest
     assert walk(conv, [frame], 0, True, validator, ()) == 1
     assert conv.requests == 1 and validator.last_correlation_id == 1 and conv.frame_packets == (1, 1)
+
+
+# -- the broker id of an exchange while `brokers` changes between exchanges ---------------------
+
+_BROKER_OPS = st.lists(st.one_of(
+    st.tuples(st.just("set"), st.integers(0, 2), st.sampled_from([("10.0.0.2", 9092), ("10.0.0.3", 9092),
+                                                                    ("10.0.0.2", 9093)])),
+    st.tuples(st.just("del"), st.integers(0, 2)),
+    st.tuples(st.just("replace_equal"), st.just(None)),  # a new dict equal to the old one
+    st.tuples(st.just("replace"), st.dictionaries(st.integers(0, 2), st.sampled_from(
+        [("10.0.0.2", 9092), ("10.0.0.3", 9092)]), max_size=3)),
+    st.tuples(st.just("list_value"), st.integers(0, 2)),  # a mutable value (then changed in place)
+    st.tuples(st.just("none"), st.just(None)),
+), min_size=12, max_size=12)
+
+
+def _run_with_brokers(ops, compiled: bool) -> list:
+    msgs = handshake()
+    for cid in range(1, 13):
+        msgs += [("c", framed(request_of("produce", cid))), ("s", framed(response_of("produce", cid)))]
+    saved = conversation.compiled_frames
+    conversation.compiled_frames = saved if compiled else None
+    try:
+        d = Dissector(DissectConfig(kafka_ports=frozenset({9092})))
+        ids, step, mutable = [], 0, None
+        for seg in tcp_conversation(CLIENT, BROKER, msgs, mss=1460, dt=0.001):
+            d.feed_segment(seg)
+            for ev in d.drain():
+                if type(ev) is Exchange and ev.api_name == "Produce":
+                    ids.append(ev.broker_id)
+                    op, arg = ops[step][0], ops[step][1:]
+                    step += 1
+                    brokers = d.shared.brokers
+                    if mutable is not None:  # the list value of the last step, changed in place
+                        mutable[1] = 9093 if mutable[1] == 9092 else 9092
+                        mutable = None
+                    if op == "set":
+                        brokers[arg[0]] = arg[1]
+                    elif op == "del":
+                        brokers.pop(arg[0], None)
+                    elif op == "replace_equal":
+                        d.shared.brokers = dict(brokers)
+                    elif op == "replace":
+                        d.shared.brokers = dict(arg[0])
+                    elif op == "list_value":
+                        mutable = brokers[arg[0]] = ["10.0.0.2", 9092]
+        d.finish()
+    finally:
+        conversation.compiled_frames = saved
+    return ids
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=_BROKER_OPS)
+def test_broker_ids_follow_brokers_changed_between_exchanges(ops):
+    """The C reuses its last "brokers equals the cache's copy" answer while neither dict has
+    changed (and their values cannot change in place): the broker ids must be the Python
+    path's however `brokers` is mutated, replaced or holds a mutable value in between."""
+    got = _run_with_brokers(ops, compiled=True)
+    assert got == _run_with_brokers(ops, compiled=False)
+    assert len(got) == 12
