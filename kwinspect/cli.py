@@ -764,9 +764,7 @@ def cmd_summary(args) -> int:
             for ev in batch:
                 add(ev)
             return
-        add_event, names = builder.add_event, run.dissector.shared.topic_names
-        for ev in batch:
-            add_event(ev, names)
+        builder.add_events(batch, run.dissector.shared.topic_names)
 
     interrupted = _consume(args, run, add, fold=SummaryFold() if restart is not None else None,
                            handle_batch=add_batch)

@@ -260,6 +260,37 @@ class LatencyStats:
             self._api_idx.append(idx)
         return True
 
+    def add_labelled(self, exchanges: list[Exchange], apis: list[str]) -> None:
+        """``add(ex, api)`` for each pair (the summary's batches): the same counts, the
+        common case (grouped by api, no series) without a call per exchange."""
+        if self.by != "api" or self.keep_series:
+            for ex, api in zip(exchanges, apis, strict=True):
+                self.add(ex, api)
+            return
+        groups, isfinite, keep_total = self._groups, math.isfinite, self._keep_total
+        counted, skipped = self._counted, 0
+        for ex, api in zip(exchanges, apis, strict=True):
+            lat = ex.latency_ms
+            if ex.status != STATUS_PAIRED or lat is None or not isfinite(lat):
+                skipped += 1
+                continue
+            if ex.long_poll:
+                self.long_polls += 1
+                self._long_polls[api] = self._long_polls.get(api, 0) + 1
+                continue
+            vals = groups.get(api)
+            if vals is None:
+                vals = groups[api] = array("d")
+            vals.append(lat)
+            counted += 1
+            if keep_total:
+                self._all.append(lat)
+            if not counted % CHECK_EVERY:
+                self._counted = counted
+                self._compact()
+        self._counted = counted
+        self.skipped += skipped
+
     def _compact(self) -> None:
         """Groups past COMPACT_AT values whose values repeat become counts (exact); a
         group whose values do not repeat enough is looked at again at twice its size."""

@@ -127,8 +127,9 @@ def test_counts_by_hand():
     assert [t["topic"] for t in s.topics] == ["orders", "audit"]
 
 
+@pytest.mark.parametrize("feed", ["add", "add_events"])
 @pytest.mark.parametrize("groups", [None, 1, 2])
-def test_repeated_exchanges_count_like_the_first(monkeypatch, groups):
+def test_repeated_exchanges_count_like_the_first(monkeypatch, groups, feed):
     """Most exchanges repeat one seen before (same status, connection, client, api,
     version, error or not, topics): they are counted per group and added before the
     summary is read. Counted by hand; also with the group cache forced to restart at
@@ -148,7 +149,16 @@ def test_repeated_exchanges_count_like_the_first(monkeypatch, groups):
                     topics=["audit"], latency=None, status="response_missing"))
     items.append(ex(22, 1, "Fetch", 12, client=rdk, broker="10.0.1.2:9092", client_id="c",
                     topics=["audit"], latency=None, status="response_missing"))
-    s = summarize(items, sources=["x.pcap"])
+    if feed == "add":
+        s = summarize(items, sources=["x.pcap"])
+    else:  # `kwinspect summary`'s batches, with an error row and a latency for an unknown api among them
+        b = SummaryBuilder()
+        batch = [*items[:4], ErrorRow("tls_stream", message="TLS", ts=T + 30,
+                                      stream="10.0.0.9:1->10.0.1.1:9092")]
+        b.add_events(batch)
+        b.add_events(items[4:])
+        s = b.build(sources=["x.pcap"])
+        assert s.tls_connections == 1 and s.last_ts == T + 30
     assert s.exchanges == 9
     assert s.statuses == {"paired": 7, "response_missing": 2}
     assert [(a["api"], a["count"], a["errors"], a["unanswered"], a["latency_count"]) for a in s.apis] == [
