@@ -49,7 +49,6 @@ FETCH = int(ApiKey.FETCH)
 # exchange groups SummaryBuilder keeps (see add_exchange): memory stays bounded on captures
 # of 100k connections; past it the groups start again (slower, same counts)
 MAX_EXCHANGE_GROUPS = 10_000
-COMMIT_BATCH = 4096  # a --jobs worker's folded events counted at a time (SummaryFold.commit)
 # exchanges whose bodies the summary reads beyond counts (client software, advertised
 # brokers) or that teach the broker ids: never folded into a --jobs worker's partial summary
 BODY_APIS = frozenset({API_VERSIONS, METADATA, DESCRIBE_CLUSTER, int(ApiKey.FIND_COORDINATOR)})
@@ -657,7 +656,6 @@ class SummaryFold:
 
     def __init__(self) -> None:
         self.builder = SummaryBuilder()
-        self._plans: list[tuple] = []  # committed, not yet counted (see commit)
         self.first: dict[tuple, int] = {}  # key -> row key of the earliest event with it sent on
         # (status, client id, client, api name, api key) of an exchange -> the row key from
         # which exchanges like it are folded: the latest `first` of its keys when it was
@@ -702,20 +700,14 @@ class SummaryFold:
         return (item, record_set_volumes(item, topic_names)) if fold else None
 
     def commit(self, plan: tuple) -> None:
-        # counted a batch at a time (the builder is read only by partial())
-        self._plans.append(plan)
-        if len(self._plans) >= COMMIT_BATCH:
-            self._flush()
-
-    def _flush(self) -> None:
-        plans, self._plans = self._plans, []
-        self.builder.add_events([item for item, _volumes in plans], volumes=False)
-        for _item, volumes in plans:
-            for volume in volumes:
-                self.builder.add_topic_volume(*volume)
+        # one at a time: a batch of them would keep their bodies (record sets of a
+        # whole Fetch each) alive until it is counted
+        item, volumes = plan
+        self.builder.add(item)
+        for volume in volumes:
+            self.builder.add_topic_volume(*volume)
 
     def partial(self) -> dict[str, Any]:
-        self._flush()
         return self.builder.partial()
 
 
