@@ -642,6 +642,7 @@ def _worker_renderer(args, table: str, fmt: str, keep: Callable[[dict], bool] | 
 def _row_batches(args, table: str, run: FileRun, fmt: str | None = None) -> Iterator[list[Any]]:
     """The rows of ``table`` a list at a time: model rows, or with --jobs rows already
     rendered in ``fmt`` (str)."""
+    from kwinspect.analyze.record_rows import records_from_exchange
     from kwinspect.export.tables import TABLES, problem_kinds, rows_of
 
     schemas = _schema_values(args)
@@ -650,6 +651,7 @@ def _row_batches(args, table: str, run: FileRun, fmt: str | None = None) -> Iter
     record_errors = table == "errors" and getattr(args, "records", False)
     early, late = _schema_passes(args, table, keep)
     plain = table == "exchanges" and keep is None  # an exchange is its own row: rows_of's answer, inlined
+    records_plain = table == "records" and early is None
 
     def rows(events: list[Any]) -> Iterator[Any]:
         for ev in events:
@@ -664,8 +666,11 @@ def _row_batches(args, table: str, run: FileRun, fmt: str | None = None) -> Iter
                 continue
             issues: list | None = [] if table == "records" else None
             names = run.dissector.shared.topic_names if run.dissector else None
-            items = rows_of(table, ev, values=args.values, topic_names=names, issues=issues,
-                            record_errors=record_errors, schemas=early)
+            if records_plain and type(ev) is Exchange:  # rows_of -> records_of's answer, without the calls
+                items = records_from_exchange(ev, values=args.values, topic_names=names, issues=issues)
+            else:
+                items = rows_of(table, ev, values=args.values, topic_names=names, issues=issues,
+                                record_errors=record_errors, schemas=early)
             if keep is None:
                 yield from items
             else:

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kwinspect.core import load
-from kwinspect.model import Issue, RecordRow
+from kwinspect.model import Exchange, Issue, RecordRow
 from kwinspect.protocol.records import (
     TIMESTAMP_LOG_APPEND,
     RecordSet,
@@ -297,12 +297,17 @@ def records_from_exchange(
     ``new_issues_only``: leave out the batch-level issues the record sets had before
     their records were decoded (the exchange's error rows already carry those).
     """
-    req = getattr(exchange, "request", None)
-    resp = getattr(exchange, "response", None)
-    correlation_id = getattr(exchange, "correlation_id", None)
-    stream = getattr(exchange, "stream", None)
-    xref = (getattr(exchange, "frame", None), getattr(exchange, "response_frame", None),
-            getattr(exchange, "tcp_stream", None))
+    if type(exchange) is Exchange:  # the dissector's own: no getattr per field
+        req, resp, correlation_id, stream = (exchange.request, exchange.response, exchange.correlation_id,
+                                             exchange.stream)
+        xref = (exchange.frame, exchange.response_frame, exchange.tcp_stream)
+    else:
+        req = getattr(exchange, "request", None)
+        resp = getattr(exchange, "response", None)
+        correlation_id = getattr(exchange, "correlation_id", None)
+        stream = getattr(exchange, "stream", None)
+        xref = (getattr(exchange, "frame", None), getattr(exchange, "response_frame", None),
+                getattr(exchange, "tcp_stream", None))
     if exchange.api_key == PRODUCE_KEY and req is not None:
         return _produce_rows(req.body, resp.body if resp is not None else None, correlation_id,
                              stream, values, topic_names, internal, issues, xref, new_issues_only)
