@@ -165,7 +165,7 @@ def _produce_rows(request_body, response_body, correlation_id, stream, values, t
                             row.offset = base + cursor
                         cursor += 1
                         yield row
-            if issues is not None:
+            if issues is not None and len(rs.issues) > known:  # (the path text only when needed)
                 _collect(rs, issues, f"topic_data[{t_i}].partition_data[{p_i}].records", known)
 
 
@@ -258,7 +258,7 @@ def iter_records_from_fetch(
                         continue
                     row.offset = rec.offset
                     yield row
-            if issues is not None:
+            if issues is not None and len(rs.issues) > known:  # (the path text only when needed)
                 _collect(rs, issues, f"responses[{t_i}].partitions[{p_i}].records", known)
 
 
