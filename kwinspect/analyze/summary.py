@@ -271,11 +271,9 @@ class SummaryBuilder:
         batch headers (``topic_names``: topic id -> name, for bodies naming topics by id)."""
         self._add_events((item,), topic_names, True)
 
-    def add_events(self, events: Iterable[Exchange | ErrorRow], topic_names: Any = None, *,
-                   volumes: bool = True) -> None:
-        """``add_event`` for each event of a batch (``kwinspect summary``'s loop); without
-        ``volumes``, ``add`` for each (the record volumes counted apart)."""
-        self._add_events(events, topic_names, volumes)
+    def add_events(self, events: Iterable[Exchange | ErrorRow], topic_names: Any = None) -> None:
+        """``add_event`` for each event of a batch (``kwinspect summary``'s loop)."""
+        self._add_events(events, topic_names, True)
 
     def _add_events(self, events: Iterable[Any], topic_names: Any, volumes: bool) -> None:
         """Every event path comes here, a batch at a time (a fifth of the summary's CPU on
