@@ -102,3 +102,25 @@ def test_an_interrupt_while_the_file_is_opened_leaves_a_readable_file(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         writers.ParquetWriter("records", str(out))
     assert pq.read_table(out).num_rows == 0
+
+
+def test_a_ctrl_c_inside_code_run_by_exec_still_exits_130_under_python_m(tmp_path):
+    """The intermittent failure of the test above: Ctrl-C landing while a dataclass or
+    namedtuple was being made (exec of a string, during a lazy import). CPython remembered
+    that KeyboardInterrupt although main() caught it, and `python -m` then killed itself
+    with SIGINT (returncode -2) instead of exiting 130. Made certain here by raising the
+    interrupt from inside exec'd code, under `python -m` as users run it."""
+    probe = tmp_path / "kwprobe"
+    probe.mkdir()
+    (probe / "__main__.py").write_text(
+        "import sys\n"
+        "from kwinspect import cli\n"
+        "def ctrl_c_inside_exec(args):\n"
+        "    exec('import signal; signal.raise_signal(signal.SIGINT)')\n"
+        "cli.cmd_summary = ctrl_c_inside_exec\n"
+        "sys.exit(cli.main(['summary', 'any.pcap']))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    proc = subprocess.run([sys.executable, "-m", "kwprobe"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), timeout=60)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["kwinspect: interrupted"]
