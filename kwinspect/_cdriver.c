@@ -54,7 +54,7 @@ static PyObject *S_stats, *S_tcp_packets, *S_last_ts_d, *S_packets, *S_kafka_byt
     *S_chunks, *S_parts, *S_parts_len, *S_need_off, *S_part_chunks, *S_pos, *S_peak_buffered,
     *S_append, *S_popleft, *S_clear, *S_move_to_end, *S_parser, *S_endpoints, *S_tcp,
     *S_events, *S_next_idle_check, *S_c_buf, *S_c_pos, *S_c_index, *S_c_bytes_captured, *S_c_bytes_wire,
-    *S_c_truncated, *S_c_ts, *S_c_layout, *S_c_starts, *S_on_frame, *S_conversation, *S_client, *S_req_validator,
+    *S_c_truncated, *S_c_ts, *S_c_layout, *S_on_frame, *S_conversation, *S_client, *S_req_validator,
     *S_compiled_frames;
 
 #include "_cattrs.h"
@@ -1322,7 +1322,7 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
     chunk_t c = {0};
     cif_t *ifs = NULL;
     Py_ssize_t n_if = 0, rec_len = 16;
-    PyObject *linktype = NULL, *events = NULL, *result = NULL, *starts = NULL;
+    PyObject *linktype = NULL, *events = NULL, *result = NULL;
     long lt = 0;
     static Slot s_buf, s_pos, s_index, s_cap, s_wire, s_trunc;
     c.buf = fast_get(chunk, S_c_buf, &s_buf);
@@ -1393,33 +1393,6 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_DECREF(dparser);
         goto fail;
     }
-    /* where the packet numbering jumps (chunk.starts: int64 pairs offset, packet number) */
-    static Slot s_starts;
-    starts = fast_get(chunk, S_c_starts, &s_starts);
-    const long long *jumps = NULL;
-    Py_ssize_t n_jumps = 0, next_jump = 0;
-    if (starts == NULL) {
-        Py_DECREF(dparser);
-        goto fail;
-    }
-    if (starts != Py_None) {
-        if (!PyBytes_CheckExact(starts) || PyBytes_GET_SIZE(starts) % (2 * sizeof(long long))) {
-            PyErr_SetString(PyExc_TypeError, "feed_chunk: chunk.starts must be None or bytes of int64 pairs");
-            Py_DECREF(dparser);
-            goto fail;
-        }
-        jumps = (const long long *)PyBytes_AS_STRING(starts);
-        n_jumps = PyBytes_GET_SIZE(starts) / (Py_ssize_t)(2 * sizeof(long long));
-        Py_ssize_t lo = 0, hi = n_jumps; /* the first jump at or after pos */
-        while (lo < hi) {
-            Py_ssize_t mid = lo + (hi - lo) / 2;
-            if (jumps[2 * mid] < c.pos)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        next_jump = lo;
-    }
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(c.buf);
     const Py_ssize_t blen = PyBytes_GET_SIZE(c.buf);
     const double div = nano ? 1e9 : 1e6;
@@ -1431,19 +1404,6 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
     while (done < limit) {
         Py_ssize_t pos = (Py_ssize_t)c.pos;
         const unsigned char *h = b + pos;
-        if (next_jump < n_jumps && jumps[2 * next_jump] == pos) {
-            /* this record is packet jumps[..+1]: the dissector counts it as that one */
-            long long before = jumps[2 * next_jump + 1] - 1;
-            PyObject *dstats = GET(d, S_stats);
-            int rc = dstats == NULL ? -1 : set_ll(dstats, S_packets, before);
-            Py_XDECREF(dstats);
-            if (rc < 0) {
-                failed = 1;
-                break;
-            }
-            c.index = before;
-            next_jump++;
-        }
         const unsigned char *data;
         uint64_t caplen, wire;
         double tsv;
@@ -1528,7 +1488,6 @@ fail:
     result = NULL;
 end:
     Py_XDECREF(events);
-    Py_XDECREF(starts);
     Py_XDECREF(c.ts);
     Py_DECREF(c.buf);
     Py_DECREF(layout);
@@ -1636,7 +1595,6 @@ PyMODINIT_FUNC PyInit__cdriver(void)
     INTERN(S_c_truncated, "truncated");
     INTERN(S_c_ts, "ts");
     INTERN(S_c_layout, "layout");
-    INTERN(S_c_starts, "starts");
     INTERN(S_on_frame, "on_frame");
     INTERN(S_conversation, "conversation");
     INTERN(S_client, "client");

@@ -21,8 +21,6 @@ import dataclasses
 import gzip
 import io
 import random
-import struct
-from array import array
 from pathlib import Path
 
 import pytest
@@ -42,7 +40,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kwinspect import dissect
-from kwinspect.capture.readers import CaptureFormatError, RawPacket, RecordChunk, open_capture
+from kwinspect.capture.readers import CaptureFormatError, open_capture
 from kwinspect.dissect import DissectConfig, Dissector
 from kwinspect.model import Endpoint
 from kwinspect.run.loop import PacketLoop
@@ -361,68 +359,3 @@ def test_same_on_mutated_files(data, mseed, flips, cut, trickle):
         out.pop("_taken")
         out.pop("_past_rows")
     assert chunked == per_packet
-
-
-# -- records that are not consecutive packets (a --jobs worker's runs) -------------------------
-
-
-def _records(path: Path) -> list[tuple[float, bytes, int, bytes]]:
-    """(ts, 16-byte record header, wire length, data) of a little-endian microsecond pcap."""
-    raw = path.read_bytes()
-    assert raw[:4] == b"\xd4\xc3\xb2\xa1"
-    out, pos = [], 24
-    while pos + 16 <= len(raw):
-        sec, usec, caplen, wire = struct.unpack_from("<IIII", raw, pos)
-        out.append((sec + usec / 1e6, raw[pos:pos + 16], wire, raw[pos + 16:pos + 16 + caplen]))
-        pos += 16 + caplen
-    return out
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_records_numbered_by_their_starts_give_what_those_packets_give(seed):
-    """A chunk whose records are packets 5, 6, 9, 10, 11, 40 ... (RecordChunk.starts says
-    where the numbering jumps): the compiled loop numbers every row's frame and the
-    dissector's packet count as feed_packet does with RawPackets of those numbers, the
-    count set before each jump (what a --jobs worker did run by run)."""
-    recs = _records(ROOT / "captures" / "confluent-mock-produce-consume.pcap")
-    rng = random.Random(seed)
-    numbers, n = [], 0
-    for _ in recs:
-        n += 1 if rng.random() < 0.7 else rng.randrange(2, 50)
-        numbers.append(n)
-    jumps = [i for i in range(len(recs)) if i == 0 or numbers[i] != numbers[i - 1] + 1]
-
-    def fresh() -> Dissector:
-        return Dissector(DissectConfig(kafka_ports=frozenset({9092})))
-
-    want_d = fresh()
-    want = []
-    for i, (ts, _hdr, wire, data) in enumerate(recs):
-        if i in jumps:
-            want_d.stats.packets = numbers[i] - 1
-        want_d.feed_packet(RawPacket(ts, 1, data, max(wire, len(data)), numbers[i]))
-        want += [repr(r) for r in want_d.drain()]
-    want_d.finish()
-    want += [repr(r) for r in want_d.drain()]
-
-    buf = b"".join(hdr + data for _ts, hdr, _w, data in recs)
-    offsets = [0]
-    for _ts, hdr, _w, data in recs:
-        offsets.append(offsets[-1] + len(hdr) + len(data))
-    got_d = fresh()
-    chunk = RecordChunk(buf, 0, (0, False, False, 16, 1), numbers[0] - 1)
-    chunk.starts = array("q", [v for i in jumps[1:] for v in (offsets[i], numbers[i])]).tobytes()
-    got_d.stats.packets = numbers[0] - 1
-    got = []
-    left = len(recs)
-    while left:
-        taken = got_d.feed_chunk(chunk, left)
-        assert taken
-        left -= taken
-        got += [repr(r) for r in got_d.drain()]
-    got_d.finish()
-    got += [repr(r) for r in got_d.drain()]
-    assert chunk.index == numbers[-1]
-    assert got_d.stats.packets == want_d.stats.packets == numbers[-1]
-    assert got == want
-    assert any("frame=" in r for r in got)

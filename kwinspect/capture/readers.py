@@ -120,12 +120,9 @@ class RecordChunk:
     the reader goes on from ``pos``. ``layout`` says how to read the records:
     ``(0, big_endian, nanosecond, record header length, linktype)`` for pcap,
     ``(1, big_endian, 0, 0, ((linktype, div, tsoffset), ...))`` for pcapng (Enhanced
-    Packet Blocks only; any other block ends the chunk). ``starts`` (None for a reader's
-    chunk) is for records that are not consecutive packets (a ``--jobs`` worker's runs of
-    its own packets): native int64 pairs (offset in ``buf``, packet number), sorted by
-    offset; the record at that offset is that packet (``index`` jumps to it)."""
+    Packet Blocks only; any other block ends the chunk)."""
 
-    __slots__ = ("buf", "pos", "layout", "index", "bytes_captured", "bytes_wire", "truncated", "ts", "starts")
+    __slots__ = ("buf", "pos", "layout", "index", "bytes_captured", "bytes_wire", "truncated", "ts")
 
     def __init__(self, buf: bytes, pos: int, layout: tuple, index: int) -> None:
         self.buf = buf
@@ -134,7 +131,6 @@ class RecordChunk:
         self.index = index
         self.bytes_captured = self.bytes_wire = self.truncated = 0
         self.ts: float | None = None
-        self.starts: bytes | None = None
 
 
 @dataclass(slots=True)

@@ -76,8 +76,6 @@ import pickle
 import struct
 import threading
 import traceback
-from array import array
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator
 from operator import itemgetter
@@ -488,23 +486,20 @@ def _worker(inp, out, config: DissectConfig | None, jobs: int, me: int, bodies: 
 class _GivenStreams:
     """The tcp.stream numbers of a worker's TcpReassembler: the reader numbers every packet
     of the capture (run/split.py) and sends the number with it; ``see`` is only ever asked
-    about the packet being fed. While runs of packets (TAG_RUN) are fed, ``firsts[i]`` is
-    run i's first packet and ``records[i]`` where its numbers start in ``numbers``."""
+    about the packet being fed. In a run of packets (TAG_RUN), the number of the packet
+    ``stats.packets`` is at ``run_record + stats.packets - run_first`` in ``numbers``."""
 
-    __slots__ = ("firsts", "number", "numbers", "records", "stats")
+    __slots__ = ("number", "numbers", "run_first", "run_record", "stats")
 
     def __init__(self, stats: Any) -> None:
         self.number: int | None = None
-        self.numbers: Any = None  # the runs' numbers (int32, -1 for None) while they are fed
-        self.firsts: list[int] = []
-        self.records: list[int] = []
+        self.numbers: Any = None  # a run's numbers (int32, -1 for None) while one is fed
+        self.run_first = self.run_record = 0
         self.stats = stats
 
     def see(self, _key: Any, _side: int, _flags: int, _seq: int) -> int | None:
         if self.numbers is not None:
-            packet = self.stats.packets
-            i = bisect_right(self.firsts, packet) - 1
-            number = self.numbers[self.records[i] + packet - self.firsts[i]]
+            number = self.numbers[self.run_record + self.stats.packets - self.run_first]
             return None if number < 0 else number
         return self.number
 
@@ -547,28 +542,13 @@ class _Worker:
         offsets = None
         if type(records) is str:  # the runs are at these offsets of the capture file
             records, offsets = self._read_runs(records, items)
-        i, n_items = 0, len(items)
-        while i < n_items:
-            it = items[i]
-            i += 1
+        for it in items:
             tag = it[0]
             d.pos = pos = it[1]
             d.phase = PHASE_PACKET
             if tag == TAG_RUN:
-                # Runs next to each other (nothing for this worker between them) go to the
-                # compiled loop together: one call, the packet numbers jumping where each
-                # run starts (RecordChunk.starts).
-                runs = [(pos, it[2], it[3] if offsets is None else next(offsets), it[4], it[5])]
-                while chunked and i < n_items and items[i][0] == TAG_RUN:
-                    nxt = items[i]
-                    offset = nxt[3] if offsets is None else next(offsets)
-                    if offset != runs[-1][2] + runs[-1][4]:  # not right after it in the buffer
-                        if offsets is not None:
-                            raise RuntimeError("--jobs: a batch's runs are not one after the other")
-                        break
-                    runs.append((nxt[1], nxt[2], offset, nxt[4], nxt[5]))
-                    i += 1
-                self.feed_runs(runs, records, nums, layout, chunked)
+                offset = it[3] if offsets is None else next(offsets)
+                self.feed_run(pos, it[2], records, offset, nums, it[4], it[5], layout, chunked)
                 continue
             if tag == TAG_PACKET:
                 stats.packets = pos - 1  # feed_packet counts it: the packet's number in the capture
@@ -623,29 +603,21 @@ class _Worker:
             at += n
         return _gather(self.map, spans), iter(offsets)
 
-    def feed_runs(self, runs: list[tuple[int, int, int, int, int]], records: bytes, numbers: Any,
-                  layout: tuple, chunked: bool) -> None:
-        """Runs of packets (first packet, count, offset in ``records``, where their tcp.stream
-        numbers start in ``numbers``, bytes), one right after the other in ``records``:
+    def feed_run(self, first: int, count: int, records: bytes, offset: int, numbers: Any, record: int,
+                 nbytes: int, layout: tuple, chunked: bool) -> None:
+        """Packets ``first`` .. ``first + count - 1``, pcap records at ``offset`` of ``records``:
         through the compiled packet loop (Dissector.feed_chunk), which stops at each packet
         that leaves rows (collected there), exactly as feed_packet would take them."""
         d = self.d
         stats = d.stats
         pending = d.pending
         streams = self.streams
-        first, _count, offset, _record, _nbytes = runs[0]
-        count = sum(r[1] for r in runs)
-        nbytes = sum(r[4] for r in runs)
         chunk = RecordChunk(records, offset, layout, first - 1)
-        if len(runs) > 1:  # the numbering jumps at each later run's first record
-            chunk.starts = array("q", [v for r in runs[1:] for v in (r[2], r[0])]).tobytes()
         stats.packets = first - 1  # counted by the loop: each packet's number in the capture
-        streams.numbers = numbers
-        streams.firsts = [r[0] for r in runs]
-        streams.records = [r[3] for r in runs]
+        streams.numbers, streams.run_first, streams.run_record = numbers, first, record
         d.pos = None  # the packet the loop is at (stats.packets)
         try:
-            if not chunked:  # (no compiled packet loop: one RawPacket each; one run at a time)
+            if not chunked:  # (no compiled packet loop: one RawPacket each)
                 self._feed_records(chunk, count)
             left = count if chunked else 0
             while left:
