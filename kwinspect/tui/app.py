@@ -27,6 +27,23 @@ from kwinspect.tui.store import ExchangeStore
 LIVE_MAX_ROWS = 1_000_000  # live mode keeps at most this many exchanges (oldest dropped in chunks)
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def give_back_big_buffers() -> None:
+    """Have glibc map every buffer of 128 KiB or more on its own, so that it goes back to the
+    system when freed. By default the threshold rises to the size of the largest buffer freed
+    (up to 32 MiB): after the first filters over a million rows, their numpy columns came
+    from the heap and stayed in the app's RSS (~30 MB more at a million rows). No-op
+    without glibc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+    except (OSError, AttributeError, TypeError):
+        pass
+
+
 class KwinspectApp(App):
     TITLE = "kwinspect"
     ENABLE_COMMAND_PALETTE = False
@@ -54,6 +71,7 @@ class KwinspectApp(App):
                  label: str | None = None, values: str = "auto", max_rows: int | None = None,
                  initial_filter: str | None = None, schemas: Any = None) -> None:
         super().__init__()
+        give_back_big_buffers()
         self.schemas = schemas  # analyze.schema_values.SchemaValues: decodes the records tab's keys/values
         self.paths = [os.fspath(p) for p in paths]
         self.config = config

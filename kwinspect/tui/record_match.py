@@ -330,8 +330,8 @@ class MatchProcess:
                 view.row, view.p = row, row - store.first
                 p = view.p
                 c = store.cols
-                items.append((row, c["api_key"][p], c["api_version"][p], c["req_off"][p], c["req_len"][p],
-                              c["resp_off"][p], c["resp_len"][p], {col: view.get(col) for col in columns}))
+                items.append((row, c["api_key"][p], c["api_version"][p], *store.frame_refs(row),
+                              {col: view.get(col) for col in columns}))
             if items:
                 keep.extend(self.request(expr, dict(store.topic_names), items))
         return np.asarray(keep, dtype=np.int64)

@@ -28,7 +28,7 @@ import tempfile
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from kwinspect.stream.redact import SECRET_APIS  # their frames' hex stays hidde
 
 NAN = float("nan")
 NONE_INT = -(2**63)  # "null" in the int64 columns
+NONE_INT32 = -(2**31)  # "null" in the int32 columns (until a value needs the int64 form)
 STATUSES = (STATUS_PAIRED, STATUS_NO_RESPONSE_EXPECTED, STATUS_RESPONSE_MISSING, STATUS_REQUEST_MISSING, "other")
 _STATUS_INDEX = {s: i for i, s in enumerate(STATUSES)}
 
@@ -78,16 +79,37 @@ class Interner:
         return len(self.values)
 
 
-def _opt_int(v: int | None) -> int:
-    return NONE_INT if v is None else int(v)
-
-
 def _opt_float(v: float | None) -> float:
     return NAN if v is None else float(v)
 
 
-def _back_int(v: int) -> int | None:
-    return None if v == NONE_INT else v
+# Integer columns held as int32 while every value fits: 4 bytes an exchange instead of 8
+# (their values are int32 on the wire, or packet and connection numbers). A value that does
+# not fit, or that is the int32 null itself, turns the column into int64 for good.
+WIDENING_COLUMNS = ("cid", "req_size", "resp_size", "throttle", "frame", "response_frame", "tcp_stream")
+
+
+def null_of(col: array) -> int:
+    """The null of an integer column: NONE_INT once it is int64, NONE_INT32 before."""
+    return NONE_INT if col.typecode == "q" else NONE_INT32
+
+
+def int_or_none(col: array, p: int) -> int | None:
+    """Position ``p`` of an integer column, None for its null."""
+    v = col[p]
+    return None if v == null_of(col) else v
+
+
+def _widened(col: array) -> array:
+    """An int32 column as int64, its nulls NONE_INT."""
+    import numpy as np
+
+    out = array("q")
+    if len(col):
+        wide = np.frombuffer(col, dtype=np.int32).astype(np.int64)
+        wide[wide == NONE_INT32] = NONE_INT
+        out.frombytes(wide.tobytes())
+    return out
 
 
 def _back_float(v: float) -> float | None:
@@ -159,6 +181,184 @@ class FrameSpill:
         self.unlink()
 
 
+class StreamEnds:
+    """(client, broker) of each connection's stream index, read from its name (written
+    ``client->broker``): a dict of 176k tuples of two strings cost about 40 MB. A stream
+    named otherwise keeps its pair in ``odd``."""
+
+    def __init__(self, strings: Interner) -> None:
+        self.strings = strings
+        self.ids = array("I")  # stream indexes in the order they were first seen
+        self.odd: dict[int, tuple[str, str]] = {}
+        self._seen = bytearray()  # 1 at each string index that is a stream here
+
+    def __contains__(self, idx: int) -> bool:
+        return idx < len(self._seen) and self._seen[idx] == 1
+
+    def add(self, idx: int, client: str, broker: str) -> None:
+        """Note a stream index the first time it is seen (later calls do nothing)."""
+        seen = self._seen
+        if idx < len(seen):
+            if seen[idx]:
+                return
+        else:
+            seen.extend(bytes(idx + 1 - len(seen) + 1024))
+        seen[idx] = 1
+        self.ids.append(idx)
+        name = self.strings[idx]
+        if type(name) is not str or name.partition("->") != (client, "->", broker):
+            self.odd[idx] = (client, broker)
+
+    def get(self, idx: int, default: tuple[str, str] | None = None) -> tuple[str, str] | None:
+        odd = self.odd.get(idx)
+        if odd is not None:
+            return odd
+        if idx not in self:
+            return default
+        client, _, broker = self.strings[idx].partition("->")
+        return client, broker
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def items(self) -> Iterator[tuple[int, tuple[str, str]]]:
+        for idx in self.ids:
+            yield idx, self.get(idx)
+
+
+_ERROR_INTS = ("code", "correlation_id", "partition", "frame", "response_frame", "tcp_stream", "order")
+_ERROR_NAMES = ("kind", "name", "api_name", "stream")  # few distinct values, or the streams' own
+_ERROR_TEXTS = ("topic", "path", "message")
+MAX_SHARED_TEXTS = 100_000  # distinct topic/path/message texts kept once for all the rows that repeat them
+
+
+class ErrorTable:
+    """The error rows, packed in columns: about 115 bytes a row (a slotted ErrorRow with its
+    ints, float and strings took about 280). ``table[i]``, slices and iteration make the
+    ErrorRow objects again. A row whose values do not fit the columns is kept whole."""
+
+    def __init__(self, strings: Interner) -> None:
+        self.strings = strings  # the store's interner: kinds, error and api names, streams
+        self.ts = array("d")
+        self.retriable = array("b")  # -1 null
+        self.ints = {name: array("q") for name in _ERROR_INTS}
+        self.names = {name: array("I") for name in _ERROR_NAMES}
+        self.texts: dict[str, list[str | None]] = {name: [] for name in _ERROR_TEXTS}
+        self.whole: list[ErrorRow | None] = []  # a row kept as it came (values of other types)
+        self._shared: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.whole)
+
+    def append(self, err: ErrorRow) -> None:
+        if not _packs(err):
+            self._append_whole(err)
+            return
+        strings, shared = self.strings, self._shared
+        self.ts.append(NAN if err.ts is None else err.ts)
+        self.retriable.append(-1 if err.retriable is None else int(err.retriable))
+        ints = self.ints
+        for name in _ERROR_INTS:
+            v = getattr(err, name)
+            ints[name].append(NONE_INT if v is None else v)
+        names = self.names
+        for name in _ERROR_NAMES:
+            names[name].append(strings(getattr(err, name)))
+        texts = self.texts
+        for name in _ERROR_TEXTS:
+            v = getattr(err, name)
+            if v is not None:
+                kept = shared.get(v)
+                if kept is not None:
+                    v = kept
+                elif len(shared) < MAX_SHARED_TEXTS:
+                    shared[v] = v
+            texts[name].append(v)
+        self.whole.append(None)
+
+    def _append_whole(self, err: ErrorRow) -> None:
+        self.ts.append(NAN)
+        self.retriable.append(-1)
+        for col in self.ints.values():
+            col.append(NONE_INT)
+        for col in self.names.values():
+            col.append(0)
+        for col in self.texts.values():
+            col.append(None)
+        self.whole.append(err)
+
+    def _row(self, p: int) -> ErrorRow:
+        whole = self.whole[p]
+        if whole is not None:
+            return whole
+        ts = self.ts[p]
+        retriable = self.retriable[p]
+        strings = self.strings
+        kw: dict[str, Any] = {name: strings[col[p]] for name, col in self.names.items()}
+        for name, col in self.ints.items():
+            v = col[p]
+            kw[name] = None if v == NONE_INT else v
+        for name, col in self.texts.items():
+            kw[name] = col[p]
+        kw["ts"] = None if math.isnan(ts) else ts
+        kw["retriable"] = None if retriable < 0 else bool(retriable)
+        return ErrorRow(**kw)
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):
+            return [self._row(p) for p in range(*key.indices(len(self)))]
+        n = len(self)
+        if key < 0:
+            key += n
+        if not 0 <= key < n:
+            raise IndexError("error row out of range")
+        return self._row(key)
+
+    def __iter__(self) -> Iterator[ErrorRow]:
+        for p in range(len(self)):
+            yield self._row(p)
+
+    def __delitem__(self, key: slice) -> None:
+        for col in (self.ts, self.retriable, self.whole, *self.ints.values(), *self.names.values(),
+                    *self.texts.values()):
+            del col[key]
+
+    def label_counts(self, kafka_error: str) -> dict[str, int]:
+        """Rows per label: the error name for ``kafka_error`` rows that have one, else the kind."""
+        counts: dict[int, int] = {}
+        odd: dict[Any, int] = {}
+        kinds, names = self.names["kind"], self.names["name"]
+        kafka = self.strings.get(kafka_error)
+        for p, whole in enumerate(self.whole):
+            if whole is not None:
+                label = whole.name if whole.kind == kafka_error and whole.name else whole.kind
+                odd[label] = odd.get(label, 0) + 1
+                continue
+            idx = names[p] if kinds[p] == kafka and self.strings[names[p]] else kinds[p]
+            counts[idx] = counts.get(idx, 0) + 1
+        out: dict[Any, int] = {}
+        for label, n in [*((self.strings[idx], n) for idx, n in counts.items()), *odd.items()]:
+            out[label] = out.get(label, 0) + n
+        return out
+
+
+def _packs(err: ErrorRow) -> bool:
+    """True when every value of the row fits ErrorTable's columns (always, from the dissector)."""
+    for name in _ERROR_INTS:
+        v = getattr(err, name)
+        if v is not None and (type(v) is not int or not NONE_INT < v < 2**63):
+            return False
+    for name in (*_ERROR_NAMES, *_ERROR_TEXTS):
+        v = getattr(err, name)
+        if v is not None and type(v) is not str:
+            return False
+    return (err.ts is None or (type(err.ts) is float and err.ts == err.ts)) and (err.retriable is None or type(err.retriable) is bool) \
+        and err.order is not None
+
+
 def compact(ex: Exchange, refs: list[int] | tuple[int, ...] = (-1, -1, -1, -1)) -> tuple:
     """The part of an Exchange the store keeps, as a plain picklable tuple.
 
@@ -189,20 +389,25 @@ class ExchangeStore:
         self.lock = threading.RLock()
         self.first = 0  # absolute id of the oldest row held
         self.total = 0  # rows ever added (absolute id of the next row)
-        self.strings = Interner(None)  # streams, client ids, api names (0 = null)
+        self.strings = Interner(None)  # streams, client ids, api names, error kinds (0 = null)
         self.tuples = Interner(())  # topic lists, error-name lists, error-code lists
-        self.stream_ends: dict[int, tuple[str, str]] = {}  # stream idx -> (client, broker)
+        self.stream_ends = StreamEnds(self.strings)  # stream idx -> (client, broker)
+        # ~98 bytes an exchange. The WIDENING_COLUMNS are int32 (NONE_INT32 null) until a
+        # value needs int64 (NONE_INT null): read them with int_cell/null_of. The No. column
+        # is the row id + 1; a response frame follows its request in the spill, so one
+        # offset ("frames_off") places both (resp_off_odd: a row written otherwise).
         self.cols = {
             "ts": array("d"), "resp_ts": array("d"), "lat": array("d"),
             "stream": array("I"), "client_id": array("I"), "api_name": array("I"),
-            "api_key": array("h"), "api_version": array("h"), "cid": array("q"),
-            "req_size": array("q"), "resp_size": array("q"), "status": array("B"),
+            "api_key": array("h"), "api_version": array("h"), "cid": array("i"),
+            "req_size": array("i"), "resp_size": array("i"), "status": array("B"),
             "err_codes": array("I"), "err_names": array("I"), "topics": array("I"),
-            "throttle": array("q"), "index": array("q"), "long_poll": array("b"),
-            "frame": array("q"), "response_frame": array("q"), "tcp_stream": array("q"),
-            "req_off": array("q"), "req_len": array("q"), "resp_off": array("q"), "resp_len": array("q"),
+            "throttle": array("i"), "long_poll": array("b"),
+            "frame": array("i"), "response_frame": array("i"), "tcp_stream": array("i"),
+            "frames_off": array("q"), "req_len": array("i"), "resp_len": array("i"),
         }
-        self.errors: list[ErrorRow] = []
+        self.resp_off_odd: dict[int, int] = {}  # row id -> response frame offset, when not after the request
+        self.errors = ErrorTable(self.strings)
         self.error_count = 0
         self.errors_dropped = 0
         self.spill: FrameSpill | None = FrameSpill() if spill else None
@@ -255,12 +460,11 @@ class ExchangeStore:
     def add_compact(self, t: tuple) -> int:
         """Append one row made by :func:`compact` (possibly in another process)."""
         (stream_name, client, broker, ts, resp_ts, lat, client_id, api_name, api_key, api_version, cid,
-         req_size, resp_size, status, err_codes, err_names, topics, throttle, index, long_poll,
+         req_size, resp_size, status, err_codes, err_names, topics, throttle, _index, long_poll,
          frame, response_frame, tcp_stream, req_off, req_len, resp_off, resp_len) = t
         c = self.cols
         stream = self.strings(stream_name)
-        if stream not in self.stream_ends:
-            self.stream_ends[stream] = (client, broker)
+        self.stream_ends.add(stream, client, broker)
         c["ts"].append(_opt_float(ts))
         c["resp_ts"].append(_opt_float(resp_ts))
         c["lat"].append(_opt_float(lat))
@@ -271,28 +475,42 @@ class ExchangeStore:
         if api_key in SECRET_APIS or api_name == "SaslToken":
             self.secret_streams.add(stream)
         c["api_version"].append(-1 if api_version is None else api_version)
-        c["cid"].append(_opt_int(cid))
-        c["req_size"].append(_opt_int(req_size))
-        c["resp_size"].append(_opt_int(resp_size))
+        put = self._put_int
+        put("cid", cid)
+        put("req_size", req_size)
+        put("resp_size", resp_size)
         c["status"].append(_STATUS_INDEX.get(status, len(STATUSES) - 1))
         c["err_codes"].append(self.tuples(err_codes) if err_codes else 0)
         c["err_names"].append(self.tuples(err_names) if err_names else 0)
         c["topics"].append(self.tuples(topics) if topics else 0)
-        c["throttle"].append(_opt_int(throttle))
-        # No.: the row's place in the list (rows come in capture order, so the core's
-        # completion-order index would read out of order)
-        c["index"].append(self.total + 1)
+        put("throttle", throttle)
         c["long_poll"].append(-1 if long_poll is None else int(long_poll))
-        c["frame"].append(_opt_int(frame))
-        c["response_frame"].append(_opt_int(response_frame))
-        c["tcp_stream"].append(_opt_int(tcp_stream))
-        c["req_off"].append(req_off)
-        c["req_len"].append(req_len)
-        c["resp_off"].append(resp_off)
-        c["resp_len"].append(resp_len)
+        put("frame", frame)
+        put("response_frame", response_frame)
+        put("tcp_stream", tcp_stream)
         row = self.total
+        # the spill holds an exchange's request then its response: one offset places both
+        c["frames_off"].append(req_off if req_len >= 0 else resp_off)
+        c["req_len"].append(req_len)
+        c["resp_len"].append(resp_len)
+        if resp_len >= 0 and req_len >= 0 and resp_off != req_off + req_len:
+            self.resp_off_odd[row] = resp_off
         self.total += 1
         return row
+
+    def _put_int(self, name: str, v: int | None) -> None:
+        """Append to an integer column, turning it into int64 when the value needs it."""
+        col = self.cols[name]
+        if v is None:
+            col.append(NONE_INT if col.typecode == "q" else NONE_INT32)
+            return
+        v = int(v)
+        if col.typecode == "i":
+            if v != NONE_INT32 and -(2**31) < v < 2**31:
+                col.append(v)
+                return
+            col = self.cols[name] = _widened(col)
+        col.append(v)
 
     def add_error(self, err: ErrorRow) -> None:
         self.error_count += 1
@@ -320,6 +538,8 @@ class ExchangeStore:
         for col in self.cols.values():
             del col[:drop]
         self.first += drop
+        for row in [r for r in self.resp_off_odd if r < self.first]:
+            del self.resp_off_odd[row]
         for row in [r for r in self._messages if r < self.first]:
             del self._messages[row]
 
@@ -337,6 +557,21 @@ class ExchangeStore:
 
     def cell(self, name: str, row: int) -> Any:
         return self.cols[name][row - self.first]
+
+    def int_cell(self, name: str, row: int) -> int | None:
+        """An integer column's value at a row, None for null."""
+        return int_or_none(self.cols[name], row - self.first)
+
+    def frame_refs(self, row: int) -> tuple[int, int, int, int]:
+        """(request offset, its length, response offset, its length) in the spill; -1 lengths
+        for frames not kept."""
+        c = self.cols
+        p = row - self.first
+        off, req_len, resp_len = c["frames_off"][p], c["req_len"][p], c["resp_len"][p]
+        resp_off = off + req_len if req_len >= 0 else off
+        if resp_len >= 0 and req_len >= 0:
+            resp_off = self.resp_off_odd.get(row, resp_off)
+        return (off if req_len >= 0 else -1), req_len, (resp_off if resp_len >= 0 else -1), resp_len
 
     def status(self, row: int) -> str:
         return STATUSES[self.cols["status"][row - self.first]]
@@ -364,12 +599,9 @@ class ExchangeStore:
     def frames(self, row: int) -> tuple[bytes | None, bytes | None]:
         if self.spill is None or not self.has(row):
             return None, None
-        p = row - self.first
-        out: list[bytes | None] = []
-        for key in ("req", "resp"):
-            length = self.cols[key + "_len"][p]
-            out.append(self.spill.read(self.cols[key + "_off"][p], length) if length >= 0 else None)
-        return out[0], out[1]
+        req_off, req_len, resp_off, resp_len = self.frame_refs(row)
+        return (self.spill.read(req_off, req_len) if req_len >= 0 else None,
+                self.spill.read(resp_off, resp_len) if resp_len >= 0 else None)
 
     def messages(self, row: int) -> tuple[Message | None, Message | None]:
         """The fully decoded request and response of a row (re-decoded from its frames)."""
@@ -450,7 +682,7 @@ class RowView:
             v = c["api_version"][p]
             return None if v < 0 else v
         if col == "correlation_id":
-            return _back_int(c["cid"][p])
+            return int_or_none(c["cid"], p)
         if col == "client_id":
             return s.strings[c["client_id"][p]]
         if col == "request_ts":
@@ -459,16 +691,16 @@ class RowView:
         if col == "response_ts":
             return _back_float(c["resp_ts"][p])
         if col == "request_size":
-            return _back_int(c["req_size"][p])
+            return int_or_none(c["req_size"], p)
         if col == "response_size":
-            return _back_int(c["resp_size"][p])
+            return int_or_none(c["resp_size"], p)
         if col == "throttle_time_ms":
-            return _back_int(c["throttle"][p])
+            return int_or_none(c["throttle"], p)
         if col == "long_poll":
             v = c["long_poll"][p]
             return None if v < 0 else bool(v)
         if col in ("frame", "response_frame", "tcp_stream"):
-            return _back_int(c[col][p])
+            return int_or_none(c[col], p)
         return default
 
     def __getitem__(self, col: str) -> Any:

@@ -62,17 +62,14 @@ class Cancelled(Exception):
 # million rows typically hold a few hundred distinct (api, client id, status)
 # combinations) and broadcast; continuous columns (latency, timestamps) make
 # every row distinct and fall back to one evaluation per row.
-_SOURCES: dict[str, tuple[tuple[str, type], ...]] = {
-    "stream": (("stream", np.uint32),), "client": (("stream", np.uint32),), "broker": (("stream", np.uint32),),
-    "api_key": (("api_key", np.int16),), "api_name": (("api_name", np.uint32),),
-    "api_version": (("api_version", np.int16),), "correlation_id": (("cid", np.int64),),
-    "client_id": (("client_id", np.uint32),),
-    "request_ts": (("ts", np.float64), ("status", np.uint8)), "response_ts": (("resp_ts", np.float64),),
-    "latency_ms": (("lat", np.float64),), "request_size": (("req_size", np.int64),),
-    "response_size": (("resp_size", np.int64),), "status": (("status", np.uint8),),
-    "error_codes": (("err_codes", np.uint32),), "error_names": (("err_names", np.uint32),),
-    "topics": (("topics", np.uint32),), "throttle_time_ms": (("throttle", np.int64),),
-    "long_poll": (("long_poll", np.int8),),
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "stream": ("stream",), "client": ("stream",), "broker": ("stream",),
+    "api_key": ("api_key",), "api_name": ("api_name",), "api_version": ("api_version",),
+    "correlation_id": ("cid",), "client_id": ("client_id",),
+    "request_ts": ("ts", "status"), "response_ts": ("resp_ts",), "latency_ms": ("lat",),
+    "request_size": ("req_size",), "response_size": ("resp_size",), "status": ("status",),
+    "error_codes": ("err_codes",), "error_names": ("err_names",), "topics": ("topics",),
+    "throttle_time_ms": ("throttle",), "long_poll": ("long_poll",),
 }
 _ALIASES = {"api": "api_name", "topic": "topics", "error": None, "errors": None}
 
@@ -101,11 +98,12 @@ def referenced_columns(expr: str) -> set[str] | None:
     return cols
 
 
-def _col(store: ExchangeStore, name: str, lo: int, hi: int, dtype) -> np.ndarray:  # noqa: ANN001
-    """A copy of positions [lo, hi) of a store column (taken under the lock: the writer may grow it)."""
-    arr = store.cols[name]
+def _col(store: ExchangeStore, name: str, lo: int, hi: int) -> np.ndarray:
+    """A copy of positions [lo, hi) of a store column (taken under the lock: the writer may grow
+    it, or widen an int32 column to int64)."""
     with store.lock:
-        return np.frombuffer(arr, dtype=dtype, count=len(arr))[lo:hi].copy()
+        arr = store.cols[name]
+        return np.frombuffer(arr, dtype=arr.typecode, count=len(arr))[lo:hi].copy()
 
 
 def view_columns(store: ExchangeStore, names: tuple[str, ...], rows: np.ndarray | None) -> list[np.ndarray]:
@@ -144,8 +142,9 @@ def _group_keys(store: ExchangeStore, cols: set[str], plo: int, phi: int,
     sources = sorted({src for c in cols for src in _SOURCES[c]})
     key = np.zeros(len(ids_pos), dtype=np.int64)
     radix = 1
-    for name, dtype in sources:
-        codes, card = _dense(_col(store, name, plo, phi, dtype)[ids_pos], dtype)
+    for name in sources:
+        col = _col(store, name, plo, phi)[ids_pos]
+        codes, card = _dense(col, col.dtype.type)
         if card > len(ids_pos) // 4 or radix * card >= 2**62:
             return None  # (nearly) every row distinct: no gain from grouping
         key += codes * radix
@@ -175,14 +174,14 @@ def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predi
         return np.empty(0, dtype=np.int64)
     mask = np.ones(phi - plo, dtype=bool)
     if spec.errors_only:
-        mask &= (_col(store, "err_codes", plo, phi, np.uint32) != 0) | (_col(store, "status", plo, phi, np.uint8) >= 2)
+        mask &= (_col(store, "err_codes", plo, phi) != 0) | (_col(store, "status", plo, phi) >= 2)
     if spec.api_key is not None:
-        mask &= _col(store, "api_key", plo, phi, np.int16) == spec.api_key
+        mask &= _col(store, "api_key", plo, phi) == spec.api_key
     if spec.stream is not None:
-        mask &= _col(store, "stream", plo, phi, np.uint32) == spec.stream
+        mask &= _col(store, "stream", plo, phi) == spec.stream
     api_keys = getattr(predicate, "api_keys", None)
     if api_keys is not None:  # a filter only these apis can match (record fields: Produce, Fetch)
-        mask &= np.isin(_col(store, "api_key", plo, phi, np.int16), api_keys)
+        mask &= np.isin(_col(store, "api_key", plo, phi), api_keys)
     ids = np.nonzero(mask)[0].astype(np.int64) + (plo + first)
     if predicate is None:
         return ids
@@ -207,29 +206,33 @@ def _rows_matching(store: ExchangeStore, spec: ViewSpec, lo: int, hi: int, predi
                     keep_group[g] = False
             return ids[keep_group[group]]
     keep = np.zeros(len(ids), dtype=bool)
-    for n, row in enumerate(ids.tolist()):
-        if n & 0xFFFF == 0 and check is not None:
-            check(n, len(ids))
-        view.row = row
-        view.p = row - store.first
-        if view.p < 0:
-            continue
-        try:
-            keep[n] = bool(predicate(view))
-        except Exception:  # noqa: BLE001 - a predicate never takes the app down
-            keep[n] = False
+    # a chunk of ids at a time as Python ints: a million at once took ~36 MB for the scan
+    for start in range(0, len(ids), 0x10000):
+        if check is not None:
+            check(start, len(ids))
+        for n, row in enumerate(ids[start:start + 0x10000].tolist(), start):
+            view.row = row
+            view.p = row - store.first
+            if view.p < 0:
+                continue
+            try:
+                keep[n] = bool(predicate(view))
+            except Exception:  # noqa: BLE001 - a predicate never takes the app down
+                keep[n] = False
     return ids[keep]
 
 
 def order_rows(store: ExchangeStore, spec: ViewSpec, ids: np.ndarray) -> np.ndarray:
     if spec.sort != "latency" or len(ids) == 0:
         return ids
-    lat_all = _col(store, "lat", 0, len(store), np.float64)
     pos = ids - store.first
     pos = pos[pos >= 0]
-    lat = lat_all[pos]
-    lat = np.where(np.isnan(lat), -np.inf, lat)
-    order = np.argsort(-lat, kind="stable")
+    with store.lock:  # (the rows' latencies only: one copy, not the column's and then theirs)
+        arr = store.cols["lat"]
+        lat = np.frombuffer(arr, dtype=arr.typecode, count=len(arr))[pos]
+    lat[np.isnan(lat)] = -np.inf
+    np.negative(lat, out=lat)
+    order = np.argsort(lat, kind="stable")
     return pos[order] + store.first
 
 

@@ -229,6 +229,20 @@ def test_advertised_ranges_of_a_broker_apply_to_connections_without_api_versions
     assert w.only("version_not_advertised").key["client_id"] == "pinned"
 
 
+def test_each_connection_is_judged_by_its_own_advertised_ranges():
+    """Equal ApiVersions lists are read once (the Diagnoser remembers a list per length): a
+    list of the same length with other ranges is read on its own."""
+    w = Wire()
+    w.x(AV_REQ, api_versions({0: (0, 9), 3: (0, 12)}), 1.0, port=50001)
+    w.x(produce(batch(0, 1)), produce_resp(), 1.1, port=50001)  # v9 inside 0-9
+    w.x(AV_REQ, api_versions({0: (0, 9), 3: (0, 12)}), 2.0, port=50002)  # an equal list
+    w.x(produce(batch(1, 1)), produce_resp(), 2.1, port=50002)
+    w.x(AV_REQ, api_versions({0: (0, 2), 3: (0, 12)}), 3.0, port=50003)  # same length, Produce 0-2
+    w.x(produce(batch(2, 1)), produce_resp(), 3.1, port=50003)
+    f = w.only("version_not_advertised")
+    assert (f.key["advertised"], [e.stream for e in f.evidence]) == ([0, 2], ["127.0.0.1:50003->127.0.0.1:9092"])
+
+
 def test_requests_inside_the_range_raise_nothing_but_old_versions_are_noted():
     w = Wire()
     w.x(AV_REQ, api_versions({0: (0, 9), 3: (0, 4)}), 1.0)

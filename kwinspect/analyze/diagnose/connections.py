@@ -102,7 +102,7 @@ class ConnectionAnalyzer(FindingTable):
     def __init__(self) -> None:
         self.findings: dict[tuple, Finding] = {}
         self.throttle: dict[tuple[str, str], list[Any]] = {}  # (client, api) -> [count, total, max, evidence]
-        self.streams: OrderedDict[str, tuple[str, str, float | None]] = OrderedDict()  # stream -> (client, broker, ts)
+        self.streams: OrderedDict[str, float | None] = OrderedDict()  # stream -> its first exchange's ts
         self.churn: dict[tuple[str, str], Window] = {}
         self.unanswered: list[tuple[Exchange, Evidence]] = []
         self.last_by_client_api: dict[tuple[str, str, int], list[tuple[float, str]]] = {}
@@ -128,7 +128,7 @@ class ConnectionAnalyzer(FindingTable):
             if len(self.streams) >= MAX_KEYS:
                 self.streams.popitem(last=False)
             host = ex.client.rsplit(":", 1)[0] if ex.client else ""
-            self.streams[ex.stream] = (client, ex.broker, ts)
+            self.streams[ex.stream] = ts
             ckey = (f"{client}@{host}", ex.broker)
             w = self.churn.get(ckey)
             if w is None and len(self.churn) < MAX_KEYS:
@@ -237,7 +237,7 @@ class ConnectionAnalyzer(FindingTable):
             # a retry on a connection opened after the request was sent: a reconnect, not a connection
             # the client already had (librdkafka keeps a bootstrap and a broker connection to one broker)
             retried = any(s != ex.stream and t0 < ts <= t0 + LOST_RETRY_WINDOW_S
-                          and (self.streams.get(s, ("", "", None))[2] or 0.0) >= t0
+                          and (self.streams.get(s) or 0.0) >= t0
                           for ts, s in self.last_by_client_api.get((client, ex.broker, ex.api_key), []))
             abandoned = retried and self.closed_by.get(ex.stream) == "client"
             kind = "request_lost" if retried and not abandoned else "unanswered_at_close"

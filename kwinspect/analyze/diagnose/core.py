@@ -18,6 +18,9 @@ SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
 
 # Timestamps a storm window holds at most (every storm threshold is far below this).
 MAX_WINDOW_EVENTS = 10_000
+# Timestamps a storm window holds in a list before it takes a deque (cheap to pop from the
+# front of, but ~600 bytes however few it holds).
+SMALL_WINDOW = 32
 # Evidence kept per finding; `Finding.count` still counts every occurrence.
 MAX_EVIDENCE = 20
 
@@ -100,24 +103,48 @@ def make(kind: str, severity: str, title: str, detail: str = "", evidence=(), **
 class Window:
     """Timestamps within the last `seconds`, to spot storms: N events in T seconds."""
 
-    __slots__ = ("seconds", "times", "best", "best_span")
+    __slots__ = ("seconds", "times", "best")
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self.times: deque[float] = deque()
+        # The one timestamp of a window that has seen one, a list of a few, a deque past
+        # SMALL_WINDOW: a deque is ~600 bytes however short, and most windows (connection
+        # churn: one per client host) see one to three events.
+        self.times: deque[float] | list[float] | float | None = None
         self.best = 0  # most events ever inside one window
-        self.best_span: tuple[float, float] | None = None
 
     def add(self, ts: float | None) -> int:
-        if ts is None:
-            return len(self.times)
-        self.times.append(ts)
-        while self.times and (self.times[0] < ts - self.seconds or len(self.times) > MAX_WINDOW_EVENTS):
-            self.times.popleft()
-        if len(self.times) > self.best:
-            self.best = len(self.times)
-            self.best_span = (self.times[0], ts)
-        return len(self.times)
+        times = self.times
+        if times is None:
+            if ts is None:
+                return 0
+            self.times = ts
+            self.best = 1
+            return 1
+        cls = times.__class__
+        if cls is not deque and cls is not list:
+            if ts is None:
+                return 1
+            times = self.times = [times]
+            cls = list
+        elif ts is None:
+            return len(times)
+        times.append(ts)
+        if cls is list:
+            # what the deque's loop below pops, cut at once
+            lim, n, k = ts - self.seconds, len(times), 0
+            while k < n and (times[k] < lim or n - k > MAX_WINDOW_EVENTS):
+                k += 1
+            if k:
+                del times[:k]
+            if len(times) > SMALL_WINDOW:
+                times = self.times = deque(times)
+        else:
+            while times and (times[0] < ts - self.seconds or len(times) > MAX_WINDOW_EVENTS):
+                times.popleft()
+        if len(times) > self.best:
+            self.best = len(times)
+        return len(times)
 
 
 def name_of(topic: dict, topic_names: dict[str, str] | None = None) -> str | None:

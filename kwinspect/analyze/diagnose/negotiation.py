@@ -47,6 +47,31 @@ MAX_STREAMS = 100_000
 MAX_RANGE_MAPS = 1_000
 
 
+# ApiVersions key lists remembered (one per length) with the ranges read from them.
+MAX_LISTS_READ = 64
+
+
+def _read_ranges(api_keys: list | tuple) -> dict[int, tuple[int, int]]:
+    """api key -> (min, max version) of an ApiVersions response's entries that hold ints."""
+    ranges = {}
+    for k in api_keys:
+        if type(k) is dict or isinstance(k, dict):
+            # as_int's test written out: ~60 entries on every connection (plain ints first:
+            # `type(x) is int` leaves out bool as the isinstance pair below does)
+            key, lo, hi = k.get("api_key"), k.get("min_version"), k.get("max_version")
+            if type(key) is int and type(lo) is int and type(hi) is int:
+                ranges[key] = (lo, hi)
+            elif (isinstance(key, int) and isinstance(lo, int) and isinstance(hi, int)
+                    and not isinstance(key, bool) and not isinstance(lo, bool) and not isinstance(hi, bool)):
+                ranges[key] = (lo, hi)
+    return ranges
+
+
+def _copied(api_keys: list | tuple) -> list:
+    """The entries as they are now (a later change to the decoded body cannot change them)."""
+    return [dict(k) if isinstance(k, dict) else k for k in api_keys]
+
+
 class NegotiationAnalyzer(FindingTable):
     def __init__(self) -> None:
         self.by_stream: dict[str, dict[int, tuple[int, int]]] = {}
@@ -59,6 +84,8 @@ class NegotiationAnalyzer(FindingTable):
         self.broker_max: dict[tuple[str, int], int] = {}
         self.negotiated: set[tuple[str, str]] = set()  # (client, broker) with a successful ApiVersions
         self._range_maps: dict[tuple, dict[int, tuple[int, int]]] = {}  # its items -> the one shared map
+        self._fallback_ranges: dict[tuple[int, int], tuple[int, int]] = {}  # equal ranges kept once
+        self._lists_read: dict[int, tuple[list, dict[int, tuple[int, int]]]] = {}  # length -> (entries, ranges)
 
     def on_exchange(self, ex: Exchange) -> None:
         if ex.api_key is None or ex.api_version is None or ex.request is None:
@@ -107,24 +134,26 @@ class NegotiationAnalyzer(FindingTable):
         if not isinstance(body, dict) or not body:
             return
         code = body.get("error_code")
-        ranges = {}
-        for k in as_list(body.get("api_keys")):
-            if type(k) is dict or isinstance(k, dict):
-                # as_int's test written out: ~60 entries on every connection (plain ints first:
-                # `type(x) is int` leaves out bool as the isinstance pair below does)
-                key, lo, hi = k.get("api_key"), k.get("min_version"), k.get("max_version")
-                if type(key) is int and type(lo) is int and type(hi) is int:
-                    ranges[key] = (lo, hi)
-                elif (isinstance(key, int) and isinstance(lo, int) and isinstance(hi, int)
-                        and not isinstance(key, bool) and not isinstance(lo, bool) and not isinstance(hi, bool)):
-                    ranges[key] = (lo, hi)
+        api_keys = as_list(body.get("api_keys"))
+        # Every connection to a broker is given the same list (as equal copies): a list equal
+        # to one already read has the same ranges, found by one comparison in C instead of a
+        # walk over its ~60 entries (one list kept per length: the full list and the short
+        # one of an UNSUPPORTED_VERSION answer).
+        cached = self._lists_read.get(len(api_keys))
+        if cached is not None and cached[0] == api_keys:
+            ranges = cached[1]
+        else:
+            ranges = _read_ranges(api_keys)
+            if ranges:
+                # the maps are only read: connections given the same ranges share one
+                shared = self._range_maps.get(items := tuple(ranges.items()))
+                if shared is not None:
+                    ranges = shared
+                elif len(self._range_maps) < MAX_RANGE_MAPS:
+                    self._range_maps[items] = ranges
+            if cached is not None or len(self._lists_read) < MAX_LISTS_READ:
+                self._lists_read[len(api_keys)] = (_copied(api_keys), ranges)
         if code == 0 and ranges:
-            # the maps are only read: connections given the same ranges share one
-            shared = self._range_maps.get(items := tuple(ranges.items()))
-            if shared is not None:
-                ranges = shared
-            elif len(self._range_maps) < MAX_RANGE_MAPS:
-                self._range_maps[items] = ranges
             if len(self.by_stream) < MAX_STREAMS:
                 self.by_stream[ex.stream] = ranges
             self.by_broker[ex.broker] = ranges
@@ -132,7 +161,14 @@ class NegotiationAnalyzer(FindingTable):
                 self.fallback_ok[ex.stream] = ex.api_version
             self.negotiated.add((client_label(ex), ex.broker))
         elif code == UNSUPPORTED_VERSION and len(self.fallbacks) < MAX_STREAMS:
-            self.fallbacks.setdefault(ex.stream, []).append((evidence_of(ex), ex.api_version, ranges.get(API_VERSIONS),
+            brange = ranges.get(API_VERSIONS)
+            if brange is not None:  # a (min, max) per connection, nearly always one of a few: kept once
+                shared = self._fallback_ranges.get(brange)
+                if shared is not None:
+                    brange = shared
+                elif len(self._fallback_ranges) < MAX_RANGE_MAPS:
+                    self._fallback_ranges[brange] = brange
+            self.fallbacks.setdefault(ex.stream, []).append((evidence_of(ex), ex.api_version, brange,
                                                             client_label(ex), ex.broker))
 
     def results(self) -> list[Finding]:

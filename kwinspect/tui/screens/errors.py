@@ -48,15 +48,12 @@ class ErrorsScreen(Screen[ErrorRow | None]):
 
     def on_mount(self) -> None:
         store = self.store
-        with store.lock:
-            errors = list(store.errors)
-        self.shown = errors[:MAX_SHOWN]
-        kinds: dict[str, int] = {}
-        for e in errors:
-            label = e.name if e.kind == KAFKA_ERROR and e.name else e.kind
-            kinds[label] = kinds.get(label, 0) + 1
+        with store.lock:  # (the packed rows: only the shown ones are made into ErrorRows)
+            held = len(store.errors)
+            self.shown = store.errors[:MAX_SHOWN]
+            kinds = store.errors.label_counts(KAFKA_ERROR)
         top = ", ".join(f"{term_safe(k, 40)} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:8])
-        more = f" (showing the first {MAX_SHOWN:,})" if len(errors) > MAX_SHOWN else ""
+        more = f" (showing the first {MAX_SHOWN:,})" if held > MAX_SHOWN else ""
         dropped = f", {store.errors_dropped:,} dropped to bound memory" if store.errors_dropped else ""
         self.query_one("#errors-title", Static).update(
             Text.assemble((f"Errors and anomalies: {store.error_count:,}{more}{dropped}", "bold"),

@@ -18,7 +18,6 @@ from textual.worker import get_current_worker
 from kwinspect.analyze.termsafe import term_safe
 from kwinspect.model import ErrorRow, plural
 from kwinspect.tui.record_match import ExchangeRecordFilter
-from kwinspect.tui.store import NONE_INT
 from kwinspect.tui.view import (
     Cancelled,
     ViewResult,
@@ -478,5 +477,4 @@ class MainScreen(Screen):
         self.update_status()
 
     def cid_of(self, row: int) -> int | None:
-        v = self.store.cell("cid", row)
-        return None if v == NONE_INT else v
+        return self.store.int_cell("cid", row)

@@ -20,7 +20,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from kwinspect.analyze.termsafe import term_safe
-from kwinspect.tui.store import NONE_INT, ExchangeStore
+from kwinspect.tui.store import ExchangeStore
 
 # (title, width, right-aligned), in display order. A narrow terminal shows only the
 # columns that fit, taken by PRIORITY, so 80x24 keeps No., time, API, latency and status.
@@ -82,8 +82,8 @@ def _clock(ts: float) -> str:
     return d.strftime("%H:%M:%S.") + f"{d.microsecond // 1000:03d}"
 
 
-def _size(v: int) -> str:
-    if v == NONE_INT:
+def _size(v: int | None) -> str:
+    if v is None:
         return ""
     if v < 100_000:
         return str(v)
@@ -100,7 +100,7 @@ def row_cells(store: ExchangeStore, row: int) -> list[tuple[str, Style]]:
     ends = f"{stream[0]} -> {stream[1]}" if stream else store.strings[c["stream"][p]]
     key, ver = c["api_key"][p], c["api_version"][p]
     api = store.api_label(row) + (f" v{ver}" if ver >= 0 else "")
-    cid = c["cid"][p]
+    cid = store.int_cell("cid", row)
     lat = c["lat"][p]
     st = store.status(row)
     errs = store.tuples[c["err_names"][p]]
@@ -116,15 +116,15 @@ def row_cells(store: ExchangeStore, row: int) -> list[tuple[str, Style]]:
     topics = ",".join(store.tuples[c["topics"][p]])
     del key
     return [
-        (str(c["index"][p]), S_DIM),
+        (str(row + 1), S_DIM),  # No.: the row's place in capture order
         (_clock(c["ts"][p]), S_NORMAL),
         (term_safe(ends, 60), S_NORMAL),
         (term_safe(api, 40), S_NORMAL),
-        ("" if cid == NONE_INT else str(cid), S_DIM),
+        ("" if cid is None else str(cid), S_DIM),
         (lat_text, S_SLOW if lat == lat and lat >= 100 else S_NORMAL),
         (term_safe(status, 60), sstyle),
-        (_size(c["req_size"][p]), S_DIM),
-        (_size(c["resp_size"][p]), S_DIM),
+        (_size(store.int_cell("req_size", row)), S_DIM),
+        (_size(store.int_cell("resp_size", row)), S_DIM),
         (term_safe(topics, 200), S_NORMAL),
     ]
 
