@@ -973,6 +973,7 @@ typedef struct {
 enum { SCAN_OK = 0, SCAN_NO = 1 }; /* or -1: an exception */
 
 static int scan_struct(St *s, const Node *n, int nullable, int depth, int in_topic, Facts *fx);
+static PyObject *g_last_name; /* the last topic name scanned (ASCII, so its UTF-8 is its data) */
 
 static int note_topic(Facts *fx, PyObject *name)
 {
@@ -1044,6 +1045,12 @@ static int scan_sized(St *s, int op, int compact, int nullable, PyObject **str, 
             ascii = p[i] < 0x80;
         if (ascii && str == NULL)
             return SCAN_OK;
+        /* a topic name: the last one's str again when it is the same (ASCII) text */
+        if (ascii && g_last_name != NULL && PyUnicode_GET_LENGTH(g_last_name) == n
+            && memcmp(PyUnicode_DATA(g_last_name), p, (size_t)n) == 0) {
+            *str = Py_NewRef(g_last_name);
+            return SCAN_OK;
+        }
         PyObject *u = PyUnicode_DecodeUTF8((const char *)p, n, NULL); /* strict, as decoding */
         if (u == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
@@ -1051,9 +1058,11 @@ static int scan_sized(St *s, int op, int compact, int nullable, PyObject **str, 
             PyErr_Clear();
             return SCAN_NO;
         }
-        if (str != NULL)
+        if (str != NULL) {
             *str = u;
-        else
+            if (ascii)
+                Py_XSETREF(g_last_name, Py_NewRef(u));
+        } else
             Py_DECREF(u);
         return SCAN_OK;
     }
@@ -1062,9 +1071,16 @@ static int scan_sized(St *s, int op, int compact, int nullable, PyObject **str, 
     int64_t records = scan_record_set(p, (Py_ssize_t)n);
     if (records < 0 || fx->topic == NULL) /* (a record set outside a named topic: not ours) */
         return SCAN_NO;
-    PyObject *v = Py_BuildValue("(OLL)", fx->topic, (long long)records, (long long)n);
-    if (v == NULL)
+    PyObject *v = PyTuple_New(3), *count = PyLong_FromLongLong(records), *size = PyLong_FromLongLong(n);
+    if (v == NULL || count == NULL || size == NULL) {
+        Py_XDECREF(v);
+        Py_XDECREF(count);
+        Py_XDECREF(size);
         return -1;
+    }
+    PyTuple_SET_ITEM(v, 0, Py_NewRef(fx->topic));
+    PyTuple_SET_ITEM(v, 1, count);
+    PyTuple_SET_ITEM(v, 2, size);
     int r = PyList_Append(fx->volumes, v);
     Py_DECREF(v);
     return r < 0 ? -1 : SCAN_OK;

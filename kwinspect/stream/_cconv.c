@@ -159,16 +159,39 @@ static int configured(void)
  * there is none (declined) or on error (exception set).  Only decoders are cached (real
  * versions: compiled.exchange_decoder answers None for the rest), so garbage versions in
  * hostile frames never grow the cache. */
+/* the last few answers of the cache (borrowed from g_decoders, which only grows until
+ * memo_clear() empties both): a frame's lookup without an int key made and hashed */
+#define MEMO 4
+static long long memo_key[MEMO];
+static PyObject *memo_fn[MEMO];
+static int memo_next;
+
+static void memo_clear(void)
+{
+    for (int i = 0; i < MEMO; i++)
+        memo_fn[i] = NULL;
+    PyDict_Clear(g_decoders);
+}
+
 static PyObject *maker_for(PyObject *maker_fn, long long kind, int is_request, long api_key, long version)
 {
     if (api_key < 0 || api_key > 0x7FFF || version < 0 || version > 0x7FFF || maker_fn == NULL)
         return NULL;
-    PyObject *key = PyLong_FromLongLong(kind | ((long long)is_request << 32) | (api_key << 16) | version);
+    long long k = kind | ((long long)is_request << 32) | (api_key << 16) | version;
+    for (int i = 0; i < MEMO; i++)
+        if (memo_fn[i] != NULL && memo_key[i] == k)
+            return memo_fn[i];
+    PyObject *key = PyLong_FromLongLong(k);
     if (key == NULL)
         return NULL;
     PyObject *fn = PyDict_GetItemWithError(g_decoders, key);
     if (fn != NULL || PyErr_Occurred()) {
         Py_DECREF(key);
+        if (fn != NULL) {
+            memo_key[memo_next] = k;
+            memo_fn[memo_next] = fn;
+            memo_next = (memo_next + 1) % MEMO;
+        }
         return fn;
     }
     fn = PyObject_CallFunction(maker_fn, "Oll", is_request ? Py_True : Py_False, api_key, version);
@@ -1014,7 +1037,7 @@ static PyObject *configure(PyObject *self, PyObject *args)
     KEEP(g_status_paired, status_paired);
 #undef KEEP
     g_pending_limit = limit;
-    PyDict_Clear(g_decoders);
+    memo_clear();
     Py_RETURN_NONE;
 }
 
@@ -1031,13 +1054,13 @@ static PyObject *configure_deferred(PyObject *self, PyObject *args)
     Py_XSETREF(g_scanner_fn, scanner_fn);
     Py_INCREF(cls);
     Py_XSETREF(g_deferred_type, (PyTypeObject *)cls);
-    PyDict_Clear(g_decoders);
+    memo_clear();
     Py_RETURN_NONE;
 }
 
 static PyObject *clear_decoders(PyObject *self, PyObject *unused)
 {
-    PyDict_Clear(g_decoders);
+    memo_clear();
     Py_RETURN_NONE;
 }
 
