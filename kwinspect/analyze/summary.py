@@ -38,6 +38,7 @@ from kwinspect.model import (
     RecordRow,
     plural,
 )
+from kwinspect.protocol.decode import DeferredMessage
 from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.stream.labels import record_volumes
 
@@ -336,7 +337,9 @@ class SummaryBuilder:
             if not volumes:
                 continue
             produce = api_key == PRODUCE
-            for topic, records, size in record_volumes(api_key, msg, topic_names):
+            # (a scanned message's volumes are what its scan noted: record_volumes, inlined)
+            vols = msg.facts[1] if type(msg) is DeferredMessage else record_volumes(api_key, msg, topic_names)
+            for topic, records, size in vols:
                 acc = accs[topic]
                 if produce:
                     acc.produce_records += records
