@@ -963,12 +963,27 @@ static int start(St *s, PyObject *buf, const Program *p)
  * Message they return is a DeferredMessage (protocol/decode.py), which decodes its body
  * from the frame when something reads it. */
 
+/* at most this many topics and record sets noted (more: decoded), kept in C arrays and
+ * handed out as tuples: no list (two allocations each) per message, () when none */
+#define MAX_NOTED 16
 typedef struct {
-    PyObject *topics;  /* [str], first seen first, no repeats */
-    PyObject *volumes; /* [(topic, records, bytes)], one per record set */
+    PyObject *topics[MAX_NOTED];  /* str, first seen first, no repeats (owned) */
+    PyObject *volumes[MAX_NOTED]; /* (topic, records, bytes), one per record set (owned) */
+    Py_ssize_t ntopics, nvolumes;
     PyObject *throttle, *acks;
     PyObject *topic;   /* the enclosing topic element's name (borrowed from topics), or NULL */
 } Facts;
+
+/* the first n of items as a tuple (new references) */
+static PyObject *tuple_of(PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(items[i]));
+    return t;
+}
 
 enum { SCAN_OK = 0, SCAN_NO = 1 }; /* or -1: an exception */
 
@@ -977,16 +992,16 @@ static PyObject *g_last_name; /* the last topic name scanned (ASCII, so its UTF-
 
 static int note_topic(Facts *fx, PyObject *name)
 {
-    Py_ssize_t k = PyList_GET_SIZE(fx->topics);
-    for (Py_ssize_t i = 0; i < k; i++) {
-        PyObject *t = PyList_GET_ITEM(fx->topics, i);
+    for (Py_ssize_t i = 0; i < fx->ntopics; i++) {
+        PyObject *t = fx->topics[i];
         if (t == name || (PyUnicode_GET_LENGTH(t) == PyUnicode_GET_LENGTH(name) && PyUnicode_Compare(t, name) == 0)) {
             fx->topic = t;
             return 0;
         }
     }
-    if (PyList_Append(fx->topics, name) < 0)
-        return -1;
+    if (fx->ntopics == MAX_NOTED)
+        return SCAN_NO;
+    fx->topics[fx->ntopics++] = Py_NewRef(name);
     fx->topic = name;
     return 0;
 }
@@ -1069,7 +1084,7 @@ static int scan_sized(St *s, int op, int compact, int nullable, PyObject **str, 
     if (op == OP_BYTES)
         return SCAN_OK;
     int64_t records = scan_record_set(p, (Py_ssize_t)n);
-    if (records < 0 || fx->topic == NULL) /* (a record set outside a named topic: not ours) */
+    if (records < 0 || fx->topic == NULL || fx->nvolumes == MAX_NOTED) /* (a record set outside a named topic: not ours) */
         return SCAN_NO;
     PyObject *v = PyTuple_New(3), *count = PyLong_FromLongLong(records), *size = PyLong_FromLongLong(n);
     if (v == NULL || count == NULL || size == NULL) {
@@ -1081,9 +1096,8 @@ static int scan_sized(St *s, int op, int compact, int nullable, PyObject **str, 
     PyTuple_SET_ITEM(v, 0, Py_NewRef(fx->topic));
     PyTuple_SET_ITEM(v, 1, count);
     PyTuple_SET_ITEM(v, 2, size);
-    int r = PyList_Append(fx->volumes, v);
-    Py_DECREF(v);
-    return r < 0 ? -1 : SCAN_OK;
+    fx->volumes[fx->nvolumes++] = v;
+    return SCAN_OK;
 }
 
 static int scan_fixed(St *s, const Field *f, int op, int depth, Facts *fx)
@@ -1180,8 +1194,8 @@ static int scan_struct(St *s, const Node *n, int nullable, int depth, int in_top
             if (r == SCAN_OK && want) {
                 if (PyUnicode_GET_LENGTH(name) == 0) /* (labels skip an empty name: not ours) */
                     r = SCAN_NO;
-                else if (note_topic(fx, name) < 0)
-                    r = -1;
+                else
+                    r = note_topic(fx, name);
             }
             Py_XDECREF(name);
         } else if (f->op == OP_STRUCT)
@@ -1222,8 +1236,6 @@ static PyObject *scan_message(const Program *p, PyObject *buf, PyObject *key, Py
         msg = Py_NewRef(Py_None);
         goto done;
     }
-    if ((fx.topics = PyList_New(0)) == NULL || (fx.volumes = PyList_New(0)) == NULL)
-        goto done;
     int r = scan_struct(&s, p->body, 0, 0, 0, &fx);
     if (r < 0)
         goto done;
@@ -1231,8 +1243,12 @@ static PyObject *scan_message(const Program *p, PyObject *buf, PyObject *key, Py
         msg = Py_NewRef(Py_None);
         goto done;
     }
-    PyObject *facts = PyTuple_Pack(4, fx.topics, fx.volumes, fx.throttle ? fx.throttle : Py_None,
-                                   fx.acks ? fx.acks : Py_None);
+    PyObject *topics = tuple_of(fx.topics, fx.ntopics), *volumes = tuple_of(fx.volumes, fx.nvolumes);
+    PyObject *facts = topics == NULL || volumes == NULL ? NULL
+                      : PyTuple_Pack(4, topics, volumes, fx.throttle ? fx.throttle : Py_None,
+                                     fx.acks ? fx.acks : Py_None);
+    Py_XDECREF(topics);
+    Py_XDECREF(volumes);
     PyObject *issues = PyList_New(0), *size = PyLong_FromLongLong(s.L);
     if (facts != NULL && issues != NULL && size != NULL && (msg = g_deferred->tp_alloc(g_deferred, 0)) != NULL) {
         /* Message's slots (the body's stays empty: DeferredMessage.body decodes it) */
@@ -1249,8 +1265,10 @@ static PyObject *scan_message(const Program *p, PyObject *buf, PyObject *key, Py
     Py_XDECREF(size);
 done:
     Py_XDECREF(h);
-    Py_XDECREF(fx.topics);
-    Py_XDECREF(fx.volumes);
+    for (Py_ssize_t i = 0; i < fx.ntopics; i++)
+        Py_DECREF(fx.topics[i]);
+    for (Py_ssize_t i = 0; i < fx.nvolumes; i++)
+        Py_DECREF(fx.volumes[i]);
     Py_XDECREF(fx.throttle);
     Py_XDECREF(fx.acks);
     if (msg == NULL && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))

@@ -252,7 +252,7 @@ class DeferredMessage(Message):
     its header is decoded, its body is decoded from ``frame`` the first time it is read (then
     kept, so it is one object, changes included, as a decoded Message's), and ``facts`` holds
     what the scan noted of it for the rows and the summary: ``(topics, volumes, throttle_time_ms,
-    acks)``, volumes ``[(topic, records, bytes)]`` per record set, as ``labels.topics_of`` and
+    acks)``, tuples, volumes ``(topic, records, bytes)`` per record set, as ``labels.topics_of`` and
     ``labels.iter_record_sets`` give them. The scan ran decoding's checks, so the decode cannot
     fail or report: the body is the one decode_request / decode_response would have given
     when the frame arrived. Made only by the C (slots set in place); pickled and copied as a

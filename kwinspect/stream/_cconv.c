@@ -247,7 +247,7 @@ static int fields_of_deferred(PyObject *msg, Fields *f)
         return -1;
     if (!PyLong_CheckExact(f->api_key) || !PyLong_CheckExact(f->api_version) || !PyDict_CheckExact(f->header)
         || !PyTuple_CheckExact(f->body) || PyTuple_GET_SIZE(f->body) != 4
-        || !PyList_CheckExact(PyTuple_GET_ITEM(f->body, 0)) || !PyList_CheckExact(f->issues)
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(f->body, 0)) || !PyList_CheckExact(f->issues)
         || PyList_GET_SIZE(f->issues) != 0)
         return DECLINE;
     return TAKEN;
@@ -673,10 +673,12 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         /* the scans found no error code, no troubled record set: the request's topics, else
          * the response's (as compiled_exchange gives them), a list of the exchange's own */
         PyObject *mine = PyTuple_GET_ITEM(q.body, 0);
-        if (PyList_GET_SIZE(mine) == 0)
+        if (PyTuple_GET_SIZE(mine) == 0)
             mine = PyTuple_GET_ITEM(a.body, 0);
-        if ((topics_of_scan = PyList_GetSlice(mine, 0, PyList_GET_SIZE(mine))) == NULL)
+        if ((topics_of_scan = PyList_New(PyTuple_GET_SIZE(mine))) == NULL)
             goto done;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mine); i++)
+            PyList_SET_ITEM(topics_of_scan, i, Py_NewRef(PyTuple_GET_ITEM(mine, i)));
         topics = topics_of_scan;
         throttle = PyTuple_GET_ITEM(a.body, 2);
         goto labelled;

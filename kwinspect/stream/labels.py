@@ -13,7 +13,7 @@ key, deep nesting) the Python walks below run, and they stay the reference.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kwinspect.core import load
@@ -231,7 +231,7 @@ def iter_record_sets(api_key: int | None, body: dict | None, topic_names: dict[s
 
 
 def record_volumes(api_key: int | None, msg: Message | None,
-                   topic_names: dict[str, str] | None = None) -> list[tuple[str | None, int, int]]:
+                   topic_names: dict[str, str] | None = None) -> Sequence[tuple[str | None, int, int]]:
     """(topic, records, bytes) of each record set of a Produce request or Fetch response, as
     ``iter_record_sets`` gives them (``rs.record_count``, ``rs.size``); a scanned message's
     from what the scan noted, without decoding its body."""

@@ -87,11 +87,13 @@ def check_scan(is_request: bool, key: int, version: int, frame: bytes) -> bool:
     assert canon(msg.header) == canon(ref.header)
     body = ref.body
     topics, volumes, throttle, acks = msg.facts
+    assert type(topics) is tuple and type(volumes) is tuple
     with python_labels():  # the reference walks
-        assert topics == labels.topics_of(body, {})
+        assert list(topics) == labels.topics_of(body, {})
         assert list(labels.iter_errors(body, {})) == []
         if (key == PRODUCE and is_request) or (key == FETCH and not is_request):
-            assert volumes == [(t, rs.record_count, rs.size) for t, _p, rs in labels.iter_record_sets(key, body, {})]
+            assert list(volumes) == [(t, rs.record_count, rs.size)
+                                     for t, _p, rs in labels.iter_record_sets(key, body, {})]
             assert labels.record_volumes(key, msg, {}) is volumes
     assert all(not rs.issues for rs in record_sets(body))
     assert throttle == (body.get("throttle_time_ms") if isinstance(body.get("throttle_time_ms"), int) else None)
