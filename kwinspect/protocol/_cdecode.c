@@ -12,6 +12,11 @@
  *   decode_request(capsule, frame) -> Message | None
  *   decode_response(capsule, frame, api_key, api_version) -> Message | None
  *   decode_struct(capsule, data) -> dict | None
+ *   configure_deferred(DeferredMessage)                once, before any scan
+ *   scan_request(capsule, frame) -> DeferredMessage | None
+ *   scan_response(capsule, frame, api_key, api_version) -> DeferredMessage | None
+ *                    (decoding's checks, the header built, the body's labels noted and the
+ *                     body left to be decoded when read: see "scanning" below)
  *
  * None means "not the clean case": a short buffer, a bad length, a null where none is
  * allowed, invalid UTF-8, an element budget overrun, trailing bytes, a tagged field the

@@ -33,6 +33,13 @@
  * cache when valid, else from the method; latency from the same float expression and
  * Python's own round()), and
  * frame_packets of the last frame taken.  It fails only when memory does.
+ *
+ * With SharedState.defer_bodies set (configure_deferred()), a Produce request is scanned
+ * rather than decoded (compiled.exchange_scanner: decoding's checks, the body noted, a
+ * DeferredMessage that decodes its body when read), and so is its response: the Exchange's
+ * topics and throttle then come from the scans' notes, without the labels walk (the scans
+ * gave up on any error code or troubled record set).  A frame the scan leaves is decoded
+ * as above; a response it leaves goes to Python, which reads the request's body.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
