@@ -59,7 +59,7 @@ def _offline(table: str, files: list[str], ports: str, keylog: str) -> list[dict
 @needs_capture
 @pytest.mark.skipif(_rig_missing() is not None, reason=_rig_missing() or "")
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2], ids=["tls13", "tls12"])
-def test_live_decrypts_with_a_growing_key_log(tmp_path, version) -> None:
+def test_live_decrypts_with_a_growing_key_log(tmp_path, version, caplog) -> None:
     from rig.manifest import Manifest
     from rig.scenarios import kp_consume, kp_produce, standard_items
     from rig.tansu import TansuBroker, free_port
@@ -110,7 +110,13 @@ def test_live_decrypts_with_a_growing_key_log(tmp_path, version) -> None:
     assert "tls_decrypted" in kinds and "tls_stream" not in kinds and "tls_decrypt_failed" not in kinds, live_err
     apis = {r["api_name"] for r in live_ex}
     assert {"ApiVersions", "Metadata", "Produce", "Fetch"} <= apis, apis
-    assert all(r["status"] == "paired" for r in live_ex), [r for r in live_ex if r["status"] != "paired"]
+    # Every exchange paired, but a Metadata refresh kafka-python itself cancelled (on a
+    # loaded machine it closes a connection with one in flight; its own log says so): that
+    # request has no answer on the wire, and the offline decode below agrees.
+    unpaired = [r for r in live_ex if r["status"] != "paired"]
+    cancelled = sum("Metadata refresh: failed Cancelled" in rec.getMessage() for rec in caplog.records)
+    assert len(unpaired) <= cancelled, unpaired
+    assert all(r["api_name"] == "Metadata" and r["status"] == "response_missing" for r in unpaired), unpaired
 
     # the same session offline, from the pcap -w wrote, with the complete key log
     pcap = os.path.join(work, "tls.pcap")
