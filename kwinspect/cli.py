@@ -9,6 +9,7 @@ so far is printed first).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -545,7 +546,11 @@ def _event_batches(args, run: FileRun, render: Callable[[Any], Any] | None = Non
                                                         jobs=args.jobs, bodies=bodies, render=render, fold=fold),
                                  EVENT_BATCH)
             return
-        yield from dissect_file_batches(args.pcap, _config(args), run=run,
+        # one process: the commands that read no Produce bodies have them decoded only if asked
+        config = _config(args)
+        if args.command in ("exchanges", "summary"):
+            config = dataclasses.replace(config, defer_bodies=True)
+        yield from dissect_file_batches(args.pcap, config, run=run,
                                         progress=lambda done, _total: progress.update(done))
 
 

@@ -105,6 +105,9 @@ class DissectConfig:
     # secrets in it, TLS connections are decrypted and decoded like plaintext ones.
     # None or empty: a TLS connection is reported (tls_stream) and counted, as before.
     tls_keys: KeyLog | None = None
+    # Produce exchanges' bodies decoded only when something reads them (SharedState.defer_bodies):
+    # for the commands that read none (exchanges, summary); the output is the same either way
+    defer_bodies: bool = False
 
 
 @dataclass(slots=True)  # (slots: the compiled driver reads kind, broker, bytes, packets per segment)
@@ -233,6 +236,8 @@ class Dissector:
         self.keep_conversations = keep_conversations
         self.idle_checks = idle_checks
         self.shared = shared if shared is not None else SharedState()
+        if self.config.defer_bodies:
+            self.shared.defer_bodies = True
         # TLS key material: the configured key log, plus secrets met in the capture
         self.tls_keys: KeyLog | None = self.config.tls_keys
         # TLS connections waiting for a secret a growing (watched) key log may still bring

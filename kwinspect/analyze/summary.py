@@ -38,8 +38,9 @@ from kwinspect.model import (
     RecordRow,
     plural,
 )
+from kwinspect.protocol.decode import DeferredMessage
 from kwinspect.protocol.schema.api_keys import ApiKey
-from kwinspect.stream.labels import iter_record_sets
+from kwinspect.stream.labels import record_volumes
 
 METADATA = int(ApiKey.METADATA)
 API_VERSIONS = int(ApiKey.API_VERSIONS)
@@ -336,14 +337,15 @@ class SummaryBuilder:
             if not volumes:
                 continue
             produce = api_key == PRODUCE
-            for topic, _part, rs in iter_record_sets(api_key, msg.body if msg else None, topic_names):
+            # (a scanned message's volumes are what its scan noted: record_volumes, inlined)
+            vols = msg.facts[1] if type(msg) is DeferredMessage else record_volumes(api_key, msg, topic_names)
+            for topic, records, size in vols:
                 acc = accs[topic]
-                records = rs.record_count
                 if produce:
                     acc.produce_records += records
                 else:
                     acc.fetch_records += records
-                acc.bytes += rs.size
+                acc.bytes += size
                 self._records += records
         self._first, self._last = first, last
         self._latency.add_labelled(paired, apis)
@@ -638,8 +640,7 @@ def record_set_volumes(item: Any, topic_names: Any = None) -> list[tuple[str, st
     produce = item.api_key == PRODUCE
     msg = item.request if produce else item.response
     direction = "produce" if produce else "fetch"
-    return [(topic, direction, rs.record_count, rs.size)
-            for topic, _part, rs in iter_record_sets(item.api_key, msg.body if msg else None, topic_names)]
+    return [(topic, direction, records, size) for topic, records, size in record_volumes(item.api_key, msg, topic_names)]
 
 
 class SummaryFold:

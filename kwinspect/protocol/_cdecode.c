@@ -12,6 +12,11 @@
  *   decode_request(capsule, frame) -> Message | None
  *   decode_response(capsule, frame, api_key, api_version) -> Message | None
  *   decode_struct(capsule, data) -> dict | None
+ *   configure_deferred(DeferredMessage)                once, before any scan
+ *   scan_request(capsule, frame) -> DeferredMessage | None
+ *   scan_response(capsule, frame, api_key, api_version) -> DeferredMessage | None
+ *                    (decoding's checks, the header built, the body's labels noted and the
+ *                     body left to be decoded when read: see "scanning" below)
  *
  * None means "not the clean case": a short buffer, a bad length, a null where none is
  * allowed, invalid UTF-8, an element budget overrun, trailing bytes, a tagged field the
@@ -49,7 +54,12 @@ typedef struct {
     int inner;     /* OP_ARRAY: the element's op */
     int64_t least; /* OP_ARRAY: fewest bytes an element takes (>= 1) */
     Node *child;   /* OP_STRUCT, or OP_ARRAY of OP_STRUCT */
+    int fact;      /* what the scan notes of it (FACT_*, from its name) */
 } Field;
+
+/* What scan_message (below) notes of a field, from its name as the label walks of
+ * stream/labels.py test it: an error code, a topic array, the body's throttle_time_ms / acks */
+enum { FACT_ERROR = 1, FACT_TOPIC_ARRAY = 2, FACT_THROTTLE = 4, FACT_ACKS = 8 };
 
 struct Node { /* one struct at one version */
     int flexible;
@@ -62,6 +72,12 @@ struct Node { /* one struct at one version */
     PyObject *tmpl;   /* {name: None} of the regular fields in order: a struct's dict is a
                        * copy of it (one allocation of the keys table, no resize midway) with
                        * each value then replaced, not a dict grown one key at a time */
+    /* for the scan, as an element of a topic array: the field labels._note_topic takes the
+     * name from (the first string field of name, topic, topic_name), or -1; whether it comes
+     * before every field a topic or record set can sit under; whether the element has a
+     * topic_id or a tagged default that could name a topic or hold an error code */
+    Py_ssize_t topic_field;
+    int named_first, topic_id, unscannable;
 };
 
 typedef struct {
@@ -155,6 +171,100 @@ static int build_field(PyObject *t, Field *f)
     return 0;
 }
 
+
+static int name_is(PyObject *name, const char *what)
+{
+    return PyUnicode_CompareWithASCIIString(name, what) == 0;
+}
+
+/* a tagged default (key: value) the scan could not vouch for: a key that could name a topic
+ * or a top-level fact, that mentions a topic or is "responses", or an error code that is not
+ * 0, in it or in a dict of it all the way down (a list default is a fresh empty list) */
+static int odd_default(PyObject *k, PyObject *v, int depth)
+{
+    if (!PyUnicode_Check(k) || depth > 16)
+        return 1;
+    PyObject *topic = PyUnicode_FromString("topic"), *suffix = PyUnicode_FromString("error_code");
+    if (topic == NULL || suffix == NULL) {
+        Py_XDECREF(topic);
+        Py_XDECREF(suffix);
+        return -1;
+    }
+    int has_topic = PyUnicode_Contains(k, topic);
+    Py_ssize_t is_err = PyUnicode_Tailmatch(k, suffix, 0, PY_SSIZE_T_MAX, 1);
+    Py_DECREF(topic);
+    Py_DECREF(suffix);
+    if (has_topic < 0 || is_err < 0)
+        return -1;
+    if (has_topic || name_is(k, "responses") || name_is(k, "name") || name_is(k, "throttle_time_ms")
+        || name_is(k, "acks"))
+        return 1;
+    if (is_err && !(PyLong_CheckExact(v) && PyLong_AsLong(v) == 0))
+        return 1;
+    if (!PyDict_Check(v))
+        return 0;
+    PyObject *k2, *x;
+    Py_ssize_t i = 0;
+    while (PyDict_Next(v, &i, &k2, &x)) {
+        int r = odd_default(k2, x, depth + 1);
+        if (r)
+            return r;
+    }
+    return 0;
+}
+
+/* the scan's notes of a struct's fields (Field.fact, Node.topic_field...), from their names */
+static int node_facts(Node *n)
+{
+    PyObject *topic = PyUnicode_FromString("topic"), *suffix = PyUnicode_FromString("error_code");
+    int result = -1;
+    if (topic == NULL || suffix == NULL)
+        goto done;
+    n->topic_field = -1;
+    Py_ssize_t first_nested = n->nfields, rank = 4;
+    int has_topic_id = 0;
+    for (Py_ssize_t i = 0; i < n->nfields; i++) {
+        PyObject *name = n->names[i];
+        Field *f = &n->fields[i];
+        int has_topic = PyUnicode_Contains(name, topic);
+        Py_ssize_t is_err = PyUnicode_Tailmatch(name, suffix, 0, PY_SSIZE_T_MAX, 1);
+        if (has_topic < 0 || is_err < 0)
+            goto done;
+        f->fact = 0;
+        if (is_err && f->op <= OP_INT64)
+            f->fact |= FACT_ERROR;
+        if (f->op == OP_ARRAY && (has_topic || name_is(name, "responses")))
+            f->fact |= FACT_TOPIC_ARRAY;
+        if (f->op <= OP_INT64 && name_is(name, "throttle_time_ms"))
+            f->fact |= FACT_THROTTLE;
+        if (f->op <= OP_INT64 && name_is(name, "acks"))
+            f->fact |= FACT_ACKS;
+        if ((f->op == OP_ARRAY || f->op == OP_STRUCT || f->op == OP_RECORDS) && i < first_nested)
+            first_nested = i;
+        if (name_is(name, "topic_id"))
+            has_topic_id = 1;
+        Py_ssize_t r = name_is(name, "name") ? 1 : name_is(name, "topic") ? 2 : name_is(name, "topic_name") ? 3 : 4;
+        if (r < rank && f->op == OP_STRING) {
+            rank = r;
+            n->topic_field = i;
+        }
+    }
+    n->named_first = n->topic_field < 0 ? first_nested == n->nfields : n->topic_field < first_nested;
+    n->topic_id = has_topic_id;
+    for (Py_ssize_t i = 0; i < n->ndefaults; i++) {
+        int r = odd_default(n->dnames[i], n->dvalues[i], 0);
+        if (r < 0)
+            goto done;
+        if (r)
+            n->unscannable = 1;
+    }
+    result = 0;
+done:
+    Py_XDECREF(topic);
+    Py_XDECREF(suffix);
+    return result;
+}
+
 /* (flexible, names, fields, table, defaults) with defaults ((name, value), ...) */
 static Node *build_node(PyObject *t)
 {
@@ -214,6 +324,8 @@ static Node *build_node(PyObject *t)
         n->dvalues[i] = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
         n->ndefaults = i + 1;
     }
+    if (node_facts(n))
+        goto fail;
     if (n->flexible) {
         if (!PyTuple_Check(table)) {
             PyErr_SetString(PyExc_TypeError, "a flexible struct has a tagged-field table");
@@ -841,6 +953,379 @@ static int start(St *s, PyObject *buf, const Program *p)
     return 0;
 }
 
+
+/* ---- scanning: the checks of decoding, without the objects --------------------------------
+ * scan_request / scan_response read a frame exactly as decode_request / decode_response do
+ * (every length, null, UTF-8, element budget, record-set CRC and trailing-byte check is the
+ * same, so a frame it accepts is one they decode cleanly, to the same values) but build only
+ * the header: of the body they note what the exchange's row and the summary read, as the
+ * label walks of stream/labels.py would find it in the decoded body (the topics, in
+ * first-seen order; each record set's topic, record count and size; the body's
+ * throttle_time_ms and acks), and they give up (None: the caller decodes) wherever those
+ * would need more: an error code that is not 0, a record set that is not whole clean v2
+ * batches, a topic named by an id, by an empty or null name, or after what it names, a
+ * non-empty tagged-field section, a tagged default the notes could not vouch for.  The
+ * Message they return is a DeferredMessage (protocol/decode.py), which decodes its body
+ * from the frame when something reads it. */
+
+/* at most this many topics and record sets noted (more: decoded), kept in C arrays and
+ * handed out as tuples: no list (two allocations each) per message, () when none */
+#define MAX_NOTED 16
+typedef struct {
+    PyObject *topics[MAX_NOTED];  /* str, first seen first, no repeats (owned) */
+    PyObject *volumes[MAX_NOTED]; /* (topic, records, bytes), one per record set (owned) */
+    Py_ssize_t ntopics, nvolumes;
+    PyObject *throttle, *acks;
+    PyObject *topic;   /* the enclosing topic element's name (borrowed from topics), or NULL */
+} Facts;
+
+/* the first n of items as a tuple (new references) */
+static PyObject *tuple_of(PyObject *const *items, Py_ssize_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(items[i]));
+    return t;
+}
+
+enum { SCAN_OK = 0, SCAN_NO = 1 }; /* or -1: an exception */
+
+static int scan_struct(St *s, const Node *n, int nullable, int depth, int in_topic, Facts *fx);
+static PyObject *g_last_name; /* the last topic name scanned (ASCII, so its UTF-8 is its data) */
+
+static int note_topic(Facts *fx, PyObject *name)
+{
+    for (Py_ssize_t i = 0; i < fx->ntopics; i++) {
+        PyObject *t = fx->topics[i];
+        if (t == name || (PyUnicode_GET_LENGTH(t) == PyUnicode_GET_LENGTH(name) && PyUnicode_Compare(t, name) == 0)) {
+            fx->topic = t;
+            return 0;
+        }
+    }
+    if (fx->ntopics == MAX_NOTED)
+        return SCAN_NO;
+    fx->topics[fx->ntopics++] = Py_NewRef(name);
+    fx->topic = name;
+    return 0;
+}
+
+/* whole clean v2 batches, every CRC right (record_set's test): their record count, or -1 */
+static int64_t scan_record_set(const unsigned char *b, Py_ssize_t n)
+{
+    Py_ssize_t pos = 0;
+    int64_t count = 0;
+    if (g_record_set == NULL || !crc32c_hw_available())
+        return -1;
+    while (pos < n) {
+        Py_ssize_t left = n - pos;
+        if (left < LOG_OVERHEAD + 5)
+            return -1;
+        int64_t size = (int32_t)(uint32_t)be(b + pos + 8, 4);
+        if (b[pos + 16] != 2 || size < V2_HEADER_SIZE - LOG_OVERHEAD || size > left - LOG_OVERHEAD)
+            return -1;
+        Py_ssize_t end = pos + LOG_OVERHEAD + (Py_ssize_t)size;
+        if (crc32c_hw(b + pos + 21, (size_t)(end - pos - 21)) != (uint32_t)be(b + pos + 17, 4))
+            return -1;
+        int64_t records = (int32_t)(uint32_t)be(b + pos + 57, 4);
+        count += records > 0 ? records : 0;
+        pos = end;
+    }
+    return count;
+}
+
+/* a string's, bytes' or records' length prefix and bytes; *str: the string, when asked */
+static int scan_sized(St *s, int op, int compact, int nullable, PyObject **str, Facts *fx)
+{
+    int64_t n;
+    if (compact) {
+        uint64_t u;
+        if (uvarint(s, &u))
+            return SCAN_NO;
+        if (u == 0)
+            return nullable && str == NULL ? SCAN_OK : SCAN_NO; /* (a null name: not ours) */
+        n = (int64_t)u - 1;
+    } else {
+        int w = op == OP_STRING ? 2 : 4;
+        if (w > s->L - s->pos)
+            return SCAN_NO;
+        n = w == 2 ? (int16_t)(uint16_t)be(s->b + s->pos, 2) : (int32_t)(uint32_t)be(s->b + s->pos, 4);
+        s->pos += w;
+        if (n < 0)
+            return n == -1 && nullable && str == NULL ? SCAN_OK : SCAN_NO;
+    }
+    if (n > s->L - s->pos)
+        return SCAN_NO;
+    const unsigned char *p = s->b + s->pos;
+    s->pos += n;
+    if (op == OP_STRING) {
+        int ascii = 1;
+        for (int64_t i = 0; i < n && ascii; i++)
+            ascii = p[i] < 0x80;
+        if (ascii && str == NULL)
+            return SCAN_OK;
+        /* a topic name: the last one's str again when it is the same (ASCII) text */
+        if (ascii && g_last_name != NULL && PyUnicode_GET_LENGTH(g_last_name) == n
+            && memcmp(PyUnicode_DATA(g_last_name), p, (size_t)n) == 0) {
+            *str = Py_NewRef(g_last_name);
+            return SCAN_OK;
+        }
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)p, n, NULL); /* strict, as decoding */
+        if (u == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                return -1;
+            PyErr_Clear();
+            return SCAN_NO;
+        }
+        if (str != NULL) {
+            *str = u;
+            if (ascii)
+                Py_XSETREF(g_last_name, Py_NewRef(u));
+        } else
+            Py_DECREF(u);
+        return SCAN_OK;
+    }
+    if (op == OP_BYTES)
+        return SCAN_OK;
+    int64_t records = scan_record_set(p, (Py_ssize_t)n);
+    if (records < 0 || fx->topic == NULL || fx->nvolumes == MAX_NOTED) /* (a record set outside a named topic: not ours) */
+        return SCAN_NO;
+    PyObject *v = PyTuple_New(3), *count = PyLong_FromLongLong(records), *size = PyLong_FromLongLong(n);
+    if (v == NULL || count == NULL || size == NULL) {
+        Py_XDECREF(v);
+        Py_XDECREF(count);
+        Py_XDECREF(size);
+        return -1;
+    }
+    PyTuple_SET_ITEM(v, 0, Py_NewRef(fx->topic));
+    PyTuple_SET_ITEM(v, 1, count);
+    PyTuple_SET_ITEM(v, 2, size);
+    fx->volumes[fx->nvolumes++] = v;
+    return SCAN_OK;
+}
+
+static int scan_fixed(St *s, const Field *f, int op, int depth, Facts *fx)
+{
+    int size = FIXED[op];
+    if (size > s->L - s->pos)
+        return SCAN_NO;
+    const unsigned char *p = s->b + s->pos;
+    s->pos += size;
+    if (f == NULL || f->fact == 0)
+        return SCAN_OK;
+    int64_t v;
+    switch (op) {
+    case OP_BOOL: v = p[0] != 0; break;
+    case OP_INT8: v = (int8_t)p[0]; break;
+    case OP_INT16: v = (int16_t)(uint16_t)be(p, 2); break;
+    case OP_UINT16: v = be(p, 2); break;
+    case OP_INT32: v = (int32_t)(uint32_t)be(p, 4); break;
+    case OP_UINT32: v = be(p, 4); break;
+    default: v = be(p, 8); break;
+    }
+    if ((f->fact & FACT_ERROR) && v != 0)
+        return SCAN_NO; /* an error row: decoding makes it */
+    if (depth == 0 && (f->fact & (FACT_THROTTLE | FACT_ACKS))) {
+        PyObject *o = op == OP_BOOL ? PyBool_FromLong((long)v) : PyLong_FromLongLong(v);
+        if (o == NULL)
+            return -1;
+        Py_XSETREF(*(f->fact & FACT_THROTTLE ? &fx->throttle : &fx->acks), o);
+    }
+    return SCAN_OK;
+}
+
+static int scan_array(St *s, const Field *f, int depth, Facts *fx)
+{
+    int64_t n;
+    if (f->compact) {
+        uint64_t u;
+        if (uvarint(s, &u))
+            return SCAN_NO;
+        if (u == 0)
+            return f->nullable ? SCAN_OK : SCAN_NO;
+        n = (int64_t)u - 1;
+    } else {
+        if (4 > s->L - s->pos)
+            return SCAN_NO;
+        n = (int32_t)(uint32_t)be(s->b + s->pos, 4);
+        s->pos += 4;
+        if (n < 0)
+            return n == -1 && f->nullable ? SCAN_OK : SCAN_NO;
+    }
+    if (n * f->least > s->L - s->pos)
+        return SCAN_NO;
+    s->E -= n;
+    if (s->E < 0)
+        return SCAN_NO;
+    int in_topic = (f->fact & FACT_TOPIC_ARRAY) != 0;
+    for (int64_t i = 0; i < n; i++) {
+        int r;
+        if (f->inner <= OP_UUID)
+            r = scan_fixed(s, NULL, f->inner, depth + 1, fx);
+        else if (f->inner <= OP_RECORDS)
+            /* a topic array of strings: labels note each string (not ours) */
+            r = in_topic && f->inner == OP_STRING ? SCAN_NO : scan_sized(s, f->inner, f->compact, 0, NULL, fx);
+        else
+            r = scan_struct(s, f->child, 0, depth + 1, in_topic, fx);
+        if (r)
+            return r;
+    }
+    return SCAN_OK;
+}
+
+static int scan_struct(St *s, const Node *n, int nullable, int depth, int in_topic, Facts *fx)
+{
+    if (nullable) {
+        if (s->pos >= s->L)
+            return SCAN_NO;
+        if (s->b[s->pos++] > 127)
+            return SCAN_OK;
+    }
+    if (n->unscannable || (in_topic && (n->topic_id || !n->named_first)))
+        return SCAN_NO;
+    PyObject *outer = fx->topic;
+    if (in_topic && n->topic_field < 0)
+        fx->topic = NULL; /* an element naming no topic: its record sets have none */
+    int r = SCAN_OK;
+    for (Py_ssize_t i = 0; i < n->nfields && r == SCAN_OK; i++) {
+        const Field *f = &n->fields[i];
+        if (f->op <= OP_UUID)
+            r = scan_fixed(s, f, f->op, depth, fx);
+        else if (f->op <= OP_RECORDS) {
+            PyObject *name = NULL;
+            int want = in_topic && i == n->topic_field;
+            r = scan_sized(s, f->op, f->compact, f->nullable, want ? &name : NULL, fx);
+            if (r == SCAN_OK && want) {
+                if (PyUnicode_GET_LENGTH(name) == 0) /* (labels skip an empty name: not ours) */
+                    r = SCAN_NO;
+                else
+                    r = note_topic(fx, name);
+            }
+            Py_XDECREF(name);
+        } else if (f->op == OP_STRUCT)
+            r = scan_struct(s, f->child, f->nullable, depth + 1, 0, fx);
+        else
+            r = scan_array(s, f, depth, fx);
+    }
+    fx->topic = outer;
+    if (r)
+        return r;
+    if (n->flexible) { /* only an empty tagged section: the defaults, vouched for above */
+        if (s->pos >= s->L || s->b[s->pos] != 0)
+            return SCAN_NO;
+        s->pos++;
+    }
+    return SCAN_OK;
+}
+
+static PyTypeObject *g_deferred;
+static Py_ssize_t g_deferred_frame, g_deferred_facts;
+
+static PyObject *scan_message(const Program *p, PyObject *buf, PyObject *key, PyObject *version)
+{
+    St s;
+    Facts fx = {0};
+    PyObject *h = NULL, *msg = NULL;
+    if (g_deferred == NULL || !g_message_in_place) {
+        PyErr_SetString(PyExc_RuntimeError, "configure_deferred() first");
+        return NULL;
+    }
+    if (start(&s, buf, p))
+        return NULL;
+    if ((h = read_struct(&s, p->header, 0)) == NULL) {
+        msg = give_up();
+        goto done;
+    }
+    if (p->apiv_check && s.L - s.pos >= 2 && s.b[s.pos] == 0 && s.b[s.pos + 1] == 35) {
+        msg = Py_NewRef(Py_None);
+        goto done;
+    }
+    int r = scan_struct(&s, p->body, 0, 0, 0, &fx);
+    if (r < 0)
+        goto done;
+    if (r == SCAN_NO || s.pos != s.L) {
+        msg = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *topics = tuple_of(fx.topics, fx.ntopics), *volumes = tuple_of(fx.volumes, fx.nvolumes);
+    PyObject *facts = topics == NULL || volumes == NULL ? NULL
+                      : PyTuple_Pack(4, topics, volumes, fx.throttle ? fx.throttle : Py_None,
+                                     fx.acks ? fx.acks : Py_None);
+    Py_XDECREF(topics);
+    Py_XDECREF(volumes);
+    PyObject *issues = PyList_New(0), *size = PyLong_FromLongLong(s.L);
+    if (facts != NULL && issues != NULL && size != NULL && (msg = g_deferred->tp_alloc(g_deferred, 0)) != NULL) {
+        /* Message's slots (the body's stays empty: DeferredMessage.body decodes it) */
+        PyObject *fields[9] = {p->kind == KIND_REQUEST ? Py_True : Py_False, key, version, h, NULL, issues,
+                               Py_None, size, version};
+        for (int i = 0; i < 9; i++)
+            if (fields[i] != NULL)
+                *(PyObject **)((char *)msg + g_message_offsets[i]) = Py_NewRef(fields[i]);
+        *(PyObject **)((char *)msg + g_deferred_frame) = Py_NewRef(buf);
+        *(PyObject **)((char *)msg + g_deferred_facts) = Py_NewRef(facts);
+    }
+    Py_XDECREF(facts);
+    Py_XDECREF(issues);
+    Py_XDECREF(size);
+done:
+    Py_XDECREF(h);
+    for (Py_ssize_t i = 0; i < fx.ntopics; i++)
+        Py_DECREF(fx.topics[i]);
+    for (Py_ssize_t i = 0; i < fx.nvolumes; i++)
+        Py_DECREF(fx.volumes[i]);
+    Py_XDECREF(fx.throttle);
+    Py_XDECREF(fx.acks);
+    if (msg == NULL && PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        return give_up();
+    return msg;
+}
+
+static PyObject *scan_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "scan_request(program, frame)");
+        return NULL;
+    }
+    Program *p = program_of(args[0], KIND_REQUEST);
+    return p == NULL ? NULL : scan_message(p, args[1], p->key, p->version);
+}
+
+static PyObject *scan_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan_response(program, frame, api_key, api_version)");
+        return NULL;
+    }
+    Program *p = program_of(args[0], KIND_RESPONSE);
+    return p == NULL ? NULL : scan_message(p, args[1], args[2], args[3]);
+}
+
+/* configure_deferred(DeferredMessage): a Message subclass with the slots frame and facts */
+static PyObject *configure_deferred(PyObject *self, PyObject *cls)
+{
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)g_message)) {
+        PyErr_SetString(PyExc_TypeError, "a subclass of the configured Message");
+        return NULL;
+    }
+    PyObject *frame = PyUnicode_InternFromString("frame"), *facts = PyUnicode_InternFromString("facts");
+    if (frame == NULL || facts == NULL) {
+        Py_XDECREF(frame);
+        Py_XDECREF(facts);
+        return NULL;
+    }
+    g_deferred_frame = slot_offset((PyTypeObject *)cls, frame);
+    g_deferred_facts = slot_offset((PyTypeObject *)cls, facts);
+    Py_DECREF(frame);
+    Py_DECREF(facts);
+    if (g_deferred_frame <= 0 || g_deferred_facts <= 0) {
+        PyErr_SetString(PyExc_TypeError, "frame and facts must be slots");
+        return NULL;
+    }
+    Py_XSETREF(g_deferred, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
 /* Message(*fields) with its slots set in place (borrowed fields) */
 static PyObject *new_message(PyObject *const *fields)
 {
@@ -962,6 +1447,12 @@ static PyMethodDef methods[] = {
      "decode_response(program, frame, api_key, api_version) -> Message | None"},
     {"decode_struct", (PyCFunction)(void (*)(void))decode_struct, METH_FASTCALL,
      "decode_struct(program, data) -> dict | None"},
+    {"scan_request", (PyCFunction)(void (*)(void))scan_request, METH_FASTCALL,
+     "scan_request(program, frame) -> DeferredMessage | None (None: decode it)"},
+    {"scan_response", (PyCFunction)(void (*)(void))scan_response, METH_FASTCALL,
+     "scan_response(program, frame, api_key, api_version) -> DeferredMessage | None"},
+    {"configure_deferred", configure_deferred, METH_O,
+     "configure_deferred(DeferredMessage): the Message subclass scanning makes."},
     {NULL, NULL, 0, NULL},
 };
 

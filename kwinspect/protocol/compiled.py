@@ -50,6 +50,8 @@ compile_program = _c.compile if _c is not None else None
 decode_request = _c.decode_request if _c is not None else None
 decode_response = _c.decode_response if _c is not None else None
 decode_struct = _c.decode_struct if _c is not None else None
+scan_request = _c.scan_request if _c is not None else None
+scan_response = _c.scan_response if _c is not None else None
 
 # _cdecode.c's op numbers
 OPS = {"bool": 0, "int8": 1, "int16": 2, "uint16": 3, "int32": 4, "uint32": 5, "int64": 6, "float64": 7,
@@ -148,6 +150,26 @@ def exchange_decoder(is_request: bool, api_key: int, api_version: int) -> Any:
         return message_decoder(is_request, api_key, api_version, header_version, definition)
     except Exception:  # noqa: BLE001 - a table the interpreter cannot express (decode.py: the generated Python)
         return None
+
+
+def exchange_scanner(is_request: bool, api_key: int, api_version: int) -> Any:
+    """The scan twin of exchange_decoder's decoder (frame -> DeferredMessage | None, with the
+    same arguments), or None where there is no such decoder: the same checks as decoding, the
+    header built, the body noted (its topics, record-set volumes, throttle and acks) and decoded
+    only when read (see _cdecode.c's scan_message). For the compiled conversation's commands
+    that read no bodies (stream/_cconv.c, which caches it)."""
+    scan = scan_request if is_request else scan_response
+    decoder = exchange_decoder(is_request, api_key, api_version) if scan is not None else None
+    if decoder is None:
+        return None
+    return partial(scan, decoder.args[0])
+
+
+def configure_deferred(cls: type) -> None:
+    """Name the Message subclass the scanners make (protocol/decode.py's DeferredMessage)."""
+    if _c is not None:
+        _configure()
+        _c.configure_deferred(cls)
 
 
 def struct_decoder(fields, version: int, flexible: bool) -> Any:

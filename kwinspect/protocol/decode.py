@@ -247,6 +247,37 @@ def decode_struct_reference(name: str, version: int, data: bytes) -> tuple[dict 
     return value, issues
 
 
+class DeferredMessage(Message):
+    """A request or response the compiled scan found clean (protocol/_cdecode.c, scan_message):
+    its header is decoded, its body is decoded from ``frame`` the first time it is read (then
+    kept, so it is one object, changes included, as a decoded Message's), and ``facts`` holds
+    what the scan noted of it for the rows and the summary: ``(topics, volumes, throttle_time_ms,
+    acks)``, tuples, volumes ``(topic, records, bytes)`` per record set, as ``labels.topics_of`` and
+    ``labels.iter_record_sets`` give them. The scan ran decoding's checks, so the decode cannot
+    fail or report: the body is the one decode_request / decode_response would have given
+    when the frame arrived. Made only by the C (slots set in place); pickled and copied as a
+    plain Message with its body."""
+
+    __slots__ = ("frame", "facts", "_body")
+
+    @property  # type: ignore[override]
+    def body(self) -> dict[str, Any] | None:
+        try:
+            return self._body
+        except AttributeError:
+            pass
+        if self.is_request:
+            msg = decode_request(self.frame)
+        else:
+            msg = decode_response(self.frame, self.api_key, self.api_version)  # type: ignore[arg-type]
+        self._body = body = msg.body
+        return body
+
+    @body.setter
+    def body(self, value: dict[str, Any] | None) -> None:
+        self._body = value
+
+
 def decode_request(frame: bytes) -> Message:
     """Decode one request (header + body, without the 4-byte size prefix)."""
     if type(frame) is bytes:
@@ -274,6 +305,9 @@ def decode_request_reference(frame: bytes) -> Message:
         return Message(True, None, None, {}, None, issues, raw_body=bytes(frame), size=len(frame))
     finally:
         _local.notes = None
+
+
+compiled.configure_deferred(DeferredMessage)
 
 
 def _decode_request(frame, issues) -> Message:

@@ -33,6 +33,13 @@
  * cache when valid, else from the method; latency from the same float expression and
  * Python's own round()), and
  * frame_packets of the last frame taken.  It fails only when memory does.
+ *
+ * With SharedState.defer_bodies set (configure_deferred()), a Produce request is scanned
+ * rather than decoded (compiled.exchange_scanner: decoding's checks, the body noted, a
+ * DeferredMessage that decodes its body when read), and so is its response: the Exchange's
+ * topics and throttle then come from the scans' notes, without the labels walk (the scans
+ * gave up on any error code or troubled record set).  A frame the scan leaves is decoded
+ * as above; a response it leaves goes to Python, which reads the request's body.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -58,7 +65,7 @@ static PyObject *S_requests, *S_responses, *S_frame_packets, *S_sasl_raw, *S_sas
     *S_topic_names, *S_exchange_counter, *S_broker_id_for, *S_api_key, *S_api_version, *S_header,
     *S_body, *S_issues, *S_size, *S_message, *S_frame, *S_counted, *S_correlation_id, *S_client_id,
     *S_acks, *S_throttle_time_ms, *S_max_wait_ms, *S_compiled_exchange, *S_brokers, *S_brokers_seen,
-    *S_broker_ids, *S_closed;
+    *S_broker_ids, *S_closed, *S_defer_bodies, *S_facts;
 
 /* configure()'s objects */
 static PyTypeObject *g_conv_type, *g_shared_type, *g_pending_type, *g_exchange_type, *g_frame_type;
@@ -68,7 +75,12 @@ static PyObject *g_fetch_carried_records; /* (body, names) -> bool */
 static PyObject *g_round, *g_api_names, *g_secret_apis, *g_long_poll_fraction, *g_status_paired;
 static PyObject *g_empty_dict, *g_zero, *g_three;
 static long long g_pending_limit;
-static PyObject *g_decoders; /* (is_request << 32 | api_key << 16 | version) -> decoder */
+static PyObject *g_decoders; /* (is_request << 32 | api_key << 16 | version) -> decoder (| 1 << 40: scanner) */
+/* configure_deferred()'s: compiled.exchange_scanner and the DeferredMessage it makes; a
+ * Produce exchange of a SharedState with defer_bodies set is scanned, not decoded: its
+ * messages decode their bodies when read, its row comes from what the scan noted */
+static PyObject *g_scanner_fn;
+static PyTypeObject *g_deferred_type;
 
 /* slot offsets of the dataclasses with __slots__ the C builds: Exchange's fields in order
  * (its __init__ only assigns them), and _Pending's */
@@ -154,19 +166,42 @@ static int configured(void)
  * there is none (declined) or on error (exception set).  Only decoders are cached (real
  * versions: compiled.exchange_decoder answers None for the rest), so garbage versions in
  * hostile frames never grow the cache. */
-static PyObject *decoder_for(int is_request, long api_key, long version)
+/* the last few answers of the cache (borrowed from g_decoders, which only grows until
+ * memo_clear() empties both): a frame's lookup without an int key made and hashed */
+#define MEMO 4
+static long long memo_key[MEMO];
+static PyObject *memo_fn[MEMO];
+static int memo_next;
+
+static void memo_clear(void)
 {
-    if (api_key < 0 || api_key > 0x7FFF || version < 0 || version > 0x7FFF)
+    for (int i = 0; i < MEMO; i++)
+        memo_fn[i] = NULL;
+    PyDict_Clear(g_decoders);
+}
+
+static PyObject *maker_for(PyObject *maker_fn, long long kind, int is_request, long api_key, long version)
+{
+    if (api_key < 0 || api_key > 0x7FFF || version < 0 || version > 0x7FFF || maker_fn == NULL)
         return NULL;
-    PyObject *key = PyLong_FromLongLong(((long long)is_request << 32) | (api_key << 16) | version);
+    long long k = kind | ((long long)is_request << 32) | (api_key << 16) | version;
+    for (int i = 0; i < MEMO; i++)
+        if (memo_fn[i] != NULL && memo_key[i] == k)
+            return memo_fn[i];
+    PyObject *key = PyLong_FromLongLong(k);
     if (key == NULL)
         return NULL;
     PyObject *fn = PyDict_GetItemWithError(g_decoders, key);
     if (fn != NULL || PyErr_Occurred()) {
         Py_DECREF(key);
+        if (fn != NULL) {
+            memo_key[memo_next] = k;
+            memo_fn[memo_next] = fn;
+            memo_next = (memo_next + 1) % MEMO;
+        }
         return fn;
     }
-    fn = PyObject_CallFunction(g_decoder_fn, "Oll", is_request ? Py_True : Py_False, api_key, version);
+    fn = PyObject_CallFunction(maker_fn, "Oll", is_request ? Py_True : Py_False, api_key, version);
     if (fn == NULL || fn == Py_None || PyDict_SetItem(g_decoders, key, fn) < 0) {
         Py_DECREF(key);
         Py_XDECREF(fn);
@@ -176,6 +211,11 @@ static PyObject *decoder_for(int is_request, long api_key, long version)
     Py_DECREF(fn); /* the cache holds it */
     return fn;
 }
+
+#define decoder_for(is_request, api_key, version) maker_for(g_decoder_fn, 0, (is_request), (api_key), (version))
+/* the scanner of the same (exchange_scanner), borrowed; NULL: none (or an exception) */
+#define scanner_for(is_request, api_key, version) \
+    maker_for(g_scanner_fn, 1LL << 40, (is_request), (api_key), (version))
 
 /* A decoded Message's fields the path needs; 0 when it is not what the compiled decoder
  * makes without issues (declined), -1 on error.  New references in *out. */
@@ -202,6 +242,43 @@ static int fields_of(PyObject *msg, Fields *f)
         || !PyDict_CheckExact(f->body) || !PyList_CheckExact(f->issues) || PyList_GET_SIZE(f->issues) != 0)
         return DECLINE;
     return TAKEN;
+}
+
+/* fields_of for a DeferredMessage: its facts tuple (topics, volumes, throttle, acks) in
+ * f->body, its body not read (reading it decodes it) */
+static int fields_of_deferred(PyObject *msg, Fields *f)
+{
+    if ((f->api_key = GET(msg, S_api_key)) == NULL || (f->api_version = GET(msg, S_api_version)) == NULL
+        || (f->header = GET(msg, S_header)) == NULL || (f->body = GET(msg, S_facts)) == NULL
+        || (f->issues = GET(msg, S_issues)) == NULL)
+        return -1;
+    if (!PyLong_CheckExact(f->api_key) || !PyLong_CheckExact(f->api_version) || !PyDict_CheckExact(f->header)
+        || !PyTuple_CheckExact(f->body) || PyTuple_GET_SIZE(f->body) != 4
+        || !PyTuple_CheckExact(PyTuple_GET_ITEM(f->body, 0)) || !PyList_CheckExact(f->issues)
+        || PyList_GET_SIZE(f->issues) != 0)
+        return DECLINE;
+    return TAKEN;
+}
+
+/* shared.defer_bodies is True (1), else 0; -1 on error */
+static int defers(PyObject *conv)
+{
+    if (g_scanner_fn == NULL)
+        return 0;
+    PyObject *shared = GET(conv, S_shared), *flag;
+    if (shared == NULL)
+        return -1;
+    int r = 0;
+    if (Py_TYPE(shared) == g_shared_type) {
+        if ((flag = GET(shared, S_defer_bodies)) == NULL)
+            r = -1;
+        else {
+            r = flag == Py_True;
+            Py_DECREF(flag);
+        }
+    }
+    Py_DECREF(shared);
+    return r;
 }
 
 /* an api this path leaves to Python: ApiVersions (advertised, client software), SASL and the
@@ -243,19 +320,44 @@ static int take_request(PyObject *conv, PyObject *data, PyObject *ts_first, PyOb
     }
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     long api_key = (int16_t)((p[0] << 8) | p[1]), version = (int16_t)((p[2] << 8) | p[3]);
-    PyObject *decode = decoder_for(1, api_key, version);
-    if (decode == NULL) {
-        result = PyErr_Occurred() ? swallow() : DECLINE;
+    int deferred = api_key == PRODUCE ? defers(conv) : 0;
+    if (deferred < 0)
         goto done;
+    if (deferred) { /* scanned: decoded when read (else, not the clean case, decoded now) */
+        PyObject *scan = scanner_for(1, api_key, version);
+        if (scan == NULL && PyErr_Occurred()) {
+            result = swallow();
+            goto done;
+        }
+        if (scan != NULL) {
+            Py_INCREF(scan);
+            msg = PyObject_CallOneArg(scan, data);
+            Py_DECREF(scan);
+            if (msg == NULL) {
+                result = swallow();
+                goto done;
+            }
+        }
+        if (msg == NULL || msg == Py_None || Py_TYPE(msg) != g_deferred_type) {
+            Py_CLEAR(msg);
+            deferred = 0;
+        }
     }
-    Py_INCREF(decode); /* (the cache may change while it runs Python code) */
-    msg = PyObject_CallOneArg(decode, data);
-    Py_DECREF(decode);
-    if (msg == NULL) {
-        result = swallow();
-        goto done;
+    if (!deferred) {
+        PyObject *decode = decoder_for(1, api_key, version);
+        if (decode == NULL) {
+            result = PyErr_Occurred() ? swallow() : DECLINE;
+            goto done;
+        }
+        Py_INCREF(decode); /* (the cache may change while it runs Python code) */
+        msg = PyObject_CallOneArg(decode, data);
+        Py_DECREF(decode);
+        if (msg == NULL) {
+            result = swallow();
+            goto done;
+        }
     }
-    if (msg == Py_None || (r = fields_of(msg, &f)) == DECLINE) {
+    if (msg == Py_None || (r = (deferred ? fields_of_deferred : fields_of)(msg, &f)) == DECLINE) {
         result = DECLINE;
         goto done;
     }
@@ -296,10 +398,12 @@ static int take_request(PyObject *conv, PyObject *data, PyObject *ts_first, PyOb
             goto done;
         }
     }
-    if (api_key == PRODUCE && PyDict_GET_SIZE(f.body) > 0) { /* acks=0: no response expected */
-        PyObject *acks = dict_get(f.body, S_acks);
+    if (api_key == PRODUCE && (deferred || PyDict_GET_SIZE(f.body) > 0)) { /* acks=0: no response expected */
+        PyObject *acks = deferred ? PyTuple_GET_ITEM(f.body, 3) : dict_get(f.body, S_acks);
         if (acks == NULL && PyErr_Occurred())
             goto done;
+        if (acks == Py_None && deferred)
+            acks = NULL; /* (no acks field) */
         if (acks != NULL) {
             if ((r = PyObject_RichCompareBool(acks, g_zero, Py_EQ)) != 0) {
                 result = r < 0 ? -1 : DECLINE;
@@ -464,7 +568,7 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
              *broker_id = NULL, *index = NULL, *ex = NULL, *errors_codes = NULL, *error_names = NULL,
              *req_first = NULL, *req_last = NULL, *req_pfirst = NULL, *req_plast = NULL, *size_req = NULL,
              *size_resp = NULL, *counted = NULL, *stream = NULL, *client_text = NULL, *broker_text = NULL,
-             *tcp_stream = NULL, *iter = NULL;
+             *tcp_stream = NULL, *iter = NULL, *topics_of_scan = NULL;
     Fields q = {0}, a = {0};
     Py_ssize_t size = PyBytes_GET_SIZE(data);
 
@@ -524,7 +628,8 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
     req_first = ENTRY(1), req_last = ENTRY(2), req_pfirst = ENTRY(4), req_plast = ENTRY(5), counted = ENTRY(7);
     Py_INCREF(req_first), Py_INCREF(req_last), Py_INCREF(req_pfirst), Py_INCREF(req_plast), Py_INCREF(counted);
 #undef ENTRY
-    if ((r = fields_of(req, &q)) != TAKEN) {
+    int deferred = Py_TYPE(req) == g_deferred_type; /* scanned: its response is scanned too */
+    if ((r = (deferred ? fields_of_deferred : fields_of)(req, &q)) != TAKEN) {
         result = r;
         goto done;
     }
@@ -541,7 +646,7 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         result = DECLINE;
         goto done;
     }
-    PyObject *decode = decoder_for(0, api_key, version);
+    PyObject *decode = deferred ? scanner_for(0, api_key, version) : decoder_for(0, api_key, version);
     if (decode == NULL) {
         result = PyErr_Occurred() ? swallow() : DECLINE;
         goto done;
@@ -554,7 +659,9 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         result = swallow();
         goto done;
     }
-    if (resp == Py_None || (r = fields_of(resp, &a)) == DECLINE) {
+    /* (a response the scan leaves: Python's emit decodes both) */
+    if (resp == Py_None || (deferred && Py_TYPE(resp) != g_deferred_type)
+        || (r = (deferred ? fields_of_deferred : fields_of)(resp, &a)) == DECLINE) {
         result = DECLINE;
         goto done;
     }
@@ -566,7 +673,24 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         result = DECLINE;
         goto done;
     }
-    if ((names = GET(shared, S_topic_names)) == NULL || (labels_fn = module_attr(g_labels, S_compiled_exchange)) == NULL)
+    if ((names = GET(shared, S_topic_names)) == NULL)
+        goto done;
+    PyObject *topics, *throttle = NULL;
+    if (deferred) {
+        /* the scans found no error code, no troubled record set: the request's topics, else
+         * the response's (as compiled_exchange gives them), a list of the exchange's own */
+        PyObject *mine = PyTuple_GET_ITEM(q.body, 0);
+        if (PyTuple_GET_SIZE(mine) == 0)
+            mine = PyTuple_GET_ITEM(a.body, 0);
+        if ((topics_of_scan = PyList_New(PyTuple_GET_SIZE(mine))) == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mine); i++)
+            PyList_SET_ITEM(topics_of_scan, i, Py_NewRef(PyTuple_GET_ITEM(mine, i)));
+        topics = topics_of_scan;
+        throttle = PyTuple_GET_ITEM(a.body, 2);
+        goto labelled;
+    }
+    if ((labels_fn = module_attr(g_labels, S_compiled_exchange)) == NULL)
         goto done;
     if (labels_fn == Py_None) {
         result = DECLINE;
@@ -582,7 +706,8 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         result = DECLINE;
         goto done;
     }
-    PyObject *errors = PyTuple_GET_ITEM(found, 0), *topics = PyTuple_GET_ITEM(found, 1);
+    PyObject *errors = PyTuple_GET_ITEM(found, 0);
+    topics = PyTuple_GET_ITEM(found, 1);
     PyObject *req_sets = PyTuple_GET_ITEM(found, 2), *resp_sets = PyTuple_GET_ITEM(found, 3);
     /* error codes (rows), or record sets with issues (rows): emit makes those */
     if (!PyList_CheckExact(errors) || PyList_GET_SIZE(errors) != 0 || !PyList_CheckExact(req_sets)
@@ -590,12 +715,12 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
         result = DECLINE;
         goto done;
     }
-    PyObject *throttle = NULL;
     if (PyDict_GET_SIZE(a.body) > 0) {
         throttle = dict_get(a.body, S_throttle_time_ms);
         if (throttle == NULL && PyErr_Occurred())
             goto done;
     }
+labelled:
     if (throttle == NULL || !PyLong_Check(throttle))
         throttle = Py_None;
     /* round((resp_first - req_last) * 1000.0, 3), the same float expression and round() */
@@ -616,7 +741,7 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
     }
     long_poll = Py_None;
     Py_INCREF(long_poll);
-    if (api_key == FETCH && PyDict_GET_SIZE(a.body) > 0 && PyDict_GET_SIZE(q.body) > 0) {
+    if (api_key == FETCH && !deferred && PyDict_GET_SIZE(a.body) > 0 && PyDict_GET_SIZE(q.body) > 0) {
         /* isinstance(wait, int) and wait > 0 and latency >= LONG_POLL_FRACTION * wait
          * and not any(rs.size for ... iter_record_sets(1, body, names)) */
         PyObject *wait = dict_get(q.body, S_max_wait_ms);
@@ -749,6 +874,7 @@ done:
     Py_XDECREF(client_text);
     Py_XDECREF(broker_text);
     Py_XDECREF(tcp_stream);
+    Py_XDECREF(topics_of_scan);
     fields_clear(&q);
     fields_clear(&a);
     return result;
@@ -920,13 +1046,30 @@ static PyObject *configure(PyObject *self, PyObject *args)
     KEEP(g_status_paired, status_paired);
 #undef KEEP
     g_pending_limit = limit;
-    PyDict_Clear(g_decoders);
+    memo_clear();
+    Py_RETURN_NONE;
+}
+
+static PyObject *configure_deferred(PyObject *self, PyObject *args)
+{
+    PyObject *scanner_fn, *cls;
+    if (!PyArg_ParseTuple(args, "OO!", &scanner_fn, &PyType_Type, &cls))
+        return NULL;
+    if (!PyCallable_Check(scanner_fn)) {
+        PyErr_SetString(PyExc_TypeError, "configure_deferred(): the scanner function must be callable");
+        return NULL;
+    }
+    Py_INCREF(scanner_fn);
+    Py_XSETREF(g_scanner_fn, scanner_fn);
+    Py_INCREF(cls);
+    Py_XSETREF(g_deferred_type, (PyTypeObject *)cls);
+    memo_clear();
     Py_RETURN_NONE;
 }
 
 static PyObject *clear_decoders(PyObject *self, PyObject *unused)
 {
-    PyDict_Clear(g_decoders);
+    memo_clear();
     Py_RETURN_NONE;
 }
 
@@ -953,6 +1096,9 @@ static PyMethodDef methods[] = {
      "frames(conversation, events, start, from_client, validator[, sink]) -> index of the first event not\n"
      "taken; len(events) + 1: all taken and the conversation's rows moved to sink (its pop_events)"},
     {"clear_decoders", clear_decoders, METH_NOARGS, "forget the cached decoders"},
+    {"configure_deferred", configure_deferred, METH_VARARGS,
+     "configure_deferred(exchange_scanner, DeferredMessage): scan the Produce exchanges of a\n"
+     "SharedState with defer_bodies set (their bodies decoded when read)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1002,6 +1148,8 @@ PyMODINIT_FUNC PyInit__cconv(void)
     INTERN(S_brokers_seen, "_brokers_seen");
     INTERN(S_broker_ids, "_broker_ids");
     INTERN(S_closed, "_closed");
+    INTERN(S_defer_bodies, "defer_bodies");
+    INTERN(S_facts, "facts");
 #undef INTERN
     if ((g_empty_dict = PyDict_New()) == NULL || (g_decoders = PyDict_New()) == NULL
         || (g_zero = PyLong_FromLong(0)) == NULL || (g_three = PyLong_FromLong(3)) == NULL)

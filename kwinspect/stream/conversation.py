@@ -47,7 +47,7 @@ from kwinspect.model import (
 )
 from kwinspect.protocol import compiled, decode_request, decode_response
 from kwinspect.protocol.apis import API_NAMES, api_name
-from kwinspect.protocol.decode import decode_response_header
+from kwinspect.protocol.decode import DeferredMessage, decode_response_header
 from kwinspect.protocol.peek import peek_request_header, plausible_header
 from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.stream import labels
@@ -103,6 +103,9 @@ class SharedState:
     # advertised-range maps (ApiVersions) by content: every connection to a broker gets
     # the same answer, and thousands of closed connections keep theirs (see same_advertised)
     _advertised_maps: dict = field(default_factory=dict, repr=False, compare=False)
+    # with the compiled core: Produce exchanges are scanned, their bodies decoded only when read
+    # (protocol/decode.py's DeferredMessage), for the commands that read none (DissectConfig)
+    defer_bodies: bool = field(default=False, repr=False, compare=False)
 
     def same_advertised(self, advertised: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
         """One shared dict for every equal advertised-range map (they are never mutated);
@@ -676,6 +679,7 @@ if _c is not None:
                      tuple(Exchange.__dataclass_fields__), compiled.exchange_decoder, labels,
                      fetch_carried_records, round, API_NAMES, SECRET_APIS, float(LONG_POLL_FRACTION),
                      STATUS_PAIRED, PENDING_DECODED_BYTES)
+        _c.configure_deferred(compiled.exchange_scanner, DeferredMessage)
     except TypeError:  # Exchange or _Pending no longer what the C fills (their fields changed): Python
         _c = None
 compiled_frames = _c.frames if _c is not None else None

@@ -13,10 +13,12 @@ key, deep nesting) the Python walks below run, and they stay the reference.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kwinspect.core import load
+from kwinspect.model import Message
+from kwinspect.protocol.decode import DeferredMessage
 from kwinspect.protocol.errors import error_name, is_retriable
 from kwinspect.protocol.records import RecordSet
 from kwinspect.protocol.schema.api_keys import ApiKey
@@ -226,6 +228,17 @@ def iter_record_sets(api_key: int | None, body: dict | None, topic_names: dict[s
             if rs is not None and (type(rs) is RecordSet or hasattr(rs, "batches")):
                 out.append((name, part.get("index", part.get("partition_index")), rs))
     return iter(out)
+
+
+def record_volumes(api_key: int | None, msg: Message | None,
+                   topic_names: dict[str, str] | None = None) -> Sequence[tuple[str | None, int, int]]:
+    """(topic, records, bytes) of each record set of a Produce request or Fetch response, as
+    ``iter_record_sets`` gives them (``rs.record_count``, ``rs.size``); a scanned message's
+    from what the scan noted, without decoding its body."""
+    if type(msg) is DeferredMessage:
+        return msg.facts[1]
+    return [(topic, rs.record_count, rs.size)
+            for topic, _part, rs in iter_record_sets(api_key, msg.body if msg else None, topic_names)]
 
 
 # -- the error walk guided by the schema, for clean Produce/Fetch responses ----------------

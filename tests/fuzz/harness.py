@@ -418,6 +418,22 @@ def check_decode(case: dict) -> None:
         raise FuzzFailure(f"decode_{case['kind']} differs from the reference decoder")
     _check_message(msg, f"decode_{case['kind']}")
     _check_labels(msg, f"decode_{case['kind']}")
+    _check_scan(case, data)
+
+
+def _check_scan(case: dict, data: bytes) -> None:
+    """The compiled scan of the same frame (protocol/_cdecode.c scan_message): taken only
+    when the reference decodes it cleanly, to the body its DeferredMessage decodes, with
+    the notes the label walks give (tests/protocol/test_scan.py's check)."""
+    from tests.protocol.test_scan import check_scan
+
+    try:
+        if case["kind"] == "request":
+            check_scan(True, 0, 0, data)  # (a request's scanner is its own header's)
+        else:
+            check_scan(False, case["api_key"], case["api_version"], data)
+    except AssertionError as exc:
+        raise FuzzFailure(f"scan_{case['kind']} differs from the reference: {exc}") from None
 
 
 def _check_labels(msg, what: str) -> None:
