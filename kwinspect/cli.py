@@ -533,6 +533,10 @@ def _event_batches(args, run: FileRun, render: Callable[[Any], Any] | None = Non
 
     _check_inputs(args.pcap)
     total = sum(os.path.getsize(p) for p in args.pcap if p != "-")
+    # the commands that read no Produce bodies have them decoded only if asked
+    config = _config(args)
+    if args.command in ("exchanges", "summary"):
+        config = dataclasses.replace(config, defer_bodies=True)
     with Progress(total, "reading", enabled=False if args.quiet else None) as progress:
         if getattr(args, "jobs", 1) > 1 and "-" not in args.pcap:  # a pipe cannot be split
             from kwinspect.run.parallel import dissect_files_parallel
@@ -541,15 +545,11 @@ def _event_batches(args, run: FileRun, render: Callable[[Any], Any] | None = Non
             # counts and sizes: do not ship the rest between processes
             bodies = {"exchanges": False, "errors": getattr(args, "records", False), "latency": False,
                       "summary": "summary"}.get(args.command, True)
-            yield from _in_lists(dissect_files_parallel(args.pcap, _config(args), run=run,
+            yield from _in_lists(dissect_files_parallel(args.pcap, config, run=run,
                                                         progress=lambda done, _total: progress.update(done),
                                                         jobs=args.jobs, bodies=bodies, render=render, fold=fold),
                                  EVENT_BATCH)
             return
-        # one process: the commands that read no Produce bodies have them decoded only if asked
-        config = _config(args)
-        if args.command in ("exchanges", "summary"):
-            config = dataclasses.replace(config, defer_bodies=True)
         yield from dissect_file_batches(args.pcap, config, run=run,
                                         progress=lambda done, _total: progress.update(done))
 
