@@ -469,8 +469,9 @@ class Dissector:
                         f"(first {self.parser.max_issues} shown; the summary counts every packet)",
                 order=self.stats.packets))
             self.parser.issues_dropped = 0
-        for ev in self.tcp.finish():
-            self._on_tcp(ev)
+        for events in self.tcp.finishing():  # (one connection at a time: bounded memory)
+            for ev in events:
+                self._on_tcp(ev)
         for conn_id in list(self._conns):
             self._close(conn_id, self._last_ts, "end")
         if self._given_up > 1:
