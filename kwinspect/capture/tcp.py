@@ -391,8 +391,9 @@ class TcpReassembler:
           millions of tiny out-of-order segments must not pass under the byte cap.
       max_total_buffered [256 MiB]: out-of-order bytes across all connections;
           beyond it the direction holding most is skipped ahead.
-      max_connections [200_000]: live connections; beyond it the least
-          recently active one is closed (reason "idle", with an issue).
+      max_connections [100_000]: live connections; beyond it the least
+          recently active one is closed (reason "idle", with an issue). (200,000
+          until issue 22's stage 7: a SYN flood then held ~430 MB; docs/limits.md)
       idle_timeout [600 s]: used by flush_idle(now).
       closed_linger [120 s]: how long a closed connection's 4-tuple absorbs
           retransmissions before a new segment opens a new connection.
@@ -419,7 +420,7 @@ class TcpReassembler:
     )
 
     def __init__(self, *, max_ooo_bytes: int = 4 << 20, max_total_buffered: int = 256 << 20,
-                 max_connections: int = 200_000, idle_timeout: float = 600.0,
+                 max_connections: int = 100_000, idle_timeout: float = 600.0,
                  closed_linger: float = 120.0, max_window: int = 1 << 30,
                  overlap_check_bytes: int = 16 << 10, max_issues_per_direction: int = 20,
                  ack_gap_delay: float = 0.002, max_ooo_segments: int = 16384) -> None:
@@ -640,7 +641,7 @@ class TcpReassembler:
 
     def finishing(self) -> Iterator[list[StreamEvent]]:
         """finish(), one connection at a time: the events of each as it closes (the caller
-        handles them before the next is closed: a SYN flood's 200,000 live connections,
+        handles them before the next is closed: a SYN flood's 100,000 live connections,
         closed all at once, made ~80 MB of events and books first)."""
         for conn in sorted(self._conns, key=lambda c: c.cid.serial):
             out: list[StreamEvent] = []
