@@ -104,6 +104,7 @@ fuzz-asan: $(STAMP)
 	  tests/stream/test_conversation_compiled.py tests/analyze/test_record_rows_compiled.py \
 	  tests/export/test_crender.py tests/test_chunk_loop.py tests/protocol/test_crc32c_compiled.py \
 	  tests/stream/test_latency_round.py tests/protocol/test_decode_fast.py tests/protocol/test_scan.py \
+	  tests/capture/test_stream_numbers.py \
 	  "tests/test_parallel.py::test_compiled_reader_sends_plain_packets_as_runs_of_records" \
 	  "tests/test_parallel.py::test_reader_runs_of_plain_packets_give_one_process_output" || status=$$?; \
 	$(PY) setup.py -q build_ext --inplace --force; \

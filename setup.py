@@ -29,6 +29,8 @@ EXTENSIONS = [
               extra_compile_args=["-O2", "-std=c99"]),
     # the --jobs reader's routing loop (run/split.py)
     Extension("kwinspect.run._csplit", ["kwinspect/run/_csplit.c"], extra_compile_args=["-O2", "-std=c99"]),
+    # tshark's tcp.stream numbers in compact entries (capture/tcp.py's TcpStreamNumbers)
+    Extension("kwinspect.capture._cstreams", ["kwinspect/capture/_cstreams.c"], extra_compile_args=["-O2", "-std=c99"]),
 ]
 
 

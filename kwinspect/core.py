@@ -23,7 +23,7 @@ PURE_ENV = "KWINSPECT_PURE"
 # Every extension module setup.py builds (tests/test_core.py checks the two lists agree).
 EXTENSIONS = ("kwinspect.capture._cpackets", "kwinspect.protocol._cdecode", "kwinspect.stream._clabels",
               "kwinspect.stream._cconv", "kwinspect.export._crender", "kwinspect._cdriver",
-              "kwinspect.analyze._crows", "kwinspect.run._csplit")
+              "kwinspect.analyze._crows", "kwinspect.run._csplit", "kwinspect.capture._cstreams")
 
 
 def pure_requested() -> bool:

@@ -82,6 +82,27 @@ DEFAULT_KAFKA_PORTS = frozenset({9092})
 MAX_HELD_SEGMENTS = 250_000
 
 Event = Exchange | ErrorRow
+# What a connection that carried no payload shares with every other (read-only: a SYN flood
+# makes hundreds of thousands of them, and their own empty dicts and lists were ~500 bytes
+# each); the first use puts a dict or list of its own in place (_on_data, _hold, _close...).
+class _SharedDict(dict):
+    """A dict no one may change (it is shared); pickled (--jobs workers) as a plain dict. Not
+    exactly a dict, so the compiled driver declines it and the Python path puts a dict of
+    the connection's own in its place."""
+
+    __slots__ = ()
+
+    def _read_only(self, *_args, **_kwargs):
+        raise TypeError("a shared read-only dict: assign a dict of its own instead")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self):
+        return (dict, (dict(self),))
+
+
+_NO_BYTES: Any = _SharedDict(to_broker=0, to_client=0)
+_NO_MAPPING: Any = _SharedDict()
 # on_frame(stream, direction, frame): every complete Kafka frame, before it is decoded
 # (direction "request" or "response"); the TUI keeps them for its hex view.
 FrameHook = Callable[[str, str, bytes], None]
@@ -123,12 +144,13 @@ class ConnectionInfo:
     first_ts: float | None = None
     last_ts: float | None = None
     syn_seen: bool = False
-    bytes: dict[str, int] = field(default_factory=lambda: {"to_broker": 0, "to_client": 0})
+    # payload bytes per direction; until the first byte a shared read-only mapping of zeros
+    bytes: dict[str, int] = field(default_factory=lambda: _NO_BYTES)
     gap_bytes: int = 0
     closed: str | None = None
     closed_by: str | None = None  # "client" | "broker": whose FIN or RST came first (fin/rst only)
     conversation: Conversation | None = None
-    accounting: dict[str, dict[str, int]] = field(default_factory=dict)
+    accounting: dict[str, dict[str, int]] = field(default_factory=lambda: _NO_MAPPING)  # (set at close)
     packets: int = 0  # captured packets (TCP segments, IP fragments included) of this connection
     tcp_stream: int | None = None  # tshark's tcp.stream number
     # TLS connections: e.g. "TLS 1.3, TLS_AES_128_GCM_SHA256 (decrypted)", or why it was not
@@ -137,7 +159,7 @@ class ConnectionInfo:
     tls_decrypted: bool = False
     # TLS bytes per direction ("to_broker"/"to_client"): handshake, change_cipher_spec,
     # alert, application_data, undecryptable, buffered (they sum to the bytes sent)
-    tls_bytes: dict[str, dict[str, int]] = field(default_factory=dict)
+    tls_bytes: dict[str, dict[str, int]] = field(default_factory=lambda: _NO_MAPPING)
 
 
 class _ConnectionState:
@@ -148,10 +170,11 @@ class _ConnectionState:
 
     def __init__(self, info: ConnectionInfo) -> None:
         self.info = info
-        # (src, "data"|"gap", payload, ts, packet number) until decided
-        self.held: list[tuple[Endpoint, str, Any, float, int]] = []
+        # (src, "data"|"gap", payload, ts, packet number) until decided (an empty tuple
+        # until the first, and once decided: most connections of a flood hold nothing)
+        self.held: list[tuple[Endpoint, str, Any, float, int]] | tuple = ()
         self.held_bytes = 0
-        self.splitters: dict[Endpoint, FrameSplitter] = {}
+        self.splitters: dict[Endpoint, FrameSplitter] = _NO_MAPPING  # a dict of its own once Kafka
         self.req_validator: RequestValidator | None = None
         self.decided = False
         self.start = 0  # the packet its oldest message still to come starts at, as last recorded (watermark)
@@ -159,7 +182,7 @@ class _ConnectionState:
         self.tls_client: Endpoint | None = None  # the ClientHello's sender
         # decrypted data held while the other direction waits for its key (a growing key
         # log), so both directions reach framing in packet order: (src, plain, ts, pkt)
-        self.tls_held: list[tuple[Endpoint, list[bytes], float, int]] = []
+        self.tls_held: list[tuple[Endpoint, list[bytes], float, int]] | tuple = ()
 
 
 @dataclass(slots=True)  # (slots: the compiled driver counts in it per packet)
@@ -451,8 +474,9 @@ class Dissector:
                         f"(first {self.parser.max_issues} shown; the summary counts every packet)",
                 order=self.stats.packets))
             self.parser.issues_dropped = 0
-        for ev in self.tcp.finish():
-            self._on_tcp(ev)
+        for events in self.tcp.finishing():  # (one connection at a time: bounded memory)
+            for ev in events:
+                self._on_tcp(ev)
         for conn_id in list(self._conns):
             self._close(conn_id, self._last_ts, "end")
         if self._given_up > 1:
@@ -653,7 +677,10 @@ class Dissector:
         info = conn.info
         info.last_ts = ts
         if info.broker is not None:
-            info.bytes["to_broker" if dst == info.broker else "to_client"] += len(data)
+            counts = info.bytes
+            if type(counts) is not dict:  # its first payload (the compiled driver declines until then)
+                info.bytes = counts = {"to_broker": 0, "to_client": 0}
+            counts["to_broker" if dst == info.broker else "to_client"] += len(data)
         if info.kind in ("tls", "not_kafka"):
             self.stats.non_kafka_bytes += len(data)
             return
@@ -763,9 +790,11 @@ class Dissector:
         return bytes(out[0]), bytes(out[1])
 
     def _hold(self, conn: _ConnectionState, entry: tuple) -> None:
-        if not conn.held:
+        if conn.held:
+            conn.held.append(entry)
+        else:
             self._undecided[conn] = None
-        conn.held.append(entry)
+            conn.held = [entry]
         self._held_segments += 1
 
     def _release_held(self, conn: _ConnectionState) -> None:
@@ -789,7 +818,7 @@ class Dissector:
         conn.decided = True
         self.stats.non_kafka_bytes += conn.held_bytes
         self._release_held(conn)
-        conn.held.clear()
+        conn.held = ()
         if message:
             pkt = self.stats.packets
             self._events.append(ErrorRow(kind=TLS_STREAM if kind == "tls" else NOT_KAFKA, message=message,
@@ -818,7 +847,7 @@ class Dissector:
         conn.tls_client = client
         info.tls = "TLS"
         self._release_held(conn)  # the held ciphertext is decrypted below; plaintext is held anew
-        held, conn.held, conn.held_bytes = conn.held, [], 0
+        held, conn.held, conn.held_bytes = conn.held, (), 0
         for src, kind, payload, hts, hpkt in held:
             if conn.tls is None:
                 self.stats.non_kafka_bytes += len(payload) if kind == "data" else 0
@@ -838,7 +867,10 @@ class Dissector:
         if tls.waiting or conn.tls_held:
             # a direction waits for its key: hold what the other one gave until it is back
             if plain:
-                conn.tls_held.append((src, plain, ts, pkt))
+                if conn.tls_held:
+                    conn.tls_held.append((src, plain, ts, pkt))
+                else:
+                    conn.tls_held = [(src, plain, ts, pkt)]
             if conn not in self._tls_waiting:
                 self._tls_waiting[conn] = None
                 self._tls_retry()
@@ -865,11 +897,11 @@ class Dissector:
                    for from_client, (ts, pkt), plain in tls.resume()]
         ts = info.last_ts
         if tls.waiting and tls.failure is None:  # still waiting (for the other direction's key)
-            conn.tls_held.extend(resumed)
+            conn.tls_held = [*conn.tls_held, *resumed]
             conn.tls_held.sort(key=lambda e: e[3])
             return
-        ready = conn.tls_held + resumed
-        conn.tls_held = []
+        ready = [*conn.tls_held, *resumed]
+        conn.tls_held = ()
         ready.sort(key=lambda e: e[3])  # both directions, in packet order (stable: in order within one)
         for src, plain, ts, pkt in ready:
             if conn.tls is None:
@@ -930,14 +962,13 @@ class Dissector:
         info.conversation = conv
         conn.req_validator = RequestValidator(known_kafka=True)
         held_client = any(s == info.client for s, *_ in conn.held)
-        conn.splitters[info.client] = FrameSplitter(
-            conn.req_validator, max_frame_size=self.config.max_frame_size,
-            synced=info.syn_seen or held_client)
-        conn.splitters[info.broker] = FrameSplitter(
-            ResponseValidator(conv.pending_correlation_ids), max_frame_size=self.config.max_frame_size,
-            synced=info.syn_seen)
+        conn.splitters = {
+            info.client: FrameSplitter(conn.req_validator, max_frame_size=self.config.max_frame_size,
+                                       synced=info.syn_seen or held_client),
+            info.broker: FrameSplitter(ResponseValidator(conv.pending_correlation_ids),
+                                       max_frame_size=self.config.max_frame_size, synced=info.syn_seen)}
         self._release_held(conn)
-        held, conn.held = conn.held, []
+        held, conn.held = conn.held, ()
         for src, kind, payload, hts, hpkt in held:
             if kind == "data":
                 self.stats.kafka_bytes += len(payload)
@@ -1030,6 +1061,8 @@ class Dissector:
             splitter.finish()
             if splitter.ready:  # (nothing left: the conversation has no rows pending either)
                 self._frames_to_conversation(conn, src)
+            if type(info.accounting) is not dict:
+                info.accounting = {}
             info.accounting["to_broker" if src == info.client else "to_client"] = splitter.accounting()
         if info.conversation is not None:
             info.conversation.close(ts, self.stats.packets)

@@ -375,6 +375,9 @@ def _state(d: Dissector) -> list:
     out = [d.stats.tcp_packets, d.stats.kafka_bytes, d.stats.non_kafka_bytes, d.last_ts,
            repr(d.tcp.stats), repr(d.tcp.totals())]
     for conn, _ in d.tcp._conns.items():
+        if not hasattr(conn, "h0"):  # a connection that saw one bare SYN only (tcp._Embryo)
+            out.append((str(conn.cid), conn.src, conn.dst, conn.last_ts, conn.isn, conn.stream))
+            continue
         for h in (conn.h0, conn.h1):
             out.append((str(conn.cid), h.started, h.nxt, h.max_end, h.peer_ack, h.fin_at, h.hole_since,
                         h.recent_bytes, list(h.recent or ()), list(h.ooo_s), repr(h.st), conn.last_ts))

@@ -43,10 +43,11 @@ from __future__ import annotations
 import socket
 from bisect import bisect_right
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from kwinspect import model
+from kwinspect import core, model
 
 from .packets import ACK, FIN, RST, SYN, TcpSegment
 
@@ -201,6 +202,10 @@ class TcpStreamNumbers:
         self._recs[key] = (0 if number is None else number + 1) | base << shift
         return number
 
+    def known(self) -> int:
+        """How many 4-tuples are remembered (at most ``max_streams``)."""
+        return len(self._recs)
+
     def knows_direction(self, key: bytes, rkey: bytes) -> bool:
         """True when the direction ``key`` (``rkey``: the other one) has been seen: a packet
         of it that is not a SYN would change nothing."""
@@ -211,6 +216,18 @@ class TcpStreamNumbers:
             rec = self._recs.get(rkey)
             shift = self._NUM_BITS + self._BASE_BITS
         return rec is not None and bool((rec >> shift) & self._BASE_MASK)
+
+
+# The compiled twin of TcpStreamNumbers (_cstreams.c beside this module: the same answers in
+# ~40 bytes per 4-tuple instead of ~150), or None for the pure-Python core.
+_cstreams = core.load("kwinspect.capture._cstreams")
+
+
+def new_stream_numbers(max_streams: int = MAX_TCP_STREAMS) -> TcpStreamNumbers:
+    """A TcpStreamNumbers, compiled when the core is (keys: ``pair_key`` values only)."""
+    if _cstreams is not None:
+        return _cstreams.StreamNumbers(max_streams)
+    return TcpStreamNumbers(max_streams)
 
 
 def pair_key(a: model.Endpoint, b: model.Endpoint) -> bytes:
@@ -291,8 +308,11 @@ class _Half:
         self.syn_seen = False
         self.isn = -1
         self.nxt = 0
-        self.ooo_s: list[int] = []  # sorted starts of buffered chunks (non-overlapping)
-        self.ooo_d: list[bytes] = []
+        # sorted starts of buffered chunks (non-overlapping) and the chunks: lists of their
+        # own while something is buffered, else the shared empty tuple (most directions
+        # never hold a byte out of order, and two empty lists were 112 bytes each)
+        self.ooo_s: list[int] | tuple = ()
+        self.ooo_d: list[bytes] | tuple = ()
         # created on first use: an empty deque is ~380 bytes, and a SYN flood makes
         # hundreds of thousands of halves that never carry a byte
         self.recent: deque[tuple[int, bytes]] | None = None  # delivered tail, for overlap checks
@@ -341,6 +361,25 @@ class _TcpConnection:
         self.after_close_segments = 0
 
 
+class _Embryo:
+    """A connection that has seen one bare SYN (no ACK, no data) and nothing since: what a
+    _TcpConnection and its two _Halves would hold after that SYN, in about a tenth of their
+    memory (a SYN flood makes hundreds of thousands of them). It keeps its place in the
+    reassembler's LRU order; its next segment, an eviction, an idle flush or the end of
+    input turn it into the _TcpConnection it stands for (TcpReassembler._wake) first."""
+
+    __slots__ = ("cid", "src", "dst", "last_ts", "isn", "stream")
+
+    def __init__(self, cid: ConnId, src: model.Endpoint, dst: model.Endpoint, ts: float, isn: int,
+                 stream: int | None) -> None:
+        self.cid = cid
+        self.src = src  # the SYN's sender: the client
+        self.dst = dst
+        self.last_ts = ts
+        self.isn = isn
+        self.stream = stream
+
+
 class TcpReassembler:
     """Per-connection, per-direction TCP reassembly.  IO-free; feed it segments in capture order.
 
@@ -352,8 +391,9 @@ class TcpReassembler:
           millions of tiny out-of-order segments must not pass under the byte cap.
       max_total_buffered [256 MiB]: out-of-order bytes across all connections;
           beyond it the direction holding most is skipped ahead.
-      max_connections [200_000]: live connections; beyond it the least
-          recently active one is closed (reason "idle", with an issue).
+      max_connections [100_000]: live connections; beyond it the least
+          recently active one is closed (reason "idle", with an issue). (200,000
+          until issue 22's stage 7: a SYN flood then held ~430 MB; docs/limits.md)
       idle_timeout [600 s]: used by flush_idle(now).
       closed_linger [120 s]: how long a closed connection's 4-tuple absorbs
           retransmissions before a new segment opens a new connection.
@@ -371,7 +411,8 @@ class TcpReassembler:
     # Slots, not an instance dict: the compiled driver (_cdriver.c) reads a dozen of these
     # per segment, at their offsets instead of by dict lookups.
     __slots__ = (
-        "_buffered_total", "_buffering", "_closed", "_closed_front_ts", "_conns", "_dirs", "_holes", "_hot_a",
+        "_buffered_total", "_buffering", "_closed", "_closed_front_ts", "_conns", "_dirs", "_embryos", "_holes",
+        "_hot_a",
         "_hot_ab", "_hot_b", "_hot_ba", "_last_conn", "_last_evicted", "_serial", "ack_gap_delay",
         "closed_linger", "data_sink", "idle_timeout", "max_connections", "max_issues_per_direction",
         "max_ooo_bytes", "max_ooo_segments", "max_total_buffered", "max_window", "overlap_check_bytes",
@@ -379,7 +420,7 @@ class TcpReassembler:
     )
 
     def __init__(self, *, max_ooo_bytes: int = 4 << 20, max_total_buffered: int = 256 << 20,
-                 max_connections: int = 200_000, idle_timeout: float = 600.0,
+                 max_connections: int = 100_000, idle_timeout: float = 600.0,
                  closed_linger: float = 120.0, max_window: int = 1 << 30,
                  overlap_check_bytes: int = 16 << 10, max_issues_per_direction: int = 20,
                  ack_gap_delay: float = 0.002, max_ooo_segments: int = 16384) -> None:
@@ -396,7 +437,10 @@ class TcpReassembler:
         self.stats = ReassemblerStats()
         self._dirs: dict[tuple[model.Endpoint, model.Endpoint], tuple[_TcpConnection, _Half, _Half]] = {}
         # LRU order; keyed by the _TcpConnection itself (identity hash: cheaper than hashing a ConnId)
-        self._conns: OrderedDict[_TcpConnection, None] = OrderedDict()
+        self._conns: OrderedDict[_TcpConnection | _Embryo, None] = OrderedDict()
+        # connections that saw one bare SYN only, by their canonical 4-tuple (also in _conns,
+        # not in _dirs: a segment for one misses _dirs and wakes it in _lookup_new)
+        self._embryos: dict[tuple[model.Endpoint, model.Endpoint], _Embryo] = {}
         self._closed: OrderedDict[tuple[model.Endpoint, model.Endpoint], tuple[_TcpConnection, float]] = (
             OrderedDict())
         # the close time of _closed's first (oldest) entry, None when not known: most new
@@ -409,7 +453,7 @@ class TcpReassembler:
         self._buffering: dict[_Half, None] = {}
         self._holes: dict[_Half, None] = {}
         self._serial = 0
-        self.streams = TcpStreamNumbers()  # tshark's tcp.stream numbers (see StreamOpened.tcp_stream)
+        self.streams = new_stream_numbers()  # tshark's tcp.stream numbers (see StreamOpened.tcp_stream)
         # Optional callable(conn_id, src, dst, data, ts): takes the data of an in-order
         # segment instead of a StreamData event when no event of that segment comes
         # before it (so the order of everything stays the same), sparing an event
@@ -585,15 +629,27 @@ class TcpReassembler:
             conn = next(iter(self._conns))
             if conn.last_ts >= limit:
                 break
+            if type(conn) is _Embryo:
+                conn = self._wake(conn)
             self._close(conn, now, "idle", out)
         self._expire_closed(now, out)
         return out
 
     def finish(self) -> list[StreamEvent]:
         """End of input: flush every connection (remaining holes become gaps), reason "end"."""
-        out: list[StreamEvent] = []
+        return [ev for events in self.finishing() for ev in events]
+
+    def finishing(self) -> Iterator[list[StreamEvent]]:
+        """finish(), one connection at a time: the events of each as it closes (the caller
+        handles them before the next is closed: a SYN flood's 100,000 live connections,
+        closed all at once, made ~80 MB of events and books first)."""
         for conn in sorted(self._conns, key=lambda c: c.cid.serial):
+            out: list[StreamEvent] = []
+            if type(conn) is _Embryo:
+                conn = self._wake(conn)
             self._close(conn, conn.last_ts, "end", out)
+            yield out
+        out = []
         for conn, ts in self._closed.values():
             self._report_after_close(conn, ts, out)
         self._closed.clear()
@@ -605,7 +661,7 @@ class TcpReassembler:
                 model.LIMIT_EXCEEDED, f"{more} more connections were closed early because more "
                 f"than {self.max_connections} were live (not listed one by one)"), ts))
             self._last_evicted = None
-        return out
+        yield out
 
     def totals(self) -> DirectionStats:
         """Counters summed over every direction seen so far (open and closed)."""
@@ -613,6 +669,9 @@ class TcpReassembler:
         for f in _SUM_FIELDS:
             setattr(t, f, getattr(self.stats.totals, f))
         for conn in self._conns:
+            if type(conn) is _Embryo:
+                t.segments += 1  # its SYN; every other counter of it is 0
+                continue
             for h in (conn.h0, conn.h1):
                 for f in _SUM_FIELDS:
                     setattr(t, f, getattr(t, f) + getattr(h.st, f))
@@ -643,6 +702,15 @@ class TcpReassembler:
                     ) -> tuple[_TcpConnection, _Half, _Half] | None:
         src, dst = seg.src, seg.dst
         canon = (src, dst) if src <= dst else (dst, src)
+        if self._embryos:
+            emb = self._embryos.get(canon)
+            if emb is not None:  # its second segment: the connection it stands for goes on
+                conn = self._wake(emb)
+                self._conns[conn] = None  # (feed moves it to the end anyway)
+                self._last_conn = conn
+                self._dirs[(conn.h0.src, conn.h0.dst)] = (conn, conn.h0, conn.h1)
+                self._dirs[(conn.h1.src, conn.h1.dst)] = (conn, conn.h1, conn.h0)
+                return self._dirs[(src, dst)]
         side = 0 if src == canon[0] else 1
         if self._closed:
             self._expire_closed(seg.ts, out)
@@ -672,6 +740,8 @@ class TcpReassembler:
             return None
         if len(self._conns) >= self.max_connections:
             victim = next(iter(self._conns))
+            if type(victim) is _Embryo:
+                victim = self._wake(victim)
             self.stats.evicted += 1
             if self.stats.evicted <= self.max_issues_per_direction:  # a flood: rows capped
                 self._issue(victim, victim.h0, seg.ts, out, model.LIMIT_EXCEEDED,
@@ -682,6 +752,17 @@ class TcpReassembler:
         cid = ConnId(canon[0], canon[1], self._serial)
         self._serial += 1
         self.stats.connections += 1
+        flags = seg.flags
+        if flags & (SYN | ACK | RST | FIN) == SYN and not seg.payload and not seg.missing:
+            # a bare SYN (a new connection, or one of a flood): a compact record until its
+            # next segment; feed has nothing more to do with this one (_wake does it later)
+            stream = self.streams.see(pair_key(*canon), side, flags, seg.seq)
+            emb = _Embryo(cid, src, dst, seg.ts, seg.seq, stream)
+            self._conns[emb] = None
+            self._embryos[canon] = emb
+            self._last_conn = None  # the last in the LRU order is now the embryo
+            out.append(StreamOpened(cid, src, dst, src, dst, seg.ts, True, stream))
+            return None
         h0 = _Half(src, dst)
         h1 = _Half(dst, src)
         conn = _TcpConnection(cid, h0, h1, seg.ts)
@@ -698,6 +779,24 @@ class TcpReassembler:
                 client, server = src, dst
         out.append(StreamOpened(cid, client, server, src, dst, seg.ts, bool(seg.flags & SYN), conn.stream))
         return entry
+
+    def _wake(self, emb: _Embryo) -> _TcpConnection:
+        """The _TcpConnection an embryo stands for, as feed would have left it after the
+        SYN; the embryo leaves _conns and _embryos (the caller places the connection)."""
+        del self._conns[emb]
+        cid = emb.cid
+        del self._embryos[(cid.a, cid.b)]
+        src, dst = emb.src, emb.dst
+        h = _Half(src, dst)
+        conn = _TcpConnection(cid, h, _Half(dst, src), emb.last_ts)
+        conn.stream = emb.stream
+        h.st.segments = 1
+        h.syn_seen = True
+        h.isn = emb.isn
+        h.start_at(emb.isn + 1)
+        conn.syn_seen = True
+        conn.client, conn.server = src, dst
+        return conn
 
     def _close(self, conn: _TcpConnection, ts: float, reason: str, out: list[StreamEvent]) -> None:
         if conn.closed:
@@ -998,6 +1097,8 @@ class TcpReassembler:
             return
         if not starts:
             self._buffering[h] = None
+            h.ooo_s = starts = []
+            h.ooo_d = chunks = []
         for ps, pd in pieces:
             i = bisect_right(starts, ps)
             starts.insert(i, ps)

@@ -114,7 +114,8 @@ class ReferenceReassembler(TcpReassembler):
 def _books(r: TcpReassembler) -> tuple:
     t = r.totals()
     halves = [(h.nxt, h.max_end, h.peer_ack, h.recent_bytes, tuple(h.recent or ()), h.fin_at, h.fin_done, h.st)
-              for conn in r._conns for h in (conn.h0, conn.h1)]
+              if hasattr(conn, "h0") else (conn.cid, conn.isn, conn.last_ts)  # (a bare SYN's tcp._Embryo)
+              for conn in r._conns for h in ((conn.h0, conn.h1) if hasattr(conn, "h0") else (None,))]
     return t, r.stats, r.buffered_bytes(), halves
 
 

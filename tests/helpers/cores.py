@@ -9,7 +9,8 @@ labels (kwinspect.stream.labels) read their compiled walks at each call, the dri
 the compiled conversation (kwinspect.stream.conversation) per batch of frames; a writer reads
 kwinspect.export.fastrender when it renders its first jsonl row; the records table
 reads kwinspect.analyze.record_rows._crows for every record batch; the --jobs reader
-reads kwinspect.run.split._csplit when it is made.
+reads kwinspect.run.split._csplit when it is made; a TcpReassembler reads
+kwinspect.capture.tcp._cstreams (its tcp.stream numbers) when it is made.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 
 from kwinspect import dissect
 from kwinspect.analyze import record_rows
-from kwinspect.capture import fastpath
+from kwinspect.capture import fastpath, tcp
 from kwinspect.export import fastrender
 from kwinspect.protocol import compiled, decode
 from kwinspect.run import split
@@ -39,7 +40,7 @@ def compiled_available() -> bool:
         fastrender.JsonlRow is not None and \
         dissect.segment_fastpath is not None and dissect.chunk_fastpath is not None and \
         conversation.compiled_frames is not None and \
-        record_rows._crows is not None and split._csplit is not None
+        record_rows._crows is not None and split._csplit is not None and tcp._cstreams is not None
 
 
 def require_compiled() -> None:
@@ -68,8 +69,10 @@ def python_core() -> Iterator[None]:
     saved_render = fastrender.JsonlRow
     saved_rows = record_rows._crows
     saved_split = split._csplit
+    saved_streams = tcp._cstreams
     try:
         split._csplit = None  # read when the --jobs reader is made
+        tcp._cstreams = None  # read when a TcpReassembler is made
         fastrender.JsonlRow = None  # read when a writer renders its first row
         record_rows._crows = None  # read for every record batch
         for n in _NAMES:
@@ -94,6 +97,7 @@ def python_core() -> Iterator[None]:
         fastrender.JsonlRow = saved_render
         record_rows._crows = saved_rows
         split._csplit = saved_split
+        tcp._cstreams = saved_streams
         decode.clear_caches()
 
 
