@@ -38,7 +38,6 @@ from kwinspect.model import (
     RecordRow,
     plural,
 )
-from kwinspect.protocol.decode import DeferredMessage
 from kwinspect.protocol.schema.api_keys import ApiKey
 from kwinspect.stream.labels import record_volumes
 
@@ -337,9 +336,7 @@ class SummaryBuilder:
             if not volumes:
                 continue
             produce = api_key == PRODUCE
-            # (a scanned message's volumes are what its scan noted: record_volumes, inlined)
-            vols = msg.facts[1] if type(msg) is DeferredMessage else record_volumes(api_key, msg, topic_names)
-            for topic, records, size in vols:
+            for topic, records, size in record_volumes(api_key, msg, topic_names):
                 acc = accs[topic]
                 if produce:
                     acc.produce_records += records

@@ -232,30 +232,22 @@ static void fields_clear(Fields *f)
     Py_CLEAR(f->issues);
 }
 
-static int fields_of(PyObject *msg, Fields *f)
+/* A message's fields, or DECLINE when one is not what the walk takes. ``deferred``: a
+ * DeferredMessage, whose facts tuple (topics, volumes, throttle, acks) goes in f->body in
+ * place of its body (reading that would decode it). */
+static int fields_of(PyObject *msg, Fields *f, int deferred)
 {
     if ((f->api_key = GET(msg, S_api_key)) == NULL || (f->api_version = GET(msg, S_api_version)) == NULL
-        || (f->header = GET(msg, S_header)) == NULL || (f->body = GET(msg, S_body)) == NULL
+        || (f->header = GET(msg, S_header)) == NULL
+        || (f->body = deferred ? GET(msg, S_facts) : GET(msg, S_body)) == NULL
         || (f->issues = GET(msg, S_issues)) == NULL)
         return -1;
     if (!PyLong_CheckExact(f->api_key) || !PyLong_CheckExact(f->api_version) || !PyDict_CheckExact(f->header)
-        || !PyDict_CheckExact(f->body) || !PyList_CheckExact(f->issues) || PyList_GET_SIZE(f->issues) != 0)
+        || !PyList_CheckExact(f->issues) || PyList_GET_SIZE(f->issues) != 0)
         return DECLINE;
-    return TAKEN;
-}
-
-/* fields_of for a DeferredMessage: its facts tuple (topics, volumes, throttle, acks) in
- * f->body, its body not read (reading it decodes it) */
-static int fields_of_deferred(PyObject *msg, Fields *f)
-{
-    if ((f->api_key = GET(msg, S_api_key)) == NULL || (f->api_version = GET(msg, S_api_version)) == NULL
-        || (f->header = GET(msg, S_header)) == NULL || (f->body = GET(msg, S_facts)) == NULL
-        || (f->issues = GET(msg, S_issues)) == NULL)
-        return -1;
-    if (!PyLong_CheckExact(f->api_key) || !PyLong_CheckExact(f->api_version) || !PyDict_CheckExact(f->header)
-        || !PyTuple_CheckExact(f->body) || PyTuple_GET_SIZE(f->body) != 4
-        || !PyTuple_CheckExact(PyTuple_GET_ITEM(f->body, 0)) || !PyList_CheckExact(f->issues)
-        || PyList_GET_SIZE(f->issues) != 0)
+    if (deferred ? !PyTuple_CheckExact(f->body) || PyTuple_GET_SIZE(f->body) != 4
+                       || !PyTuple_CheckExact(PyTuple_GET_ITEM(f->body, 0))
+                 : !PyDict_CheckExact(f->body))
         return DECLINE;
     return TAKEN;
 }
@@ -357,7 +349,7 @@ static int take_request(PyObject *conv, PyObject *data, PyObject *ts_first, PyOb
             goto done;
         }
     }
-    if (msg == Py_None || (r = (deferred ? fields_of_deferred : fields_of)(msg, &f)) == DECLINE) {
+    if (msg == Py_None || (r = fields_of(msg, &f, deferred)) == DECLINE) {
         result = DECLINE;
         goto done;
     }
@@ -629,7 +621,7 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
     Py_INCREF(req_first), Py_INCREF(req_last), Py_INCREF(req_pfirst), Py_INCREF(req_plast), Py_INCREF(counted);
 #undef ENTRY
     int deferred = Py_TYPE(req) == g_deferred_type; /* scanned: its response is scanned too */
-    if ((r = (deferred ? fields_of_deferred : fields_of)(req, &q)) != TAKEN) {
+    if ((r = fields_of(req, &q, deferred)) != TAKEN) {
         result = r;
         goto done;
     }
@@ -661,7 +653,7 @@ static int take_response(PyObject *conv, PyObject *data, PyObject *ts_first, PyO
     }
     /* (a response the scan leaves: Python's emit decodes both) */
     if (resp == Py_None || (deferred && Py_TYPE(resp) != g_deferred_type)
-        || (r = (deferred ? fields_of_deferred : fields_of)(resp, &a)) == DECLINE) {
+        || (r = fields_of(resp, &a, deferred)) == DECLINE) {
         result = DECLINE;
         goto done;
     }
